@@ -1,0 +1,42 @@
+"""vsqs: a brokerless message queue in a directory, with SQS semantics.
+
+    >>> import vsqs
+    >>> q = vsqs.Queue("/tmp/spool/jobs", create=True)
+    >>> q.publish(b"hello")                                  # doctest: +SKIP
+    >>> with q.receiving(visibility_timeout=30) as m:        # deleted on success
+    ...     handle(m.body)                                   # doctest: +SKIP
+
+Everything public is re-exported here; the ``_``-modules are private.
+"""
+
+from vsqs._errors import (
+    IncompatibleFormat,
+    InvalidArgument,
+    InvalidReceipt,
+    QueueNotFound,
+    StaleReceipt,
+    StorageError,
+    VsqsError,
+)
+from vsqs._format import FORMAT_VERSION
+from vsqs._queue import Message, MessageInfo, Queue, QueueStats
+from vsqs._version import __version__
+from vsqs._worker import Worker, WorkerStats
+
+__all__ = [
+    "FORMAT_VERSION",
+    "IncompatibleFormat",
+    "InvalidArgument",
+    "InvalidReceipt",
+    "Message",
+    "MessageInfo",
+    "Queue",
+    "QueueNotFound",
+    "QueueStats",
+    "StaleReceipt",
+    "StorageError",
+    "VsqsError",
+    "Worker",
+    "WorkerStats",
+    "__version__",
+]

@@ -1,0 +1,423 @@
+"""The ``vsqs`` command line: each command opens a Queue and makes one call.
+
+Exit status: 0 success, 1 a vsqs error (one line on stderr), 2 bad usage,
+3 ``receive`` found the queue empty.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from datetime import datetime, timezone
+from typing import Any, BinaryIO
+
+import click
+
+from vsqs._errors import VsqsError
+from vsqs._queue import Message, Queue
+from vsqs._version import __version__
+from vsqs._worker import Worker
+
+EXIT_EMPTY = 3
+_PUBLISH_CHUNK = 500
+
+
+class _Group(click.Group):
+    """Prints a vsqs error as one line on stderr, with status 1."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except VsqsError as exc:
+            click.echo(f"vsqs: error: {exc}", err=True)
+            ctx.exit(1)
+        except BrokenPipeError:  # `vsqs ls q | head`
+            sys.stderr.close()
+            ctx.exit(1)
+
+
+def _seconds(name: str, default: float, help: str, envvar: str | None = None) -> Any:
+    return click.option(
+        name, type=click.FloatRange(min=0), default=default, show_default=True, envvar=envvar, help=help
+    )
+
+
+_visibility = _seconds(
+    "--visibility-timeout",
+    30.0,
+    "Seconds a received message stays hidden from other consumers.",
+    envvar="VSQS_VISIBILITY_TIMEOUT",
+)
+_queue_arg = click.argument("queue", type=click.Path(file_okay=False, path_type=str))
+
+
+def _open(ctx: click.Context, path: str, create: bool = False) -> Queue:
+    return Queue(path, create=create, clock_skew=ctx.obj["clock_skew"])
+
+
+@click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="vsqs")
+@click.option(
+    "--clock-skew",
+    type=click.FloatRange(0, 3600),
+    default=0.0,
+    envvar="VSQS_CLOCK_SKEW",
+    help="Seconds of clock difference to allow between hosts sharing the spool.",
+)
+@click.pass_context
+def main(ctx: click.Context, clock_skew: float) -> None:
+    """vsqs: a message queue in a directory. QUEUE is the queue's directory."""
+    ctx.obj = {"clock_skew": clock_skew}
+
+
+@main.command()
+@_queue_arg
+@click.pass_context
+def create(ctx: click.Context, queue: str) -> None:
+    """Create QUEUE (a directory with queue metadata) if it does not exist."""
+    _open(ctx, queue, create=True)
+
+
+@main.command()
+@_queue_arg
+@click.argument("message", required=False)
+@click.option("--lines", is_flag=True, help="Publish each line of stdin as a message.")
+@_seconds("--delay", 0.0, "Seconds before the message becomes visible.")
+@click.option("--durable/--no-durable", default=True, show_default=True, help="fsync before returning.")
+@click.option("--create", "create_queue", is_flag=True, help="Create QUEUE if missing.")
+@click.pass_context
+def publish(
+    ctx: click.Context,
+    queue: str,
+    message: str | None,
+    lines: bool,
+    delay: float,
+    durable: bool,
+    create_queue: bool,
+) -> None:
+    """Publish MESSAGE (or stdin) to QUEUE; print the message ids."""
+    q = _open(ctx, queue, create=create_queue)
+    if message is not None:
+        if lines:
+            raise click.UsageError("--lines reads stdin; give no MESSAGE with it")
+        click.echo(q.publish(message, delay=delay, durable=durable))
+        return
+    stdin = click.get_binary_stream("stdin")
+    if not lines:
+        click.echo(q.publish(stdin.read(), delay=delay, durable=durable))
+        return
+    with _Progress(stdin) as progress:
+        for chunk in _line_chunks(stdin):
+            for message_id in q.publish_batch(chunk, delay=delay, durable=durable):
+                click.echo(message_id)
+            progress.advance(len(chunk), sum(len(line) + 1 for line in chunk))
+
+
+def _line_chunks(stream: BinaryIO) -> Iterator[list[bytes]]:
+    chunk: list[bytes] = []
+    for line in stream:
+        chunk.append(line[:-1] if line.endswith(b"\n") else line)
+        if len(chunk) >= _PUBLISH_CHUNK:
+            yield chunk
+            chunk = []
+    if chunk:
+        yield chunk
+
+
+class _Progress:
+    """A progress bar on stderr when it is a terminal: by bytes if stdin is a
+    regular file, else a running count."""
+
+    def __init__(self, stream: BinaryIO) -> None:
+        self.enabled = sys.stderr.isatty()
+        self.count = 0
+        self.bar: Any = None
+        if self.enabled:
+            try:
+                size = os.fstat(stream.fileno()).st_size
+            except (OSError, ValueError):
+                size = 0
+            if size:
+                self.bar = click.progressbar(length=size, label="publishing", file=sys.stderr)
+
+    def __enter__(self) -> _Progress:
+        if self.bar is not None:
+            self.bar.__enter__()
+        return self
+
+    def advance(self, messages: int, nbytes: int) -> None:
+        self.count += messages
+        if self.bar is not None:
+            self.bar.update(nbytes)
+        elif self.enabled:
+            click.echo(f"\rpublished {self.count:,} messages", nl=False, err=True)
+
+    def __exit__(self, *exc: object) -> None:
+        if self.bar is not None:
+            self.bar.__exit__(*exc)
+        elif self.enabled and self.count:
+            click.echo(err=True)
+
+
+def _iso(epoch: float) -> str:
+    return datetime.fromtimestamp(epoch, timezone.utc).isoformat(timespec="milliseconds")
+
+
+def _message_json(m: Message) -> str:
+    try:
+        body, encoding = m.body.decode("utf-8"), "utf-8"
+    except UnicodeDecodeError:
+        body, encoding = base64.b64encode(m.body).decode("ascii"), "base64"
+    doc = {
+        "id": m.id,
+        "receipt": m.receipt,
+        "body": body,
+        "body_encoding": encoding,
+        "receive_count": m.receive_count,
+        "sent_at": m.sent_at,
+    }
+    return json.dumps(doc)
+
+
+@main.command()
+@_queue_arg
+@_visibility
+@_seconds("--wait", 0.0, "Long-poll: wait up to this many seconds for a message.")
+@click.option("-n", "--max-messages", type=click.IntRange(1, 10_000), default=1, show_default=True)
+@click.option("--delete", is_flag=True, help="Delete the messages once printed.")
+@click.option("--json", "as_json", is_flag=True, help="One JSON object per message (JSON lines).")
+@click.pass_context
+def receive(
+    ctx: click.Context,
+    queue: str,
+    visibility_timeout: float,
+    wait: float,
+    max_messages: int,
+    delete: bool,
+    as_json: bool,
+) -> None:
+    """Receive messages from QUEUE and print them.
+
+    The body goes to stdout as is (one line per message when -n > 1); the
+    receipt, needed to delete, goes to stderr unless --delete or --json.
+    An empty queue prints nothing and exits with status 3.
+    """
+    q = _open(ctx, queue)
+    got = q.receive_batch(max_messages, visibility_timeout=visibility_timeout, wait=wait)
+    if not got:
+        ctx.exit(EXIT_EMPTY)
+    out = click.get_binary_stream("stdout")
+    for m in got:
+        if as_json:
+            out.write(_message_json(m).encode() + b"\n")
+        else:
+            out.write(m.body + (b"\n" if max_messages > 1 else b""))
+            if not delete:
+                click.echo(f"receipt: {m.receipt}", err=True)
+        out.flush()
+        if delete:
+            m.delete()
+
+
+@main.command()
+@_queue_arg
+@click.argument("receipt")
+@click.pass_context
+def delete(ctx: click.Context, queue: str, receipt: str) -> None:
+    """Delete the message held by RECEIPT."""
+    _open(ctx, queue).delete(receipt)
+
+
+@main.command("change-visibility")
+@_queue_arg
+@click.argument("receipt")
+@click.argument("seconds", type=click.FloatRange(min=0))
+@click.pass_context
+def change_visibility(ctx: click.Context, queue: str, receipt: str, seconds: float) -> None:
+    """Hide the message held by RECEIPT for SECONDS from now; print the new receipt."""
+    click.echo(_open(ctx, queue).change_visibility(receipt, seconds))
+
+
+def _prometheus_label(value: str) -> str:
+    return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+
+
+@main.command()
+@_queue_arg
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+@click.option("--prometheus", is_flag=True, help="node-exporter textfile collector format.")
+@click.pass_context
+def stats(ctx: click.Context, queue: str, as_json: bool, prometheus: bool) -> None:
+    """Print QUEUE's message counts by state and the oldest ready message's age."""
+    q = _open(ctx, queue)
+    s = q.stats()
+    fields = {
+        "ready": s.ready,
+        "in_flight": s.in_flight,
+        "delayed": s.delayed,
+        "oldest_ready_age": round(s.oldest_ready_age, 6),
+        "writing": s.writing,
+    }
+    if as_json:
+        click.echo(json.dumps(fields))
+    elif prometheus:
+        labels = f'queue="{_prometheus_label(os.path.basename(q.path))}",path="{_prometheus_label(q.path)}"'
+        click.echo("# HELP vsqs_messages Messages in the queue, by state.")
+        click.echo("# TYPE vsqs_messages gauge")
+        for state in ("ready", "in_flight", "delayed"):
+            click.echo(f'vsqs_messages{{{labels},state="{state}"}} {fields[state]}')
+        click.echo("# HELP vsqs_oldest_message_age_seconds Seconds since the oldest visible message was sent.")
+        click.echo("# TYPE vsqs_oldest_message_age_seconds gauge")
+        click.echo(f"vsqs_oldest_message_age_seconds{{{labels}}} {fields['oldest_ready_age']}")
+    else:
+        for key, value in fields.items():
+            click.echo(f"{key:<17} {value}")
+
+
+@main.command("ls")
+@_queue_arg
+@click.option("--json", "as_json", is_flag=True, help="One JSON object per message.")
+@click.pass_context
+def ls(ctx: click.Context, queue: str, as_json: bool) -> None:
+    """List QUEUE's messages in delivery order (changes nothing)."""
+    for info in _open(ctx, queue).messages():
+        if as_json:
+            doc = {
+                "id": info.id,
+                "state": info.state,
+                "receive_count": info.receive_count,
+                "sent_at": info.sent_at,
+                "visible_at": info.visible_at,
+            }
+            click.echo(json.dumps(doc))
+        else:
+            click.echo(f"{info.id}  {info.state:<9} {info.receive_count:>3}  {_iso(info.sent_at)}")
+
+
+@main.command()
+@_queue_arg
+@click.option("--yes", is_flag=True, help="Do not ask for confirmation.")
+@click.pass_context
+def purge(ctx: click.Context, queue: str, yes: bool) -> None:
+    """Delete every message in QUEUE, in flight and delayed included."""
+    q = _open(ctx, queue)
+    if not yes:
+        click.confirm(f"Delete every message in {q.path}?", abort=True, err=True)
+    click.echo(f"purged {q.purge()} messages")
+
+
+@main.command()
+@_queue_arg
+@_seconds("--grace", 900.0, "Remove .new files older than this (publishers that died).")
+@click.pass_context
+def gc(ctx: click.Context, queue: str, grace: float) -> None:
+    """Requeue expired messages and remove files of dead publishers."""
+    q = _open(ctx, queue)
+    requeued = q.requeue_expired()
+    removed = q.collect_garbage(grace=grace)
+    click.echo(f"requeued {requeued} expired messages, removed {removed} orphaned files")
+
+
+class _CommandRunner:
+    """Runs COMMAND once per message, body on stdin; remembers children for a cold stop."""
+
+    def __init__(self, command: tuple[str, ...], queue: Queue) -> None:
+        self.command = command
+        self.queue = queue
+        self.children: set[subprocess.Popen[bytes]] = set()
+        self.lock = threading.Lock()
+
+    def __call__(self, m: Message) -> None:
+        env = dict(os.environ, VSQS_MESSAGE_ID=m.id, VSQS_RECEIVE_COUNT=str(m.receive_count),
+                   VSQS_QUEUE=self.queue.path)
+        try:
+            child = subprocess.Popen(self.command, stdin=subprocess.PIPE, env=env)
+        except OSError as exc:
+            raise RuntimeError(f"cannot run {self.command[0]}: {exc}") from exc
+        with self.lock:
+            self.children.add(child)
+        try:
+            child.communicate(m.body)
+        finally:
+            with self.lock:
+                self.children.discard(child)
+        if child.returncode != 0:
+            raise RuntimeError(f"{self.command[0]} exited with status {child.returncode}")
+
+    def terminate_all(self) -> None:
+        with self.lock:
+            for child in self.children:
+                child.terminate()
+
+
+@main.command(context_settings={"ignore_unknown_options": True})
+@_queue_arg
+@click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
+@_visibility
+@_seconds("--wait", 5.0, "Seconds each receive long-polls before trying again (or stopping, with --burst).")
+@_seconds("--retry-delay", 0.0, "Seconds a failed message stays hidden before its retry.")
+@click.option("--concurrency", type=click.IntRange(min=1), default=1, show_default=True)
+@click.option("--max-messages", type=click.IntRange(min=0), default=None, help="Stop after this many.")
+@click.option("--burst", is_flag=True, help="Stop when the queue is empty.")
+@click.option("-v", "--verbose", is_flag=True, help="Print a summary line at the end.")
+@click.pass_context
+def work(
+    ctx: click.Context,
+    queue: str,
+    command: tuple[str, ...],
+    visibility_timeout: float,
+    wait: float,
+    retry_delay: float,
+    concurrency: int,
+    max_messages: int | None,
+    burst: bool,
+    verbose: bool,
+) -> None:
+    """Run COMMAND once per message of QUEUE, with the body on stdin.
+
+    \b
+        vsqs work jobs -- ./handle.sh --flag
+    Exit 0 deletes the message; any other status makes it visible again
+    (after --retry-delay). A long COMMAND keeps its message hidden. The first
+    SIGINT/SIGTERM lets running commands finish; a second one terminates them.
+    """
+    if visibility_timeout <= 0:
+        raise click.BadParameter("must be > 0 for a worker", param_hint="--visibility-timeout")
+    q = _open(ctx, queue)
+    runner = _CommandRunner(command, q)
+    worker = Worker(
+        q,
+        runner,
+        visibility_timeout=visibility_timeout,
+        wait=wait,
+        concurrency=concurrency,
+        max_messages=max_messages,
+        burst=burst,
+        retry_delay=retry_delay,
+    )
+
+    def on_signal(signum: int, frame: object) -> None:
+        if worker.stopping:
+            runner.terminate_all()
+        worker.stop()
+
+    previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
+    started = time.monotonic()
+    try:
+        result = worker.work()
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    if verbose:
+        click.echo(
+            f"vsqs work: processed {result.processed}, failed {result.failed}, "
+            f"lost {result.lost} in {time.monotonic() - started:.1f}s",
+            err=True,
+        )

@@ -1,0 +1,65 @@
+"""The vsqs exception tree.
+
+Every error vsqs raises on purpose derives from :class:`VsqsError`, and mixes
+in the builtin it resembles, so ``except ValueError`` and friends keep
+working::
+
+    VsqsError
+    ├── QueueNotFound          (also LookupError)  no queue at that path
+    ├── IncompatibleFormat                         queue written by another format version
+    ├── InvalidArgument        (also ValueError)   a bad argument, named in the message
+    ├── InvalidReceipt         (also ValueError)   malformed, or of another queue
+    ├── StaleReceipt                               the receipt no longer holds the message
+    └── StorageError           (also OSError)      the filesystem failed; errno kept
+
+All of them pickle (Spark ships exceptions between processes): each keeps its
+constructor arguments in ``args``.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "VsqsError",
+    "QueueNotFound",
+    "IncompatibleFormat",
+    "InvalidArgument",
+    "InvalidReceipt",
+    "StaleReceipt",
+    "StorageError",
+]
+
+
+class VsqsError(Exception):
+    """Base class of every error vsqs raises."""
+
+
+class QueueNotFound(VsqsError, LookupError):
+    """The path is not a vsqs queue (missing, or no queue metadata)."""
+
+
+class IncompatibleFormat(VsqsError):
+    """The queue's metadata names a format version this vsqs cannot use."""
+
+
+class InvalidArgument(VsqsError, ValueError):
+    """An argument has a bad value; the message names the argument."""
+
+
+class InvalidReceipt(VsqsError, ValueError):
+    """A receipt is malformed, or belongs to another queue."""
+
+
+class StaleReceipt(VsqsError):
+    """The receipt no longer holds its message.
+
+    The message was deleted, its visibility was changed with this receipt
+    already, or its lease ran out and another consumer received it.
+    """
+
+
+class StorageError(VsqsError, OSError):
+    """A filesystem call failed for a reason other than a lost race.
+
+    ``errno``, ``strerror`` and ``filename`` are those of the underlying
+    :class:`OSError`, which is also kept as ``__cause__``.
+    """

@@ -1,0 +1,205 @@
+"""The on-disk format: the only place vsqs builds or parses a file name.
+
+A queue is a directory. Each message is one file whose *name* carries its
+state, so a listing alone tells every message's state (see docs/FORMAT.md,
+which is the contract this module implements)::
+
+    KEY                              ready, never received
+    KEY.COUNT                        ready again after COUNT receives
+    KEY.UNTIL.COUNT.TAG              hidden until UNTIL: in flight (COUNT >= 1)
+                                     or delayed (COUNT == 0)
+    KEY.new                          being written by a publisher
+
+    KEY   = P "-" SENT "-" RAND      P: 9 - priority; SENT: 16-digit epoch µs;
+                                     RAND: 16 lowercase hex digits
+    UNTIL = 16-digit epoch µs        TAG: 12 lowercase hex digits, new per move
+
+Names sort in delivery order (priority first, then send time). No I/O here.
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+import re
+import secrets
+import threading
+import time
+from dataclasses import dataclass
+
+from vsqs._errors import IncompatibleFormat, InvalidReceipt
+
+FORMAT_VERSION = 1
+METADATA_NAME = ".vsqs.json"
+MAX_COUNT = 999_999_999
+DEFAULT_PRIORITY = 0
+MAX_PRIORITY = 9
+
+_KEY = r"[0-9]-[0-9]{16}-[0-9a-f]{16}"
+_COUNT = r"0|[1-9][0-9]{0,8}"
+_NAME_RE = re.compile(
+    rf"(?P<key>{_KEY})"
+    rf"(?:\.(?P<ready_count>[1-9][0-9]{{0,8}})"
+    rf"|\.(?P<until>[0-9]{{16}})\.(?P<count>{_COUNT})\.(?P<tag>[0-9a-f]{{12}})"
+    rf"|(?P<new>\.new))?"
+)
+_KEY_RE = re.compile(_KEY)
+_QUEUE_ID_RE = re.compile(r"[0-9a-f]{8}")
+RECEIPT_SEPARATOR = ":"
+
+
+class State(str, enum.Enum):
+    """What a file name says about its message (before looking at the clock)."""
+
+    READY = "ready"
+    HIDDEN = "hidden"  # in flight or delayed: visible again from `until`
+    WRITING = "writing"
+
+
+@dataclass(frozen=True)
+class Name:
+    """A parsed message file name."""
+
+    key: str
+    state: State
+    receive_count: int = 0
+    until_us: int = 0  # hidden names only
+    tag: str = ""  # hidden names only
+
+    @property
+    def sent_us(self) -> int:
+        return sent_us_of(self.key)
+
+    @property
+    def priority(self) -> int:
+        return MAX_PRIORITY - int(self.key[0])
+
+    def __str__(self) -> str:
+        if self.state is State.READY:
+            return ready_name(self.key, self.receive_count)
+        if self.state is State.HIDDEN:
+            return hidden_name(self.key, self.until_us, self.receive_count, self.tag)
+        return writing_name(self.key)
+
+
+def parse_name(name: str) -> Name | None:
+    """Parse a directory entry; ``None`` for anything not of the grammar."""
+    m = _NAME_RE.fullmatch(name)
+    if m is None:
+        return None
+    key = m["key"]
+    if m["new"]:
+        return Name(key, State.WRITING)
+    if m["until"] is not None:
+        return Name(key, State.HIDDEN, int(m["count"]), int(m["until"]), m["tag"])
+    return Name(key, State.READY, int(m["ready_count"] or 0))
+
+
+def is_key(text: str) -> bool:
+    return _KEY_RE.fullmatch(text) is not None
+
+
+def sent_us_of(key: str) -> int:
+    return int(key[2:18])
+
+
+def ready_name(key: str, receive_count: int = 0) -> str:
+    return key if receive_count == 0 else f"{key}.{receive_count}"
+
+
+def hidden_name(key: str, until_us: int, receive_count: int, tag: str | None = None) -> str:
+    return f"{key}.{until_us:016d}.{min(receive_count, MAX_COUNT)}.{tag or new_tag()}"
+
+
+def writing_name(key: str) -> str:
+    return f"{key}.new"
+
+
+def now_us() -> int:
+    """Wall-clock epoch microseconds: hosts share no monotonic clock."""
+    return time.time_ns() // 1000
+
+
+def new_tag() -> str:
+    """A fresh per-move token: makes every claim's destination name unique."""
+    return secrets.token_hex(6)
+
+
+class _KeyClock:
+    """Hands out send times that strictly increase within this process."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._last = 0
+
+    def next(self) -> int:
+        with self._lock:
+            self._last = max(now_us(), self._last + 1)
+            return self._last
+
+
+_clock = _KeyClock()
+
+
+def new_key(priority: int = DEFAULT_PRIORITY) -> str:
+    """A message key: fixed width, sortable, unique across hosts and processes.
+
+    Send times strictly increase within a process (FIFO per producer); 64
+    random bits make two processes' keys differ even at the same microsecond.
+    """
+    return f"{MAX_PRIORITY - priority}-{_clock.next():016d}-{secrets.token_hex(8)}"
+
+
+# -- receipts ---------------------------------------------------------------
+
+
+def make_receipt(queue_id: str, hidden: str) -> str:
+    return f"{queue_id}{RECEIPT_SEPARATOR}{hidden}"
+
+
+def parse_receipt(queue_id: str, receipt: object) -> Name:
+    """Validate a receipt of queue ``queue_id``; return its in-flight name.
+
+    A receipt can only ever name a hidden message file of this queue: no
+    separator, path or foreign name gets through.
+    """
+    if not isinstance(receipt, str):
+        raise InvalidReceipt(f"receipt must be a str, not {type(receipt).__name__}")
+    owner, sep, name = receipt.partition(RECEIPT_SEPARATOR)
+    parsed = parse_name(name) if sep else None
+    if parsed is None or parsed.state is not State.HIDDEN or not _QUEUE_ID_RE.fullmatch(owner):
+        shown = receipt if len(receipt) <= 80 else receipt[:77] + "..."
+        raise InvalidReceipt(f"malformed receipt: {shown!r}")
+    if owner != queue_id:
+        raise InvalidReceipt(
+            f"receipt belongs to another queue (queue id {owner}, this queue is {queue_id})"
+        )
+    return parsed
+
+
+# -- queue metadata -----------------------------------------------------------
+
+
+def new_queue_id() -> str:
+    return secrets.token_hex(4)
+
+
+def encode_metadata(queue_id: str) -> bytes:
+    doc = {"format": FORMAT_VERSION, "queue_id": queue_id, "created": time.time()}
+    return (json.dumps(doc, sort_keys=True) + "\n").encode()
+
+
+def decode_metadata(data: bytes, where: str) -> str:
+    """Check the format version; return the queue id."""
+    try:
+        doc = json.loads(data)
+        version, queue_id = doc["format"], doc["queue_id"]
+    except (ValueError, TypeError, KeyError) as exc:
+        raise IncompatibleFormat(f"{where}: unreadable queue metadata ({exc})") from None
+    if version != FORMAT_VERSION:
+        raise IncompatibleFormat(
+            f"{where}: queue format {version!r}, this vsqs reads format {FORMAT_VERSION}"
+        )
+    if not isinstance(queue_id, str) or not _QUEUE_ID_RE.fullmatch(queue_id):
+        raise IncompatibleFormat(f"{where}: bad queue_id {queue_id!r} in queue metadata")
+    return queue_id

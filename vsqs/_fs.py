@@ -1,0 +1,192 @@
+"""The system calls: the only module that touches the filesystem.
+
+Each primitive is one atomic operation (or one file write), and this is the
+one place an :class:`OSError` becomes a vsqs error. A *lost race* is not an
+error: the primitives report it as ``False`` so callers move on.
+
+Network filesystems report a lost race with many errnos (NFS: ``ENOENT`` or
+``ESTALE`` for a vanished source, and ``ENOENT`` for a retransmitted rename
+that succeeded; sshfs: ``EPERM`` for a lost exclusive create; the HDFS NFS
+gateway: ``EIO``, ``EACCES``). So on any of them we look (``stat``) before
+deciding: a rename whose unique destination exists was ours; a source that is
+gone was lost; anything else is a real error.
+
+Tests patch these functions to inject crashes between the steps of a
+transition, so callers must use them as ``_fs.name(...)``.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+
+from vsqs._errors import QueueNotFound, StorageError
+
+# errnos that may mean "someone else got there first" on some filesystem
+_AMBIGUOUS = frozenset({errno.ENOENT, errno.ESTALE, errno.EIO, errno.EACCES, errno.EPERM})
+_CREATE_LOST = frozenset({errno.EEXIST}) | _AMBIGUOUS
+
+
+def storage_error(exc: OSError, what: str) -> StorageError:
+    """Translate an OSError, keeping errno and file name; ``what`` says what failed."""
+    err = StorageError(exc.errno or 0, f"{what}: {exc.strerror or exc}", exc.filename)
+    err.__cause__ = exc
+    return err
+
+
+def exists(path: str) -> bool:
+    """Whether ``path`` exists; errors other than absence count as existing."""
+    try:
+        os.stat(path, follow_symlinks=False)
+    except FileNotFoundError:
+        return False
+    except OSError as exc:
+        if exc.errno == errno.ESTALE:
+            return False
+        return True
+    return True
+
+
+def mtime(path: str) -> float | None:
+    """Modification time, or ``None`` if the file is gone."""
+    try:
+        return os.stat(path, follow_symlinks=False).st_mtime
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    except OSError as exc:
+        if exc.errno == errno.ESTALE:
+            return None
+        raise storage_error(exc, "cannot stat file") from exc
+
+
+def list_names(directory: str) -> list[str]:
+    """One listing of a queue directory: names only, no stat."""
+    try:
+        return os.listdir(directory)
+    except (FileNotFoundError, NotADirectoryError) as exc:
+        raise QueueNotFound(f"queue directory is gone: {directory}") from exc
+    except OSError as exc:
+        raise storage_error(exc, "cannot list queue directory") from exc
+
+
+def create_exclusive(path: str, data: bytes, *, durable: bool) -> bool:
+    """Create ``path`` holding ``data``; ``False`` if the name was taken.
+
+    On a write failure (a full disk, say) the partial file is removed and the
+    error raised, so no half-written file survives.
+    """
+    # O_CREAT|O_EXCL: atomic claim of the name, also over NFSv3+;
+    # O_WRONLY: write only; O_CLOEXEC: never leaks into child processes;
+    # mode 0o666: the process umask applies (we never touch the umask).
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC
+    try:
+        fd = os.open(path, flags, 0o666)
+    except OSError as exc:
+        if exc.errno in _CREATE_LOST and exists(path):
+            return False
+        raise storage_error(exc, "cannot create message file") from exc
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view) :]
+        if durable:
+            os.fsync(fd)
+    except OSError as exc:
+        os.close(fd)
+        _unlink_quietly(path)
+        raise storage_error(exc, "cannot write message file") from exc
+    try:
+        os.close(fd)  # NFS reports deferred write errors at close
+    except OSError as exc:
+        _unlink_quietly(path)
+        raise storage_error(exc, "cannot write message file") from exc
+    return True
+
+
+def rename(src: str, dst: str) -> bool:
+    """Move ``src`` to the fresh name ``dst``; ``False`` if ``src`` was gone.
+
+    ``dst`` must be a name no one else renames to, except where every racer
+    would move the same file to the same end state.
+    """
+    try:
+        os.rename(src, dst)
+        return True
+    except OSError as exc:
+        if exc.errno in _AMBIGUOUS:
+            if exists(dst):
+                return True  # ours: a retransmitted rename that had succeeded
+            if not exists(src):
+                return False  # lost the race
+        raise storage_error(exc, "cannot rename message file") from exc
+
+
+def unlink(path: str) -> bool:
+    """Remove ``path``; ``False`` if it was already gone."""
+    try:
+        os.unlink(path)
+        return True
+    except OSError as exc:
+        if exc.errno in _AMBIGUOUS and not exists(path):
+            return False
+        raise storage_error(exc, "cannot delete message file") from exc
+
+
+def read(path: str) -> bytes | None:
+    """The whole content of ``path``, or ``None`` if it is gone."""
+    try:
+        # O_RDONLY: read only; O_CLOEXEC: never leaks into child processes;
+        # O_NOFOLLOW: a symlink planted in the queue is never followed.
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
+    except OSError as exc:
+        if exc.errno in (errno.ENOENT, errno.ESTALE):
+            return None
+        raise storage_error(exc, "cannot open message file") from exc
+    try:
+        chunks = []
+        while chunk := os.read(fd, 1 << 20):
+            chunks.append(chunk)
+        return b"".join(chunks)
+    except OSError as exc:
+        raise storage_error(exc, "cannot read message file") from exc
+    finally:
+        os.close(fd)
+
+
+def fsync_dir(directory: str) -> None:
+    """Make the directory's entries durable (new names after create/rename)."""
+    try:
+        # O_RDONLY|O_DIRECTORY: a descriptor good only for fsync; O_CLOEXEC as above.
+        fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    except OSError as exc:
+        raise storage_error(exc, "cannot open queue directory") from exc
+    try:
+        os.fsync(fd)
+    except OSError as exc:
+        # some FUSE and network filesystems cannot fsync a directory; their
+        # servers commit metadata synchronously anyway
+        if exc.errno not in (errno.EINVAL, errno.ENOTSUP, errno.EBADF):
+            raise storage_error(exc, "cannot fsync queue directory") from exc
+    finally:
+        os.close(fd)
+
+
+def make_dirs(directory: str) -> None:
+    """Create ``directory`` and its parents (mode 0o777 less the umask)."""
+    try:
+        os.makedirs(directory, exist_ok=True)
+    except FileExistsError as exc:
+        raise StorageError(errno.ENOTDIR, f"not a directory: {exc.filename}", directory) from exc
+    except OSError as exc:
+        raise storage_error(exc, "cannot create queue directory") from exc
+
+
+def is_dir(path: str) -> bool:
+    return os.path.isdir(path)
+
+
+def _unlink_quietly(path: str) -> None:
+    try:
+        os.unlink(path)
+    except OSError:
+        pass  # gc removes what is left

@@ -1,0 +1,501 @@
+"""Queue operations: publish, receive, delete, change visibility, maintenance.
+
+Every state change is one call into :mod:`vsqs._fs` (an exclusive create, a
+rename or an unlink) on a name built by :mod:`vsqs._format`. Receive walks a
+listing cached per handle instead of listing the directory on every call.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import heapq
+import math
+import os
+import threading
+import time
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from typing import Any, Union
+
+from vsqs import _format, _fs
+from vsqs._errors import InvalidArgument, QueueNotFound, StaleReceipt, StorageError
+from vsqs._format import State
+
+Body = Union[bytes, bytearray, memoryview, str]
+
+MAX_VISIBILITY_TIMEOUT = 12 * 3600.0  # as SQS: a lease longer than 12 h is a mistake
+MAX_DELAY = 366 * 86400.0
+MAX_WAIT = 12 * 3600.0
+MAX_BATCH = 10_000
+DEFAULT_GC_GRACE = 900.0  # a .new file this old belongs to a dead publisher
+
+# A cached listing is re-read when it runs out, or when older than
+# max(_MAX_LISTING_AGE, _AGE_FACTOR x the time the last listing took), so that
+# listing costs stay a small share of the time at any depth.
+_MAX_LISTING_AGE = 2.0
+_AGE_FACTOR = 20.0
+_EXHAUSTED_FACTOR = 4.0
+_POLL_FIRST, _POLL_MAX = 0.005, 0.5
+_METADATA_WAIT = 5.0  # how long to wait for a racing creator to write metadata
+
+
+def _check_seconds(value: object, name: str, maximum: float) -> float:
+    """Validate a duration argument; the error names the argument."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise InvalidArgument(f"{name} must be a number of seconds, not {value!r}")
+    if math.isnan(value) or value < 0:
+        raise InvalidArgument(f"{name} must be >= 0 seconds, not {value!r}")
+    if value > maximum:
+        raise InvalidArgument(f"{name} must be at most {maximum:g} seconds, not {value!r}")
+    return float(value)
+
+
+def _us(seconds: float) -> int:
+    return round(seconds * 1_000_000)
+
+
+def _to_bytes(body: object) -> bytes:
+    if isinstance(body, bytes):
+        return body
+    if isinstance(body, str):
+        return body.encode("utf-8")
+    if isinstance(body, (bytearray, memoryview)):
+        return bytes(body)
+    raise TypeError(f"body must be bytes or str, not {type(body).__name__}")
+
+
+@dataclass(frozen=True)
+class MessageInfo:
+    """What a listing says about one message (no body, no state change)."""
+
+    id: str
+    state: str  # "ready", "in_flight" or "delayed"
+    receive_count: int
+    sent_at: float  # epoch seconds
+    visible_at: float  # epoch seconds; <= now for ready messages
+    priority: int
+
+
+@dataclass(frozen=True)
+class QueueStats:
+    """Message counts by state, from one listing."""
+
+    ready: int
+    in_flight: int
+    delayed: int
+    oldest_ready_age: float  # seconds since the oldest visible message was sent; 0 if none
+    writing: int = 0  # .new files: publishes in progress, or orphans for gc
+
+    @property
+    def total(self) -> int:
+        return self.ready + self.in_flight + self.delayed
+
+
+class Message:
+    """A received message. Its ``receipt`` proves the lease; it changes on every move."""
+
+    __slots__ = ("queue", "id", "body", "receipt", "receive_count", "sent_at", "_settled")
+
+    def __init__(
+        self, queue: Queue, id: str, body: bytes, receipt: str, receive_count: int, sent_at: float
+    ) -> None:
+        self.queue = queue
+        self.id = id
+        self.body = body
+        self.receipt = receipt
+        self.receive_count = receive_count
+        self.sent_at = sent_at
+        self._settled = False
+
+    def __repr__(self) -> str:
+        return f"<vsqs.Message {self.id} receive_count={self.receive_count} {len(self.body)} bytes>"
+
+    def __reduce__(self) -> Any:
+        return (
+            Message,
+            (self.queue, self.id, self.body, self.receipt, self.receive_count, self.sent_at),
+        )
+
+    @property
+    def settled(self) -> bool:
+        """True once deleted or released through this object."""
+        return self._settled
+
+    def delete(self) -> None:
+        """Delete the message (done with it). :class:`StaleReceipt` if the lease was lost."""
+        self.queue.delete(self.receipt)
+        self._settled = True
+
+    def change_visibility(self, seconds: float) -> str:
+        """Keep the message hidden for ``seconds`` from now; returns and keeps the new receipt."""
+        self.receipt = self.queue.change_visibility(self.receipt, seconds)
+        return self.receipt
+
+    def release(self) -> None:
+        """Make the message visible again now, keeping its receive count."""
+        self.queue.release(self.receipt)
+        self._settled = True
+
+
+class _Listing:
+    """A handle's cached view of its directory: visible names and timed hidden ones."""
+
+    __slots__ = ("visible", "hidden", "listed_at", "cost")
+
+    def __init__(self) -> None:
+        self.visible: list[str] = []  # heap: smallest name = next to deliver
+        self.hidden: list[tuple[int, str]] = []  # heap by the time they turn visible
+        self.listed_at = -math.inf  # time.monotonic() of the listing
+        self.cost = 0.0  # seconds the listing took
+
+
+class Queue:
+    """A queue directory. Cheap to create; holds no open file between calls.
+
+    ``clock_skew`` (seconds) is the allowance for clocks of hosts sharing the
+    spool: a hidden message is taken for visible only that long after its
+    time, so a consumer whose clock runs ahead does not steal a live lease.
+    """
+
+    def __init__(
+        self, path: str | os.PathLike[str], *, create: bool = False, clock_skew: float = 0.0
+    ) -> None:
+        self._path = os.path.abspath(os.fspath(path))
+        self._clock_skew = _check_seconds(clock_skew, "clock_skew", 3600.0)
+        self._init_runtime()
+        self._queue_id = self._open(create)
+
+    def _init_runtime(self) -> None:
+        self._skew_us = _us(self._clock_skew)
+        self._lock = threading.Lock()
+        self._listing = _Listing()
+
+    # -- pickling: path and options only; reopened lazily where unpickled --
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"path": self._path, "clock_skew": self._clock_skew}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self._path = state["path"]
+        self._clock_skew = state["clock_skew"]
+        self._init_runtime()
+        self._queue_id = None
+
+    def __repr__(self) -> str:
+        return f"vsqs.Queue({self._path!r})"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Queue) and other._path == self._path
+
+    def __hash__(self) -> int:
+        return hash(self._path)
+
+    @property
+    def path(self) -> str:
+        return self._path
+
+    @property
+    def id(self) -> str:
+        """The queue's random id from its metadata; it prefixes every receipt."""
+        if self._queue_id is None:
+            self._queue_id = self._open(create=False)
+        return self._queue_id
+
+    def _file(self, name: str) -> str:
+        return os.path.join(self._path, name)
+
+    def _open(self, create: bool) -> str:
+        """Check (or make) the queue directory and its metadata; return the queue id."""
+        if not _fs.is_dir(self._path):
+            if not create:
+                raise QueueNotFound(f"no queue at {self._path} (create it first)")
+            _fs.make_dirs(self._path)
+        meta = self._file(_format.METADATA_NAME)
+        data = _fs.read(meta)
+        if data is None and create:
+            queue_id = _format.new_queue_id()
+            if _fs.create_exclusive(meta, _format.encode_metadata(queue_id), durable=True):
+                _fs.fsync_dir(self._path)
+                return queue_id
+            data = _fs.read(meta)  # another process created the queue at the same time
+        if data is None:
+            raise QueueNotFound(
+                f"not a vsqs queue: {self._path} has no {_format.METADATA_NAME} (create it first)"
+            )
+        deadline = time.monotonic() + _METADATA_WAIT
+        while not data and time.monotonic() < deadline:  # a creator is still writing it
+            time.sleep(0.01)
+            data = _fs.read(meta) or b""
+        return _format.decode_metadata(data, meta)
+
+    # -- publish -----------------------------------------------------------
+
+    def publish(self, body: Body, *, delay: float = 0, durable: bool = True) -> str:
+        """Store one message; return its id. ``durable`` fsyncs file and directory first."""
+        return self.publish_batch([body], delay=delay, durable=durable)[0]
+
+    def publish_batch(
+        self, bodies: Iterable[Body], *, delay: float = 0, durable: bool = True
+    ) -> list[str]:
+        """Store several messages sharing one directory fsync; return their ids in order.
+
+        If writing any file fails, none is published. If it fails while the
+        files are being made visible (rare: an I/O error between renames), the
+        earlier ones are published and the rest are left for gc.
+        """
+        delay = _check_seconds(delay, "delay", MAX_DELAY)
+        datas = [_to_bytes(body) for body in bodies]
+        if len(datas) > MAX_BATCH:
+            raise InvalidArgument(f"bodies: at most {MAX_BATCH} messages per batch, not {len(datas)}")
+        written: list[tuple[str, str]] = []
+        try:
+            for data in datas:
+                written.append(self._write_new(data, durable))
+        except BaseException:
+            for _, temp in written:
+                with contextlib.suppress(StorageError):
+                    _fs.unlink(temp)
+            raise
+        ids = []
+        for key, temp in written:
+            if delay:
+                name = _format.hidden_name(key, _format.now_us() + _us(delay), 0)
+            else:
+                name = _format.ready_name(key)
+            if not _fs.rename(temp, self._file(name)):
+                raise StorageError(2, "message file vanished before it was published", temp)
+            ids.append(key)
+        if durable and ids:
+            _fs.fsync_dir(self._path)
+        return ids
+
+    def _write_new(self, data: bytes, durable: bool) -> tuple[str, str]:
+        for _attempt in range(8):
+            key = _format.new_key()
+            temp = self._file(_format.writing_name(key))
+            if _fs.create_exclusive(temp, data, durable=durable):
+                return key, temp
+        raise StorageError(17, "no free message name after 8 tries", self._path)
+
+    # -- receive -----------------------------------------------------------
+
+    def receive(self, *, visibility_timeout: float = 30, wait: float = 0) -> Message | None:
+        """Take the next visible message, hidden from others for ``visibility_timeout`` s.
+
+        ``wait`` > 0 long-polls: returns as soon as a message is visible, or
+        ``None`` after ``wait`` seconds.
+        """
+        got = self.receive_batch(1, visibility_timeout=visibility_timeout, wait=wait)
+        return got[0] if got else None
+
+    def receive_batch(
+        self, max_messages: int = 10, *, visibility_timeout: float = 30, wait: float = 0
+    ) -> list[Message]:
+        """Take up to ``max_messages`` visible messages (fewer if fewer are visible)."""
+        if isinstance(max_messages, bool) or not isinstance(max_messages, int):
+            raise InvalidArgument(f"max_messages must be an int, not {max_messages!r}")
+        if not 1 <= max_messages <= MAX_BATCH:
+            raise InvalidArgument(f"max_messages must be 1..{MAX_BATCH}, not {max_messages}")
+        lease_us = _us(_check_seconds(visibility_timeout, "visibility_timeout", MAX_VISIBILITY_TIMEOUT))
+        wait = _check_seconds(wait, "wait", MAX_WAIT)
+        queue_id = self.id
+        deadline = time.monotonic() + wait
+        pause = _POLL_FIRST
+        while True:
+            got = self._claim(max_messages, lease_us, queue_id)
+            left = deadline - time.monotonic()
+            if got or left <= 0:
+                return got
+            time.sleep(min(pause, left, self._until_next_expiry()))
+            pause = min(pause * 2, _POLL_MAX)
+
+    def _claim(self, limit: int, lease_us: int, queue_id: str) -> list[Message]:
+        got: list[Message] = []
+        while len(got) < limit:
+            with self._lock:
+                name = self._next_candidate()
+            if name is None:
+                break
+            parsed = _format.parse_name(name)
+            assert parsed is not None and parsed.state is not State.WRITING
+            count = parsed.receive_count + 1
+            new = _format.hidden_name(parsed.key, _format.now_us() + lease_us, count)
+            if not _fs.rename(self._file(name), self._file(new)):
+                continue  # another consumer got it first
+            body = _fs.read(self._file(new))
+            if body is None:
+                continue  # only if another host's clock is far ahead: it took our lease
+            receipt = _format.make_receipt(queue_id, new)
+            got.append(Message(self, parsed.key, body, receipt, count, parsed.sent_us / 1e6))
+        return got
+
+    def _next_candidate(self) -> str | None:
+        """The next name to try to claim; caller holds the lock."""
+        cache = self._listing
+        now = _format.now_us()
+        self._promote(now)
+        age = time.monotonic() - cache.listed_at
+        if cache.visible:
+            stale = age >= max(_MAX_LISTING_AGE, _AGE_FACTOR * cache.cost)
+        else:
+            stale = age >= _EXHAUSTED_FACTOR * cache.cost
+        if stale:
+            self._relist(now)
+        return heapq.heappop(cache.visible) if cache.visible else None
+
+    def _promote(self, now: int) -> None:
+        cache = self._listing
+        while cache.hidden and cache.hidden[0][0] + self._skew_us <= now:
+            heapq.heappush(cache.visible, heapq.heappop(cache.hidden)[1])
+
+    def _relist(self, now: int) -> None:
+        started = time.monotonic()
+        visible, hidden = [], []
+        for name in _fs.list_names(self._path):
+            parsed = _format.parse_name(name)
+            if parsed is None or parsed.state is State.WRITING:
+                continue
+            if parsed.state is State.HIDDEN and parsed.until_us + self._skew_us > now:
+                hidden.append((parsed.until_us, name))
+            else:
+                visible.append(name)
+        heapq.heapify(visible)
+        heapq.heapify(hidden)
+        cache = self._listing
+        cache.visible, cache.hidden = visible, hidden
+        cache.listed_at = time.monotonic()
+        cache.cost = cache.listed_at - started
+
+    def _until_next_expiry(self) -> float:
+        with self._lock:
+            hidden = self._listing.hidden
+            if not hidden:
+                return math.inf
+            return max(0.0, (hidden[0][0] + self._skew_us - _format.now_us()) / 1e6)
+
+    @contextlib.contextmanager
+    def receiving(self, *, visibility_timeout: float = 30, wait: float = 0) -> Iterator[Message | None]:
+        """Receive one message for a ``with`` block: deleted on normal exit,
+        released (visible again) if the block raises. Yields ``None`` when empty."""
+        message = self.receive(visibility_timeout=visibility_timeout, wait=wait)
+        if message is None:
+            yield None
+            return
+        try:
+            yield message
+        except BaseException:
+            if not message.settled:
+                with contextlib.suppress(StaleReceipt):
+                    message.release()
+            raise
+        if not message.settled:
+            message.delete()
+
+    # -- receipts ----------------------------------------------------------
+
+    def delete(self, receipt: str) -> None:
+        """Delete the message held by ``receipt``; :class:`StaleReceipt` if it no longer is."""
+        name = _format.parse_receipt(self.id, receipt)
+        if not _fs.unlink(self._file(str(name))):
+            raise StaleReceipt(_stale_message(name.key))
+
+    def change_visibility(self, receipt: str, timeout: float) -> str:
+        """Hide the message for ``timeout`` seconds from now; return the new receipt."""
+        timeout = _check_seconds(timeout, "timeout", MAX_VISIBILITY_TIMEOUT)
+        name = _format.parse_receipt(self.id, receipt)
+        new = _format.hidden_name(name.key, _format.now_us() + _us(timeout), name.receive_count)
+        if not _fs.rename(self._file(str(name)), self._file(new)):
+            raise StaleReceipt(_stale_message(name.key))
+        return _format.make_receipt(self.id, new)
+
+    def release(self, receipt: str) -> None:
+        """Make the message visible again now (ready), keeping its receive count."""
+        name = _format.parse_receipt(self.id, receipt)
+        ready = _format.ready_name(name.key, name.receive_count)
+        if not _fs.rename(self._file(str(name)), self._file(ready)):
+            raise StaleReceipt(_stale_message(name.key))
+
+    # -- inspection and maintenance ------------------------------------------
+
+    def _parsed(self) -> list[_format.Name]:
+        names = (_format.parse_name(name) for name in _fs.list_names(self._path))
+        return [name for name in names if name is not None]
+
+    def messages(self) -> Iterator[MessageInfo]:
+        """Every message in delivery order, from one listing; changes nothing."""
+        now = _format.now_us()
+        for name in sorted(self._parsed(), key=str):
+            if name.state is State.WRITING:
+                continue
+            state = self._state_of(name, now)
+            visible_at = name.until_us if name.state is State.HIDDEN else name.sent_us
+            yield MessageInfo(
+                name.key, state, name.receive_count, name.sent_us / 1e6, visible_at / 1e6, name.priority
+            )
+
+    def _state_of(self, name: _format.Name, now: int) -> str:
+        if name.state is State.HIDDEN and name.until_us + self._skew_us > now:
+            return "delayed" if name.receive_count == 0 else "in_flight"
+        return "ready"
+
+    def stats(self) -> QueueStats:
+        """Counts by state and the age of the oldest visible message, from one listing."""
+        now = _format.now_us()
+        counts = {"ready": 0, "in_flight": 0, "delayed": 0}
+        writing = 0
+        oldest = now
+        for name in self._parsed():
+            if name.state is State.WRITING:
+                writing += 1
+                continue
+            state = self._state_of(name, now)
+            counts[state] += 1
+            if state == "ready":
+                oldest = min(oldest, name.sent_us)
+        return QueueStats(oldest_ready_age=max(0, now - oldest) / 1e6, writing=writing, **counts)
+
+    def purge(self) -> int:
+        """Delete every message, in flight and delayed included; return how many."""
+        removed = 0
+        for name in self._parsed():
+            if name.state is not State.WRITING and _fs.unlink(self._file(str(name))):
+                removed += 1
+        with self._lock:
+            self._listing = _Listing()
+        return removed
+
+    def requeue_expired(self) -> int:
+        """Make every hidden message whose time has come ready again; return how many.
+
+        Receive already claims such messages directly; this pass only tidies
+        the directory so a listing shows them as ready.
+        """
+        now = _format.now_us()
+        moved = 0
+        for name in self._parsed():
+            if name.state is State.HIDDEN and name.until_us + self._skew_us <= now:
+                ready = _format.ready_name(name.key, name.receive_count)
+                if _fs.rename(self._file(str(name)), self._file(ready)):
+                    moved += 1
+        return moved
+
+    def collect_garbage(self, grace: float = DEFAULT_GC_GRACE) -> int:
+        """Remove ``.new`` files older than ``grace`` seconds (left by publishers
+        that died mid-write); return how many. A live publisher's file is younger."""
+        grace = _check_seconds(grace, "grace", math.inf)
+        cutoff = time.time() - grace
+        removed = 0
+        for name in self._parsed():
+            if name.state is State.WRITING:
+                path = self._file(str(name))
+                modified = _fs.mtime(path)
+                if modified is not None and modified <= cutoff and _fs.unlink(path):
+                    removed += 1
+        return removed
+
+
+def _stale_message(key: str) -> str:
+    return (
+        f"receipt for message {key} is stale: the message was deleted, its visibility "
+        "was changed with this receipt already, or its lease ran out and it was received again"
+    )
