@@ -84,6 +84,7 @@ def create_exclusive(path: str, data: bytes, *, durable: bool) -> bool:
     except OSError as exc:
         if exc.errno in _CREATE_LOST and exists(path):
             return False
+        _unlink_quietly(path)  # some filesystems leave the entry behind (ENOSPC); the name is ours
         raise storage_error(exc, "cannot create message file") from exc
     try:
         view = memoryview(data)

@@ -35,6 +35,7 @@ DEFAULT_GC_GRACE = 900.0  # a .new file this old belongs to a dead publisher
 _MAX_LISTING_AGE = 2.0
 _AGE_FACTOR = 20.0
 _EXHAUSTED_FACTOR = 4.0
+_CHEAP_LISTING = 0.001  # a listing this fast is repeated whenever the cache runs out
 _POLL_FIRST, _POLL_MAX = 0.005, 0.5
 _METADATA_WAIT = 5.0  # how long to wait for a racing creator to write metadata
 
@@ -338,7 +339,7 @@ class Queue:
         if cache.visible:
             stale = age >= max(_MAX_LISTING_AGE, _AGE_FACTOR * cache.cost)
         else:
-            stale = age >= _EXHAUSTED_FACTOR * cache.cost
+            stale = cache.cost < _CHEAP_LISTING or age >= _EXHAUSTED_FACTOR * cache.cost
         if stale:
             self._relist(now)
         return heapq.heappop(cache.visible) if cache.visible else None
@@ -365,6 +366,17 @@ class Queue:
         cache.visible, cache.hidden = visible, hidden
         cache.listed_at = time.monotonic()
         cache.cost = cache.listed_at - started
+
+    def _remember(self, name: str, until_us: int = 0) -> None:
+        """Put a name this handle just made into its cache, so it sees its own moves."""
+        with self._lock:
+            cache = self._listing
+            if cache.listed_at == -math.inf:
+                return
+            if until_us:
+                heapq.heappush(cache.hidden, (until_us, name))
+            else:
+                heapq.heappush(cache.visible, name)
 
     def _until_next_expiry(self) -> float:
         with self._lock:
@@ -403,9 +415,11 @@ class Queue:
         """Hide the message for ``timeout`` seconds from now; return the new receipt."""
         timeout = _check_seconds(timeout, "timeout", MAX_VISIBILITY_TIMEOUT)
         name = _format.parse_receipt(self.id, receipt)
-        new = _format.hidden_name(name.key, _format.now_us() + _us(timeout), name.receive_count)
+        until = _format.now_us() + _us(timeout)
+        new = _format.hidden_name(name.key, until, name.receive_count)
         if not _fs.rename(self._file(str(name)), self._file(new)):
             raise StaleReceipt(_stale_message(name.key))
+        self._remember(new, until)
         return _format.make_receipt(self.id, new)
 
     def release(self, receipt: str) -> None:
@@ -414,6 +428,7 @@ class Queue:
         ready = _format.ready_name(name.key, name.receive_count)
         if not _fs.rename(self._file(str(name)), self._file(ready)):
             raise StaleReceipt(_stale_message(name.key))
+        self._remember(ready)
 
     # -- inspection and maintenance ------------------------------------------
 

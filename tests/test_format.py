@@ -1,0 +1,193 @@
+"""The name grammar, with no filesystem: build, parse, keys and receipts."""
+
+from __future__ import annotations
+
+import multiprocessing
+import re
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from vsqs import InvalidReceipt, IncompatibleFormat, _format
+from vsqs._format import Name, State
+
+keys = st.builds(
+    lambda p, t, r: f"{p}-{t:016d}-{r:016x}",
+    st.integers(0, 9),
+    st.integers(0, 10**16 - 1),
+    st.integers(0, 2**64 - 1),
+)
+counts = st.integers(0, _format.MAX_COUNT)
+untils = st.integers(0, 10**16 - 1)
+tags = st.integers(0, 2**48 - 1).map(lambda t: f"{t:012x}")
+
+
+@given(keys, st.integers(0, _format.MAX_COUNT))
+def test_ready_round_trip(key, count):
+    parsed = _format.parse_name(_format.ready_name(key, count))
+    assert parsed == Name(key, State.READY, count)
+    assert str(parsed) == _format.ready_name(key, count)
+
+
+@given(keys, untils, counts, tags)
+def test_hidden_round_trip(key, until, count, tag):
+    name = _format.hidden_name(key, until, count, tag)
+    assert _format.parse_name(name) == Name(key, State.HIDDEN, count, until, tag)
+    assert str(_format.parse_name(name)) == name
+
+
+@given(keys)
+def test_writing_round_trip(key):
+    assert _format.parse_name(_format.writing_name(key)) == Name(key, State.WRITING)
+
+
+GRAMMAR = re.compile(
+    r"[0-9]-[0-9]{16}-[0-9a-f]{16}(\.new|\.[1-9][0-9]{0,8}|\.[0-9]{16}\.(0|[1-9][0-9]{0,8})\.[0-9a-f]{12})?"
+)
+
+
+@given(st.text(max_size=80))
+def test_foreign_names_are_never_messages(name):
+    parsed = _format.parse_name(name)
+    assert (parsed is not None) == bool(GRAMMAR.fullmatch(name))
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        ".vsqs.json",
+        "README",
+        "9-1795305501723584-892190c0ba724662.tmp",
+        "9-1795305501723584-892190c0ba72466",  # short random part
+        "9-1795305501723584-892190C0BA724662",  # upper case
+        "9-1795305501723584-892190c0ba724662.0",  # ready count 0 is written without suffix
+        "9-1795305501723584-892190c0ba724662.01",
+        "9-1795305501723584-892190c0ba724662.1795305501723584.1",
+        "9-1795305501723584-892190c0ba724662.1795305501723584.1.abc",
+        "9-1795305501723584-892190c0ba724662/../x",
+        "9-1795305501723584-892190c0ba724662\n",
+        "../9-1795305501723584-892190c0ba724662",
+        "9-1795305501723584-892190c0ba724662.new.new",
+    ],
+)
+def test_near_misses_are_foreign(name):
+    assert _format.parse_name(name) is None
+
+
+def test_names_sort_in_delivery_order():
+    early = _format.new_key()
+    late = _format.new_key()
+    urgent = _format.new_key(priority=9)
+    assert sorted([late, urgent, early]) == [urgent, early, late]
+    # a requeued or hidden name of a message still sorts by its key
+    assert sorted([_format.ready_name(late), _format.ready_name(early, 3)]) == [
+        _format.ready_name(early, 3),
+        _format.ready_name(late),
+    ]
+
+
+def test_keys_fixed_width_and_monotonic_in_process():
+    keys_ = [_format.new_key() for _ in range(10_000)]
+    assert {len(k) for k in keys_} == {35}
+    assert all(_format.is_key(k) for k in keys_)
+    sent = [_format.sent_us_of(k) for k in keys_]
+    assert sent == sorted(sent) and len(set(sent)) == len(sent)  # strictly increasing
+
+
+def _keys(_: int) -> list[str]:
+    return [_format.new_key() for _ in range(2_000)]
+
+
+def test_keys_unique_across_processes():
+    with multiprocessing.get_context("spawn").Pool(4) as pool:
+        batches = pool.map(_keys, range(4))
+    every = [k for batch in batches for k in batch]
+    assert len(set(every)) == len(every)
+
+
+def test_key_sent_time_is_now():
+    before = _format.now_us()
+    key = _format.new_key()
+    assert before <= _format.sent_us_of(key) <= _format.now_us() + 1
+
+
+def test_priority_is_encoded_so_higher_sorts_first():
+    assert _format.parse_name(_format.new_key(priority=7)).priority == 7
+    assert _format.parse_name(_format.new_key()).priority == _format.DEFAULT_PRIORITY
+
+
+def test_tags_are_fresh():
+    assert len({_format.new_tag() for _ in range(1000)}) == 1000
+
+
+# -- receipts -------------------------------------------------------------------
+
+
+def test_receipt_round_trip():
+    name = _format.hidden_name(_format.new_key(), 10**15, 2)
+    receipt = _format.make_receipt("0a1b2c3d", name)
+    assert str(_format.parse_receipt("0a1b2c3d", receipt)) == name
+
+
+@pytest.mark.parametrize(
+    "receipt",
+    [
+        "",
+        "garbage",
+        "0a1b2c3d:",
+        "0a1b2c3d:../../etc/passwd",
+        "0a1b2c3d:/etc/passwd",
+        "0a1b2c3d:.vsqs.json",
+        "0a1b2c3d:9-1795305501723584-892190c0ba724662",  # a ready name is no receipt
+        "0a1b2c3d:9-1795305501723584-892190c0ba724662.new",
+        "0a1b2c3d:9-1795305501723584-892190c0ba724662.1795305501723584.1.0191cc303a5c\x00",
+        "0A1B2C3D:9-1795305501723584-892190c0ba724662.1795305501723584.1.0191cc303a5c",
+        "x" * 10_000,
+    ],
+)
+def test_malformed_receipts(receipt):
+    with pytest.raises(InvalidReceipt, match="malformed receipt"):
+        _format.parse_receipt("0a1b2c3d", receipt)
+
+
+def test_receipt_of_another_queue():
+    name = _format.hidden_name(_format.new_key(), 10**15, 1)
+    with pytest.raises(InvalidReceipt, match="another queue"):
+        _format.parse_receipt("0a1b2c3d", _format.make_receipt("ffffffff", name))
+
+
+def test_receipt_must_be_str():
+    with pytest.raises(InvalidReceipt, match="must be a str"):
+        _format.parse_receipt("0a1b2c3d", b"bytes")
+
+
+@given(st.text(max_size=120))
+def test_no_text_escapes_through_a_receipt(text):
+    try:
+        name = _format.parse_receipt("0a1b2c3d", "0a1b2c3d:" + text)
+    except InvalidReceipt:
+        return
+    assert "/" not in str(name) and "\x00" not in str(name) and str(name) == text
+
+
+# -- metadata -------------------------------------------------------------------
+
+
+def test_metadata_round_trip():
+    assert _format.decode_metadata(_format.encode_metadata("0a1b2c3d"), "m") == "0a1b2c3d"
+
+
+@pytest.mark.parametrize(
+    "data, match",
+    [
+        (b"", "unreadable"),
+        (b"{not json", "unreadable"),
+        (b'{"format": 2, "queue_id": "0a1b2c3d"}', "format 2"),
+        (b'{"format": 1}', "unreadable"),
+        (b'{"format": 1, "queue_id": "../x"}', "bad queue_id"),
+    ],
+)
+def test_bad_metadata(data, match):
+    with pytest.raises(IncompatibleFormat, match=match):
+        _format.decode_metadata(data, "/q/.vsqs.json")
