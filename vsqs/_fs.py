@@ -182,6 +182,38 @@ def make_dirs(directory: str) -> None:
         raise storage_error(exc, "cannot create queue directory") from exc
 
 
+def make_dir(directory: str) -> None:
+    """Create one new directory (mode 0o777 less the umask); it must not exist."""
+    try:
+        os.mkdir(directory, 0o777)
+    except OSError as exc:
+        raise storage_error(exc, "cannot create directory") from exc
+
+
+def rename_dir(src: str, dst: str) -> bool:
+    """Move the directory ``src`` (ours alone) to ``dst``; ``False`` if ``dst``
+    is already a non-empty directory. POSIX never replaces a non-empty one."""
+    try:
+        os.rename(src, dst)
+        return True
+    except OSError as exc:
+        if exc.errno in (errno.EEXIST, errno.ENOTEMPTY):
+            return False
+        if exc.errno in _AMBIGUOUS and not exists(src):
+            return True  # no one else renames our private directory: it moved
+        raise storage_error(exc, "cannot move new queue directory into place") from exc
+
+
+def remove_tree_quietly(directory: str, names: list[str]) -> None:
+    """Remove our own private directory holding ``names``; leftovers are harmless."""
+    for name in names:
+        _unlink_quietly(os.path.join(directory, name))
+    try:
+        os.rmdir(directory)
+    except OSError:
+        pass
+
+
 def is_dir(path: str) -> bool:
     return os.path.isdir(path)
 

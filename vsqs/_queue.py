@@ -207,27 +207,41 @@ class Queue:
 
     def _open(self, create: bool) -> str:
         """Check (or make) the queue directory and its metadata; return the queue id."""
-        if not _fs.is_dir(self._path):
-            if not create:
-                raise QueueNotFound(f"no queue at {self._path} (create it first)")
-            _fs.make_dirs(self._path)
         meta = self._file(_format.METADATA_NAME)
         data = _fs.read(meta)
         if data is None and create:
-            queue_id = _format.new_queue_id()
-            if _fs.create_exclusive(meta, _format.encode_metadata(queue_id), durable=True):
-                _fs.fsync_dir(self._path)
-                return queue_id
-            data = _fs.read(meta)  # another process created the queue at the same time
+            self._create()
+            data = _fs.read(meta)
         if data is None:
-            raise QueueNotFound(
-                f"not a vsqs queue: {self._path} has no {_format.METADATA_NAME} (create it first)"
-            )
+            if _fs.is_dir(self._path):
+                raise QueueNotFound(
+                    f"not a vsqs queue: {self._path} has no {_format.METADATA_NAME} (create it first)"
+                )
+            raise QueueNotFound(f"no queue at {self._path} (create it first)")
         deadline = time.monotonic() + _METADATA_WAIT
         while not data and time.monotonic() < deadline:  # a creator is still writing it
             time.sleep(0.01)
             data = _fs.read(meta) or b""
         return _format.decode_metadata(data, meta)
+
+    def _create(self) -> None:
+        """Make the queue so that it appears whole: a private directory holding
+        the metadata is renamed into place. An existing directory is adopted by
+        an exclusive create of the metadata file."""
+        meta = _format.encode_metadata(_format.new_queue_id())
+        if not _fs.is_dir(self._path):
+            parent, base = os.path.split(self._path)
+            _fs.make_dirs(parent)
+            private = os.path.join(parent, f".{base}.creating-{_format.new_tag()}")
+            _fs.make_dir(private)
+            _fs.create_exclusive(os.path.join(private, _format.METADATA_NAME), meta, durable=True)
+            _fs.fsync_dir(private)
+            if _fs.rename_dir(private, self._path):
+                _fs.fsync_dir(parent)
+                return
+            _fs.remove_tree_quietly(private, [_format.METADATA_NAME])  # another creator won
+        if _fs.create_exclusive(self._file(_format.METADATA_NAME), meta, durable=True):
+            _fs.fsync_dir(self._path)
 
     # -- publish -----------------------------------------------------------
 
