@@ -109,7 +109,7 @@ def publish(
             raise click.UsageError("--lines reads stdin; give no MESSAGE with it")
         click.echo(q.publish(message, delay=delay, durable=durable))
         return
-    stdin = click.get_binary_stream("stdin")
+    stdin = sys.stdin.buffer
     if not lines:
         click.echo(q.publish(stdin.read(), delay=delay, durable=durable))
         return
@@ -213,7 +213,7 @@ def receive(
     got = q.receive_batch(max_messages, visibility_timeout=visibility_timeout, wait=wait)
     if not got:
         ctx.exit(EXIT_EMPTY)
-    out = click.get_binary_stream("stdout")
+    out = sys.stdout.buffer
     for m in got:
         if as_json:
             out.write(_message_json(m).encode() + b"\n")

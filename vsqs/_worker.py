@@ -117,6 +117,7 @@ class Worker:
         self._taken = 0
         self._lock = threading.Lock()
         self._stopping = threading.Event()
+        self._parked: list[Message] = []  # burst mode: failed, given back at the end
 
     def stop(self) -> None:
         """Take no new message; handlers already running finish (warm shutdown)."""
@@ -150,6 +151,9 @@ class Worker:
                 while thread.is_alive():
                     thread.join(0.2)  # keeps the main thread responsive to signals
         finally:
+            for message in self._parked:
+                self._give_back(message, keeper)
+            self._parked.clear()
             keeper.stop()
         if errors:
             raise errors[0]
@@ -196,20 +200,30 @@ class Worker:
             self.handler(message)
         except Exception as exc:
             log.info("handler failed on %s: %s", message.id, exc)
-            if self.retry_delay:
-                action: Callable[[], object] = lambda: message.change_visibility(self.retry_delay)
-            else:
-                action = message.release
-            settled = keeper.settle(message, action)
-            with self._lock:
-                if settled:
-                    self.stats.failed += 1
-                else:
-                    self.stats.lost += 1
+            if self.burst:
+                # a burst tries each message once: the failed one stays hidden
+                # (lease kept) until the burst ends, or it would come straight back
+                with self._lock:
+                    self._parked.append(message)
+                return
+            self._give_back(message, keeper)
             return
         settled = keeper.settle(message, message.delete)
         with self._lock:
             if settled:
                 self.stats.processed += 1
+            else:
+                self.stats.lost += 1
+
+    def _give_back(self, message: Message, keeper: _LeaseKeeper) -> None:
+        """Make a failed message visible again, now or after ``retry_delay``."""
+        if self.retry_delay:
+            action: Callable[[], object] = lambda: message.change_visibility(self.retry_delay)
+        else:
+            action = message.release
+        settled = keeper.settle(message, action)
+        with self._lock:
+            if settled:
+                self.stats.failed += 1
             else:
                 self.stats.lost += 1

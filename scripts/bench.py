@@ -1,0 +1,747 @@
+#!/usr/bin/env python3
+"""Benchmark vsqs against bare filesystem loops on the same disk.
+
+Run from the repository root, with the project installed in .venv::
+
+    .venv/bin/python scripts/bench.py                  # default run, about 2-3 minutes
+    .venv/bin/python scripts/bench.py --quick          # smoke run, a few seconds
+    .venv/bin/python scripts/bench.py --json out.json  # also write the results as JSON
+    .venv/bin/python scripts/bench.py --max-depth      # also depth 1,000,000 (several minutes)
+
+Everything runs in a fresh directory made under ``--dir`` (default:
+``./.bench/``), which is removed at the end: all figures come from one disk.
+
+What is measured, and why against a bare loop: every vsqs operation is one
+or two system calls on a message file, so what the disk itself allows is a
+loop of exactly those system calls with the names known in advance and
+nothing else. The ratio vsqs / bare loop is the share of the disk's speed
+that the library keeps; the rest is Python work in vsqs (naming, parsing,
+validation, the listing). The bare loops:
+
+* bare create: open(.new, O_CREAT|O_EXCL) + write + close + rename, the
+  reference for ``publish(durable=False)``;
+* bare create durable: the same with fsync of the file before close and of
+  the directory after the rename, the reference for ``publish(durable=True)``
+  (and, one directory fsync per 100 files, for ``publish_batch``);
+* bare consume: rename(name, name.x) + open/read/close + unlink, the
+  reference for ``receive()`` + ``delete()``.
+
+Method:
+
+* Each figure is the median over repetitions; a repetition times one loop
+  with ``time.perf_counter`` (wall) and ``time.process_time`` (CPU: user +
+  system time of this process, so it includes the kernel's work in the
+  system calls). The CPU figure is the steadier one on a shared machine and
+  the targets are judged on it; the wall figure is shown beside it.
+* A bare loop and its vsqs counterpart alternate repetition by repetition
+  (ABBA...) in fresh directories, so drift on a shared machine hits both.
+* Message file names in the bare loops have the same shape and length as
+  vsqs names. Bodies are ``--body-size`` bytes (default 100).
+* Creates are measured first, before this run deletes anything: on ext4
+  without a journal the kernel skips inodes freed in the last ~30 s when it
+  allocates a new one, which makes every create slower for a while after
+  mass deletions (also those of a previous run, or of other processes).
+* receive+delete on N messages uses a fresh handle, so its time includes the
+  one directory listing that every message needs. At depth D the queue is
+  filled to D + warm-up messages with non-durable ``publish_batch``
+  (untimed), ``--warmup`` receive+deletes (untimed: they include the first
+  listing of the whole directory, shown in its own column) bring it to D,
+  then ``min(D, --depth-count)`` receive+deletes are timed.
+* ``os.sync()`` before each setup, so no earlier phase's write-back runs
+  during a timed loop. Consumed messages are then still in the page cache
+  (as when consumers keep up); ``--settled`` syncs after the setup too, so
+  consumers read and delete files that are on disk.
+
+Targets (informational; the exit status is 0 either way): non-durable
+publish >= 50% of bare create; receive+delete >= 40% of bare consume;
+receive+delete at depth 100,000 <= 1.5x the time per message at depth 1,000.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import secrets
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Optional
+
+try:
+    import vsqs
+except ImportError:  # pragma: no cover - a usage error
+    sys.exit("scripts/bench.py: cannot import vsqs; run it with .venv/bin/python")
+
+CREATE_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC
+READ_FLAGS = os.O_RDONLY | os.O_CLOEXEC
+DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC
+READ_SIZE = 1 << 20  # as vsqs reads
+PREFILL_CHUNK = 10_000  # vsqs.MAX_BATCH
+BIG_DEPTH = 100_000  # depths above this run once (they take long to fill)
+
+DEFAULTS = dict(
+    count=10_000, durable_count=1_000, batch_count=2_000, repeat=5, durable_repeat=5,
+    depths=[1_000, 100_000], depth_count=10_000, depth_repeat=3, warmup=100,
+)
+QUICK = dict(
+    count=1_000, durable_count=50, batch_count=200, repeat=3, durable_repeat=1,
+    depths=[1_000, 10_000], depth_count=1_000, depth_repeat=1, warmup=100,
+)
+
+TARGET_PUBLISH = 0.50
+TARGET_CONSUME = 0.40
+TARGET_DEPTH = 1.5
+TARGET_DEPTHS = (1_000, 100_000)
+
+
+# -- the timed loops ------------------------------------------------------------
+# Each binds what it calls to locals, the bare loops and the vsqs loops alike.
+
+
+def bare_create(paths: list[str], body: bytes) -> None:
+    open_, write, close, rename = os.open, os.write, os.close, os.rename
+    for path in paths:
+        temp = path + ".new"
+        fd = open_(temp, CREATE_FLAGS, 0o666)
+        write(fd, body)
+        close(fd)
+        rename(temp, path)
+
+
+def bare_create_durable(paths: list[str], body: bytes, directory: str) -> None:
+    open_, write, close, rename, fsync = os.open, os.write, os.close, os.rename, os.fsync
+    for path in paths:
+        temp = path + ".new"
+        fd = open_(temp, CREATE_FLAGS, 0o666)
+        write(fd, body)
+        fsync(fd)
+        close(fd)
+        rename(temp, path)
+        dfd = open_(directory, DIR_FLAGS)
+        fsync(dfd)
+        close(dfd)
+
+
+def bare_create_durable_batches(batches: list[list[str]], body: bytes, directory: str) -> None:
+    """As publish_batch: write and fsync every file, rename them all, one directory fsync."""
+    open_, write, close, rename, fsync = os.open, os.write, os.close, os.rename, os.fsync
+    for paths in batches:
+        for path in paths:
+            fd = open_(path + ".new", CREATE_FLAGS, 0o666)
+            write(fd, body)
+            fsync(fd)
+            close(fd)
+        for path in paths:
+            rename(path + ".new", path)
+        dfd = open_(directory, DIR_FLAGS)
+        fsync(dfd)
+        close(dfd)
+
+
+def bare_consume(paths: list[str]) -> None:
+    open_, read, close, rename, unlink = os.open, os.read, os.close, os.rename, os.unlink
+    for path in paths:
+        taken = path + ".x"
+        rename(path, taken)
+        fd = open_(taken, READ_FLAGS)
+        read(fd, READ_SIZE)
+        close(fd)
+        unlink(taken)
+
+
+def vsqs_publish(queue: vsqs.Queue, bodies: list[bytes], durable: bool) -> None:
+    publish = queue.publish
+    for body in bodies:
+        publish(body, durable=durable)
+
+
+def vsqs_publish_batches(queue: vsqs.Queue, batches: list[list[bytes]]) -> None:
+    publish_batch = queue.publish_batch
+    for bodies in batches:
+        publish_batch(bodies, durable=True)
+
+
+def vsqs_consume(queue: vsqs.Queue, count: int) -> None:
+    receive, delete = queue.receive, queue.delete
+    for _ in range(count):
+        message = receive()
+        if message is None:
+            raise RuntimeError(f"queue {queue.path} ran dry early")
+        delete(message.receipt)
+
+
+def timed(fn: Callable[..., None], *args: Any) -> tuple[float, float]:
+    """(wall seconds, CPU seconds) of one call."""
+    cpu0, wall0 = time.process_time(), time.perf_counter()
+    fn(*args)
+    wall1, cpu1 = time.perf_counter(), time.process_time()
+    return wall1 - wall0, cpu1 - cpu0
+
+
+# -- results -------------------------------------------------------------------
+
+
+@dataclass
+class Measure:
+    key: str
+    label: str
+    count: int = 0  # messages per repetition
+    wall: list[float] = field(default_factory=list)  # seconds per repetition
+    cpu: list[float] = field(default_factory=list)
+    warmup_wall: list[float] = field(default_factory=list)  # depth runs: first listing + warm-up
+    notes: list[str] = field(default_factory=list)
+
+    def add(self, count: int, wall: float, cpu: float) -> None:
+        self.count = count
+        self.wall.append(wall)
+        self.cpu.append(cpu)
+
+    @property
+    def reps(self) -> int:
+        return len(self.wall)
+
+    def per_msg_us(self, which: str) -> list[float]:
+        return [s / self.count * 1e6 for s in getattr(self, which)]
+
+    def median_us(self, which: str) -> float:
+        return statistics.median(self.per_msg_us(which))
+
+    @property
+    def rate(self) -> float:
+        return 1e6 / self.median_us("wall")
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "key": self.key,
+            "label": self.label,
+            "messages_per_rep": self.count,
+            "reps": self.reps,
+            "msgs_per_s": round(self.rate, 1),
+            "wall_us_per_msg": round(self.median_us("wall"), 3),
+            "cpu_us_per_msg": round(self.median_us("cpu"), 3),
+            "wall_us_per_msg_reps": [round(x, 3) for x in self.per_msg_us("wall")],
+            "cpu_us_per_msg_reps": [round(x, 3) for x in self.per_msg_us("cpu")],
+            "warmup_ms_reps": [round(x * 1e3, 2) for x in self.warmup_wall],
+            "notes": self.notes,
+        }
+
+
+def message_names(count: int) -> list[str]:
+    """Names shaped like vsqs message names (priority-time-random)."""
+    start = time.time_ns() // 1000
+    return [f"9-{start + i:016d}-{secrets.token_hex(8)}" for i in range(count)]
+
+
+def progress(text: str) -> None:
+    print(f"  .. {text}", file=sys.stderr, flush=True)
+
+
+# -- environment -----------------------------------------------------------------
+
+
+def _unescape_mount(field_: str) -> str:
+    for code, char in (("\\040", " "), ("\\011", "\t"), ("\\012", "\n"), ("\\134", "\\")):
+        field_ = field_.replace(code, char)
+    return field_
+
+
+def mount_of(path: str) -> dict[str, str]:
+    """The /proc/mounts entry with the longest mount point containing ``path``."""
+    path = os.path.realpath(path)
+    best: dict[str, str] = {}
+    try:
+        with open("/proc/mounts", encoding="utf-8") as f:
+            lines = f.read().splitlines()
+    except OSError:
+        return best
+    for line in lines:
+        parts = line.split()
+        if len(parts) < 4:
+            continue
+        device, point, fstype, options = (_unescape_mount(p) for p in parts[:4])
+        inside = path == point or path.startswith(point.rstrip("/") + "/")
+        # ">=": a later mount on the same point shadows an earlier one
+        if inside and len(point) >= len(best.get("mount_point", "")):
+            best = {"device": device, "mount_point": point, "type": fstype, "options": options}
+    if best.get("type") in ("ext3", "ext4") and best["device"].startswith("/dev/"):
+        try:
+            with open(f"/sys/fs/ext4/{os.path.basename(best['device'])}/journal_task") as f:
+                best["journal"] = "no" if f.read().strip() == "<none>" else "yes"
+        except OSError:
+            pass
+    return best
+
+
+def _read_first(path: str) -> Optional[str]:
+    try:
+        with open(path, encoding="utf-8") as f:
+            return f.read().strip()
+    except OSError:
+        return None
+
+
+def cpu_model() -> str:
+    text = _read_first("/proc/cpuinfo") or ""
+    for line in text.splitlines():
+        if line.startswith("model name"):
+            return line.split(":", 1)[1].strip()
+    return platform.processor() or "unknown"
+
+
+def vsqs_source() -> dict[str, Any]:
+    """Where vsqs is imported from, and its git commit if it is a checkout."""
+    where = os.path.dirname(os.path.abspath(vsqs.__file__))
+    info: dict[str, Any] = {"path": where}
+    try:
+        head = subprocess.run(
+            ["git", "-C", where, "rev-parse", "--short", "HEAD"],
+            capture_output=True, text=True, timeout=10, check=True,
+        ).stdout.strip()
+        changed = subprocess.run(
+            ["git", "-C", where, "status", "--porcelain", "--", "."],
+            capture_output=True, text=True, timeout=10, check=True,
+        ).stdout.strip()
+        info["git"] = head + (" with uncommitted changes in vsqs/" if changed else "")
+    except (OSError, subprocess.SubprocessError):
+        pass
+    return info
+
+
+def environment(directory: str, args: argparse.Namespace) -> dict[str, Any]:
+    affinity = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None
+    expire = _read_first("/proc/sys/vm/dirty_expire_centisecs")
+    return {
+        "python": f"{platform.python_version()} ({platform.python_implementation()}) {sys.executable}",
+        "platform": platform.platform(),
+        "vsqs": {"version": vsqs.__version__, **vsqs_source()},
+        "cpus": {"count": os.cpu_count(), "affinity": affinity, "model": cpu_model()},
+        "directory": directory,
+        "filesystem": mount_of(directory),
+        "dirty_expire_s": int(expire) / 100 if expire and expire.isdigit() else None,
+        "load_average": list(os.getloadavg()),
+        "body_size": args.body_size,
+        "settled": args.settled,
+    }
+
+
+def print_environment(env: dict[str, Any]) -> None:
+    fs = env["filesystem"]
+    cpus = env["cpus"]
+    src = env["vsqs"]
+    print("vsqs benchmark")
+    print(f"  python      {env['python']}")
+    print(f"  platform    {env['platform']}")
+    print(f"  vsqs        {src['version']} from {src['path']}" + (f" (git {src['git']})" if "git" in src else ""))
+    print(f"  cpus        {cpus['count']} (usable: {cpus['affinity']}), {cpus['model']}")
+    print(f"  directory   {env['directory']}")
+    if fs:
+        journal = {"no": ", no journal", "yes": ", journal"}.get(fs.get("journal", ""), "")
+        print(f"  filesystem  {fs['type']} on {fs['device']} at {fs['mount_point']}{journal}")
+        print(f"  mount opts  {fs['options']}")
+    else:
+        print("  filesystem  unknown (no /proc/mounts)")
+    if env["dirty_expire_s"] is not None:
+        print(f"  write-back  dirty data is written after {env['dirty_expire_s']:g} s (vm.dirty_expire_centisecs)")
+    print("  load avg    " + " ".join(f"{x:.2f}" for x in env["load_average"]) + " at start")
+    state = "on disk (--settled)" if env["settled"] else "in the page cache"
+    print(f"  messages    {env['body_size']} byte bodies; consumed messages are {state}")
+    print()
+
+
+# -- the benchmark ------------------------------------------------------------------
+
+
+class Bench:
+    def __init__(self, args: argparse.Namespace, root: str) -> None:
+        self.args = args
+        self.root = root
+        self.body = b"x" * args.body_size
+        self.results: dict[str, Measure] = {}
+        self._serial = 0
+
+    def measure(self, key: str, label: str) -> Measure:
+        if key not in self.results:
+            self.results[key] = Measure(key, label)
+        return self.results[key]
+
+    def fresh_dir(self, parent: str, what: str, make: bool = True) -> str:
+        self._serial += 1
+        path = os.path.join(parent, f"{self._serial:04d}-{what}")
+        if make:
+            os.mkdir(path)
+        return path
+
+    def new_queue(self, parent: str, what: str) -> vsqs.Queue:
+        return vsqs.Queue(self.fresh_dir(parent, what, make=False), create=True)
+
+    def prefill(self, queue: vsqs.Queue, count: int) -> None:
+        for start in range(0, count, PREFILL_CHUNK):
+            queue.publish_batch([self.body] * min(PREFILL_CHUNK, count - start), durable=False)
+
+    @staticmethod
+    def alternate(rep: int, a: Callable[[], None], b: Callable[[], None]) -> None:
+        for case in (a, b) if rep % 2 == 0 else (b, a):
+            case()
+
+    @staticmethod
+    def check_count(directory: str, expected: int, what: str) -> None:
+        found = sum(1 for name in os.listdir(directory) if not name.startswith("."))
+        if found != expected:
+            raise RuntimeError(f"{what}: {found} files in {directory}, expected {expected}")
+
+    # -- 1 + 2: creates (nothing deleted until all of them are done) --
+
+    def run_creates(self) -> None:
+        args, body = self.args, self.body
+        phase = os.path.join(self.root, "create")
+        os.mkdir(phase)
+        os.sync()
+
+        def bare(key: str, label: str, count: int, durable: bool, batch: int = 0) -> Callable[[], None]:
+            def case() -> None:
+                directory = self.fresh_dir(phase, key)
+                paths = [os.path.join(directory, n) for n in message_names(count)]
+                if batch:
+                    batches = [paths[i : i + batch] for i in range(0, count, batch)]
+                    result = timed(bare_create_durable_batches, batches, body, directory)
+                elif durable:
+                    result = timed(bare_create_durable, paths, body, directory)
+                else:
+                    result = timed(bare_create, paths, body)
+                self.measure(key, label).add(count, *result)
+                self.check_count(directory, count, label)
+
+            return case
+
+        def pub(key: str, label: str, count: int, durable: bool, batch: int = 0) -> Callable[[], None]:
+            def case() -> None:
+                queue = self.new_queue(phase, key)
+                if batch:
+                    batches = [[body] * min(batch, count - i) for i in range(0, count, batch)]
+                    result = timed(vsqs_publish_batches, queue, batches)
+                else:
+                    result = timed(vsqs_publish, queue, [body] * count, durable)
+                self.measure(key, label).add(count, *result)
+                self.check_count(queue.path, count, label)
+
+            return case
+
+        b = args.batch_size
+        plan = [
+            ("durable publish", args.durable_repeat,
+             bare("bare_create_durable", "bare create durable", args.durable_count, True),
+             pub("publish_durable", "vsqs publish(durable=True)", args.durable_count, True)),
+            (f"durable batches of {b}", args.durable_repeat,
+             bare("bare_create_durable_batch", f"bare create durable, dir fsync per {b}",
+                  args.batch_count, True, b),
+             pub("publish_batch_durable", f"vsqs publish_batch({b}, durable=True)",
+                 args.batch_count, True, b)),
+            ("non-durable publish", args.repeat,
+             bare("bare_create", "bare create", args.count, False),
+             pub("publish", "vsqs publish(durable=False)", args.count, False)),
+        ]
+        for what, reps, case_a, case_b in plan:
+            progress(f"{what}: {reps} x bare loop and vsqs, alternating")
+            for rep in range(reps):
+                self.alternate(rep, case_a, case_b)
+        started = time.perf_counter()
+        shutil.rmtree(phase)
+        progress(f"removed the created files in {time.perf_counter() - started:.1f} s")
+
+    # -- 2: receive + delete against bare consume --
+
+    def run_consume(self) -> None:
+        args = self.args
+        count = args.count
+        phase = os.path.join(self.root, "consume")
+        os.mkdir(phase)
+        progress(f"receive+delete: {args.repeat} x {count} messages, bare loop and vsqs, alternating")
+        for rep in range(args.repeat):
+            os.sync()
+            directory = self.fresh_dir(phase, "bare_consume")
+            paths = [os.path.join(directory, n) for n in message_names(count)]
+            bare_create(paths, self.body)
+            queue = self.new_queue(phase, "receive_delete")
+            self.prefill(queue, count)
+            queue = vsqs.Queue(queue.path)  # a fresh handle: its listing is part of the work
+            if args.settled:
+                os.sync()
+
+            def bare() -> None:
+                self.measure("bare_consume", "bare consume").add(count, *timed(bare_consume, paths))
+                self.check_count(directory, 0, "bare consume")
+
+            def vsq() -> None:
+                result = timed(vsqs_consume, queue, count)
+                self.measure("receive_delete", "vsqs receive + delete").add(count, *result)
+                self.check_count(queue.path, 0, "receive+delete")
+
+            self.alternate(rep, bare, vsq)
+            shutil.rmtree(directory)
+            shutil.rmtree(queue.path)
+        os.rmdir(phase)
+
+    # -- 3: receive + delete at depth --
+
+    def run_depths(self) -> None:
+        args = self.args
+        phase = os.path.join(self.root, "depth")
+        os.mkdir(phase)
+        expire = _read_first("/proc/sys/vm/dirty_expire_centisecs")
+        expire_s = int(expire) / 100 if expire and expire.isdigit() else None
+        small = [d for d in args.depths if d <= BIG_DEPTH]
+        big = [d for d in args.depths if d > BIG_DEPTH]
+
+        def case(depth: int) -> None:
+            m = self.measure(f"depth_{depth}", f"receive + delete at depth {depth:,}")
+            timed_count = min(depth, args.depth_count)
+            progress(f"depth {depth:,}: fill {depth + args.warmup:,}, warm up {args.warmup}, "
+                     f"time {timed_count:,} (rep {m.reps + 1})")
+            os.sync()
+            started = time.monotonic()
+            queue = self.new_queue(phase, f"depth_{depth}")
+            self.prefill(queue, depth + args.warmup)
+            queue = vsqs.Queue(queue.path)
+            if args.settled:
+                os.sync()
+            warm_wall, _ = timed(vsqs_consume, queue, args.warmup)  # includes the first listing
+            m.add(timed_count, *timed(vsqs_consume, queue, timed_count))
+            m.warmup_wall.append(warm_wall)
+            elapsed = time.monotonic() - started
+            if not args.settled and expire_s is not None and elapsed > expire_s:
+                m.notes.append(
+                    f"fill + run took {elapsed:.0f} s > {expire_s:g} s write-back delay: "
+                    "some consumed files were on disk"
+                )
+            self.check_count(queue.path, depth - timed_count, f"depth {depth}")
+            shutil.rmtree(queue.path)
+
+        for rep in range(args.depth_repeat):
+            for depth in small if rep % 2 == 0 else reversed(small):
+                case(depth)
+        for depth in big:
+            case(depth)
+        os.rmdir(phase)
+
+
+# -- report ----------------------------------------------------------------------
+
+
+def ratio(results: dict[str, Measure], num: str, den: str, which: str) -> Optional[float]:
+    """Throughput of ``num`` as a share of ``den``'s (= den time / num time)."""
+    if num not in results or den not in results:
+        return None
+    return results[den].median_us(which) / results[num].median_us(which)
+
+
+def slowdown(results: dict[str, Measure], deep: str, shallow: str, which: str) -> Optional[float]:
+    if deep not in results or shallow not in results:
+        return None
+    return results[deep].median_us(which) / results[shallow].median_us(which)
+
+
+def fmt_spread(values: list[float]) -> str:
+    med = statistics.median(values)
+    if len(values) == 1:
+        return f"{med:8.1f}"
+    return f"{med:8.1f} ({min(values):.1f}-{max(values):.1f})"
+
+
+def print_table(results: dict[str, Measure]) -> None:
+    order = [
+        "bare_create", "publish",
+        "bare_create_durable", "publish_durable",
+        "bare_create_durable_batch", "publish_batch_durable",
+        "bare_consume", "receive_delete",
+    ]
+    order += sorted((k for k in results if k.startswith("depth_")), key=lambda k: int(k[6:]))
+    width = max(len(results[k].label) for k in order if k in results)
+    head = (f"{'measurement':<{width}}  {'msgs/rep':>8} {'reps':>4} {'msgs/s':>9}  "
+            f"{'wall us/msg (min-max)':<24} {'CPU us/msg (min-max)':<24}")
+    print(head)
+    print("-" * len(head))
+    for key in order:
+        if key not in results:
+            continue
+        m = results[key]
+        line = (f"{m.label:<{width}}  {m.count:>8,} {m.reps:>4} {m.rate:>9,.0f}  "
+                f"{fmt_spread(m.per_msg_us('wall')):<24} {fmt_spread(m.per_msg_us('cpu')):<24}")
+        if m.warmup_wall:
+            line += f"warm-up {statistics.median(m.warmup_wall) * 1e3:.0f} ms"
+        print(line.rstrip())
+        for note in m.notes:
+            print(f"{'':<{width}}  note: {note}")
+    print()
+    print("us = microseconds; medians, with the range over repetitions. CPU = user + system")
+    print("time of this process. 'warm-up' is the untimed first listing + warm-up receives.")
+    print()
+
+
+def evaluate(results: dict[str, Measure], depths: list[int]) -> list[dict[str, Any]]:
+    """The ratios, each judged on CPU time when it has a target."""
+    rows: list[dict[str, Any]] = []
+
+    def share(name: str, num: str, den: str, target: Optional[float]) -> None:
+        cpu, wall = ratio(results, num, den, "cpu"), ratio(results, num, den, "wall")
+        if cpu is None or wall is None:
+            return
+        row: dict[str, Any] = {"name": name, "kind": "share", "cpu": cpu, "wall": wall, "target": target}
+        if target is not None:
+            row["met"] = cpu >= target
+            row["met_wall"] = wall >= target
+        rows.append(row)
+
+    share("vsqs publish(durable=False) / bare create", "publish", "bare_create", TARGET_PUBLISH)
+    share("vsqs publish(durable=True) / bare create durable", "publish_durable",
+          "bare_create_durable", None)
+    share("vsqs publish_batch(durable=True) / bare durable batch", "publish_batch_durable",
+          "bare_create_durable_batch", None)
+    share("vsqs receive+delete / bare consume", "receive_delete", "bare_consume", TARGET_CONSUME)
+
+    shallow, deep = TARGET_DEPTHS
+    if deep not in depths:  # e.g. --quick: compare what was measured
+        deep = max(d for d in depths if d > shallow) if any(d > shallow for d in depths) else deep
+    for d in sorted(set(depths) - {shallow}):
+        cpu = slowdown(results, f"depth_{d}", f"depth_{shallow}", "cpu")
+        wall = slowdown(results, f"depth_{d}", f"depth_{shallow}", "wall")
+        if cpu is None or wall is None:
+            continue
+        target = TARGET_DEPTH if d == deep else None
+        row = {"name": f"receive+delete time/msg at depth {d:,} / at depth {shallow:,}",
+               "kind": "slowdown", "cpu": cpu, "wall": wall, "target": target,
+               "target_depth": TARGET_DEPTHS[1]}
+        if target is not None:
+            row["met"] = cpu <= target
+            row["met_wall"] = wall <= target
+        rows.append(row)
+    return rows
+
+
+def print_ratios(rows: list[dict[str, Any]]) -> None:
+    print("Ratios (CPU time; wall clock in brackets)")
+    width = max(len(r["name"]) for r in rows) if rows else 0
+    for r in rows:
+        if r["kind"] == "share":
+            text = f"{r['cpu']:6.1%}  (wall {r['wall']:.1%})"
+        else:
+            text = f"{r['cpu']:6.2f}x (wall {r['wall']:.2f}x)"
+        print(f"  {r['name']:<{width}}  {text}")
+    print()
+    for r in rows:
+        if r["target"] is None:
+            continue
+        verdict = "PASS" if r["met"] else "MISS"
+        if r["kind"] == "share":
+            figure, target = f"{r['cpu']:.1%} by CPU time (wall {r['wall']:.1%})", f">= {r['target']:.0%}"
+        else:
+            figure, target = f"{r['cpu']:.2f}x by CPU time (wall {r['wall']:.2f}x)", f"<= {r['target']:g}x"
+        extra = ""
+        if r["met"] != r["met_wall"]:
+            extra = "; by wall clock it would " + ("PASS" if r["met_wall"] else "MISS")
+        if r["kind"] == "slowdown" and f"{r['target_depth']:,}" not in r["name"]:
+            extra += f"; the target is defined at depth {r['target_depth']:,}"
+        print(f"{verdict}  {r['name']}: {figure}, target {target}{extra}")
+    print()
+
+
+# -- main ------------------------------------------------------------------------
+
+
+def parse_args(argv: Optional[list[str]]) -> argparse.Namespace:
+    p = argparse.ArgumentParser(
+        description="Benchmark vsqs against bare filesystem loops on the same disk.",
+        epilog="Exit status 0 whether or not the targets are met.",
+    )
+    p.add_argument("--dir", default=os.path.join(os.getcwd(), ".bench"),
+                   help="make the scratch directory under this one (default: ./.bench)")
+    p.add_argument("--quick", action="store_true", help="small counts: a smoke run of a few seconds")
+    p.add_argument("--json", nargs="?", const="-", metavar="PATH",
+                   help="also emit the results as JSON, to PATH or (no PATH) to stdout")
+    p.add_argument("--body-size", type=int, default=100, metavar="BYTES", help="message body size (100)")
+    p.add_argument("--count", type=int, metavar="N",
+                   help="messages per repetition, non-durable publish and receive+delete (10000)")
+    p.add_argument("--durable-count", type=int, metavar="N", help="messages per durable publish repetition (1000)")
+    p.add_argument("--batch-count", type=int, metavar="N", help="messages per publish_batch repetition (2000)")
+    p.add_argument("--batch-size", type=int, default=100, metavar="N", help="messages per publish_batch call (100)")
+    p.add_argument("--repeat", type=int, metavar="N", help="repetitions of the cheap measurements (5)")
+    p.add_argument("--durable-repeat", type=int, metavar="N", help="repetitions of the durable ones (5)")
+    p.add_argument("--max-depth", type=int, nargs="?", const=1_000_000, metavar="DEPTH",
+                   help="deepest queue: alone, adds depth 1,000,000 (takes several minutes)")
+    p.add_argument("--depth-count", type=int, metavar="N",
+                   help="receive+deletes timed at each depth: min(depth, N) (10000)")
+    p.add_argument("--depth-repeat", type=int, metavar="N",
+                   help=f"repetitions per depth up to {BIG_DEPTH:,}; deeper ones run once (3)")
+    p.add_argument("--warmup", type=int, metavar="N", help="untimed receive+deletes before each depth run (100)")
+    p.add_argument("--settled", action="store_true",
+                   help="sync before timing receives, so consumed messages are on disk")
+    args = p.parse_args(argv)
+    preset = QUICK if args.quick else DEFAULTS
+    for name, value in preset.items():
+        if getattr(args, name, None) is None:
+            setattr(args, name, value)
+    if args.max_depth is not None:
+        args.depths = [d for d in args.depths if d < args.max_depth] + [args.max_depth]
+    for name in ("count", "durable_count", "batch_count", "batch_size", "repeat", "durable_repeat",
+                 "depth_count", "depth_repeat", "body_size"):
+        if getattr(args, name) < 1:
+            p.error(f"--{name.replace('_', '-')} must be at least 1")
+    if args.warmup < 0:
+        p.error("--warmup must be >= 0")
+    if args.batch_size > PREFILL_CHUNK:
+        p.error(f"--batch-size must be at most {PREFILL_CHUNK}")
+    return args
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    args = parse_args(argv)
+    parent = os.path.abspath(args.dir)
+    made_parent = not os.path.exists(parent)
+    os.makedirs(parent, exist_ok=True)
+    root = tempfile.mkdtemp(prefix="run-", dir=parent)
+    started = time.perf_counter()
+    try:
+        env = environment(root, args)
+        print_environment(env)
+        bench = Bench(args, root)
+        bench.run_creates()
+        bench.run_consume()
+        bench.run_depths()
+    finally:
+        progress("removing the scratch directory")
+        shutil.rmtree(root, ignore_errors=True)
+        if made_parent:
+            try:
+                os.rmdir(parent)
+            except OSError:
+                pass
+    elapsed = time.perf_counter() - started
+    print_table(bench.results)
+    rows = evaluate(bench.results, args.depths)
+    print_ratios(rows)
+    load = " ".join(f"{x:.2f}" for x in os.getloadavg())
+    print(f"total time {elapsed:.0f} s (setup and clean-up included); load avg {load} at the end")
+    if args.json:
+        doc = {
+            "environment": env,
+            "config": {k: v for k, v in vars(args).items() if k not in ("json", "dir")},
+            "results": [m.as_dict() for m in bench.results.values()],
+            "ratios": rows,
+            "total_seconds": round(elapsed, 1),
+        }
+        text = json.dumps(doc, indent=2)
+        if args.json == "-":
+            print(text)
+        else:
+            with open(args.json, "w", encoding="utf-8") as f:
+                f.write(text + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,272 @@
+"""The command line, through click's CliRunner and as real subprocesses."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+from click.testing import CliRunner
+
+import vsqs
+from vsqs._cli import main
+
+from .conftest import vsqs_command
+
+
+@pytest.fixture
+def run():
+    runner = CliRunner()
+
+    def invoke(*args, input=None):
+        return runner.invoke(main, [str(a) for a in args], input=input, catch_exceptions=False)
+
+    return invoke
+
+
+def test_create_publish_receive_delete(run, tmp_path):
+    path = tmp_path / "q"
+    assert run("create", path).exit_code == 0
+    result = run("publish", path, "hello")
+    assert result.exit_code == 0
+    message_id = result.output.strip()
+    result = run("receive", path, "--json")
+    doc = json.loads(result.output)
+    assert doc["id"] == message_id and doc["body"] == "hello" and doc["receive_count"] == 1
+    assert doc["body_encoding"] == "utf-8"
+    assert run("delete", path, doc["receipt"]).exit_code == 0
+    assert vsqs.Queue(path).stats().total == 0
+
+
+def test_publish_to_missing_queue_is_one_clear_line(run, tmp_path):
+    result = run("publish", tmp_path / "nope", "x")
+    assert result.exit_code == 1
+    assert result.output.strip().splitlines() == [f"vsqs: error: no queue at {tmp_path / 'nope'} (create it first)"]
+
+
+def test_publish_create_flag(run, tmp_path):
+    assert run("publish", "--create", tmp_path / "q", "x").exit_code == 0
+    assert vsqs.Queue(tmp_path / "q").stats().ready == 1
+
+
+def test_publish_stdin_whole_and_lines(run, queue):
+    run("publish", queue.path, input="one message\nstill one\n")
+    result = run("publish", queue.path, "--lines", input="a\nb\n\nc")
+    assert result.exit_code == 0 and len(result.output.split()) == 4
+    bodies = [m.body for m in queue.receive_batch(10)]
+    assert bodies == [b"one message\nstill one\n", b"a", b"b", b"", b"c"]
+
+
+def test_publish_lines_rejects_message_argument(run, queue):
+    result = run("publish", queue.path, "x", "--lines")
+    assert result.exit_code == 2 and "--lines" in result.output
+
+
+def test_publish_delay(run, queue):
+    run("publish", queue.path, "x", "--delay", "60")
+    assert queue.stats().delayed == 1
+
+
+def test_receive_plain_prints_body_and_receipt(run, queue):
+    queue.publish(b"raw body")
+    result = run("receive", queue.path)
+    assert result.exit_code == 0
+    assert result.stdout == "raw body"
+    assert result.stderr.startswith("receipt: " + queue.id + ":")
+
+
+def test_receive_empty_exits_3(run, queue):
+    result = run("receive", queue.path)
+    assert result.exit_code == 3 and result.output == ""
+
+
+def test_receive_delete_and_batch(run, queue):
+    queue.publish_batch([b"1", b"2", b"3"])
+    result = run("receive", queue.path, "-n", 5, "--delete")
+    assert result.stdout == "1\n2\n3\n"
+    assert queue.stats().total == 0
+
+
+def test_receive_binary_json(run, queue):
+    queue.publish(b"\xff\x00")
+    doc = json.loads(run("receive", queue.path, "--json").output)
+    assert doc["body_encoding"] == "base64" and doc["body"] == "/wA="
+
+
+def test_receive_visibility_timeout(run, queue):
+    queue.publish(b"x")
+    doc = json.loads(run("receive", queue.path, "--json", "--visibility-timeout", "0.1").output)
+    time.sleep(0.15)
+    again = queue.receive()
+    assert again.id == doc["id"] and again.receive_count == 2
+
+
+def test_negative_timeout_is_a_usage_error(run, queue):
+    result = run("receive", queue.path, "--visibility-timeout", "-1")
+    assert result.exit_code == 2 and "visibility-timeout" in result.output
+
+
+def test_change_visibility_prints_new_receipt(run, queue):
+    queue.publish(b"x")
+    m = queue.receive()
+    result = run("change-visibility", queue.path, m.receipt, "60")
+    new = result.output.strip()
+    assert result.exit_code == 0 and new != m.receipt
+    queue.delete(new)
+
+
+@pytest.mark.parametrize("receipt", ["garbage", "../../etc/passwd"])
+def test_malformed_receipt(run, queue, receipt):
+    result = run("delete", queue.path, receipt)
+    assert result.exit_code == 1 and "malformed receipt" in result.output
+
+
+def test_stale_receipt(run, queue):
+    queue.publish(b"x")
+    m = queue.receive()
+    m.delete()
+    result = run("delete", queue.path, m.receipt)
+    assert result.exit_code == 1 and "stale" in result.output
+
+
+def test_stats_formats(run, queue):
+    queue.publish_batch([b"1", b"2"])
+    queue.receive()
+    assert "ready             1" in run("stats", queue.path).output
+    assert json.loads(run("stats", queue.path, "--json").output)["in_flight"] == 1
+    prom = run("stats", queue.path, "--prometheus").output
+    assert "# TYPE vsqs_messages gauge" in prom
+    assert f'vsqs_messages{{queue="q",path="{queue.path}",state="ready"}} 1' in prom
+    assert "vsqs_oldest_message_age_seconds{" in prom
+
+
+def test_ls(run, queue):
+    ids = queue.publish_batch([b"1", b"2"])
+    queue.receive()
+    lines = run("ls", queue.path).output.splitlines()
+    assert [line.split()[:3] for line in lines] == [[ids[0], "in_flight", "1"], [ids[1], "ready", "0"]]
+    docs = [json.loads(line) for line in run("ls", queue.path, "--json").output.splitlines()]
+    assert [d["id"] for d in docs] == ids
+
+
+def test_purge_asks_unless_yes(run, queue):
+    queue.publish_batch([b"1", b"2"])
+    result = run("purge", queue.path, input="n\n")
+    assert result.exit_code == 1 and queue.stats().ready == 2
+    result = run("purge", queue.path, "--yes")
+    assert result.output.strip() == "purged 2 messages" and queue.stats().total == 0
+
+
+def test_gc(run, queue):
+    queue.publish(b"x")
+    queue.receive(visibility_timeout=0)
+    orphan = os.path.join(queue.path, "9-1795305501723584-892190c0ba724662.new")
+    open(orphan, "w").close()
+    os.utime(orphan, (0, 0))
+    result = run("gc", queue.path)
+    assert result.output.strip() == "requeued 1 expired messages, removed 1 orphaned files"
+    assert not os.path.exists(orphan)
+
+
+def test_work_burst(run, queue, tmp_path):
+    queue.publish_batch([b"ok-1", b"fail", b"ok-2"])
+    out = tmp_path / "out"
+    script = f"b=$(cat); echo \"$b\" >> {out}; [ \"$b\" != fail ]"
+    result = run("work", queue.path, "--burst", "--wait", "0.1", "-v", "--", "sh", "-c", script)
+    assert result.exit_code == 0
+    assert "processed 2, failed 1" in result.stderr
+    assert sorted(out.read_text().split()) == ["fail", "ok-1", "ok-2"]
+    left = list(queue.messages())
+    assert [(i.state, i.receive_count) for i in left] == [("ready", 1)]  # released for retry
+
+
+def test_work_max_messages_and_retry_delay(run, queue):
+    queue.publish_batch([b"1", b"2", b"3"])
+    result = run("work", queue.path, "--max-messages", "1", "--retry-delay", "60", "--", "false")
+    assert result.exit_code == 0
+    assert sorted(i.state for i in queue.messages()) == ["in_flight", "ready", "ready"]
+
+
+def test_work_missing_command(run, queue):
+    queue.publish(b"x")
+    result = run("work", queue.path, "--burst", "--wait", "0", "--", "/no/such/program")
+    assert result.exit_code == 0
+    assert queue.stats().ready == 1  # failed to start: released, not lost
+
+
+def test_work_needs_a_command(run, queue):
+    assert run("work", queue.path).exit_code == 2
+
+
+# -- real subprocesses ------------------------------------------------------------
+
+
+def test_subprocess_round_trip(tmp_path):
+    path = str(tmp_path / "q")
+    cli = vsqs_command()
+    subprocess.run(cli + ["create", path], check=True)
+    published = subprocess.run(
+        cli + ["publish", path, "--lines"], input=b"alpha\nbeta\n", check=True, capture_output=True
+    )
+    assert len(published.stdout.split()) == 2
+    out = tmp_path / "seen"
+    worker = subprocess.run(
+        cli + ["work", path, "--burst", "--wait", "0.2", "--", sys.executable, "-c",
+               f"import sys; open({str(out)!r}, 'ab').write(sys.stdin.buffer.read() + b'\\n')"],
+        capture_output=True, timeout=60,
+    )
+    assert worker.returncode == 0, worker.stderr
+    assert sorted(out.read_bytes().split()) == [b"alpha", b"beta"]
+    empty = subprocess.run(cli + ["receive", path], capture_output=True)
+    assert empty.returncode == 3 and empty.stdout == b""
+
+
+def test_subprocess_error_is_one_line(tmp_path):
+    result = subprocess.run(vsqs_command() + ["stats", str(tmp_path / "nope")], capture_output=True)
+    assert result.returncode == 1
+    assert result.stderr.decode().splitlines() == [f"vsqs: error: no queue at {tmp_path / 'nope'} (create it first)"]
+
+
+def test_work_stops_cleanly_on_sigterm(tmp_path):
+    q = vsqs.Queue(tmp_path / "q", create=True)
+    q.publish_batch([b"slow", b"never"])
+    marker = tmp_path / "started"
+    child = subprocess.Popen(
+        vsqs_command() + ["work", q.path, "--visibility-timeout", "0.6", "--", "sh", "-c",
+                          f"touch {marker}; sleep 1.5"],
+    )
+    deadline = time.monotonic() + 30
+    while not marker.exists() and time.monotonic() < deadline:
+        time.sleep(0.02)
+    child.send_signal(signal.SIGTERM)
+    assert child.wait(timeout=30) == 0
+    # the running command finished (its lease kept alive past 0.6 s) and its message
+    # was deleted; the other was never taken
+    assert [m.body for m in q.receive_batch(10)] == [b"never"]
+
+
+def test_work_second_signal_terminates_the_command(tmp_path):
+    q = vsqs.Queue(tmp_path / "q", create=True)
+    q.publish(b"stuck")
+    marker = tmp_path / "started"
+    child = subprocess.Popen(
+        vsqs_command() + ["work", q.path, "--", "sh", "-c", f"touch {marker}; exec sleep 60"],
+    )
+    deadline = time.monotonic() + 30
+    while not marker.exists() and time.monotonic() < deadline:
+        time.sleep(0.02)
+    child.send_signal(signal.SIGTERM)
+    time.sleep(0.2)
+    child.send_signal(signal.SIGTERM)
+    assert child.wait(timeout=30) == 0
+    [info] = q.messages()
+    assert (info.state, info.receive_count) == ("ready", 1)  # released, not lost
+
+
+def test_python_dash_m_and_version():
+    result = subprocess.run(vsqs_command() + ["--version"], capture_output=True, text=True)
+    assert result.returncode == 0 and vsqs.__version__ in result.stdout
