@@ -33,14 +33,17 @@ Method:
   system time of this process, so it includes the kernel's work in the
   system calls). The CPU figure is the steadier one on a shared machine and
   the targets are judged on it; the wall figure is shown beside it.
-* A bare loop and its vsqs counterpart alternate repetition by repetition
-  (ABBA...) in fresh directories, so drift on a shared machine hits both.
+* A bare loop and its vsqs counterpart are interleaved in chunks of 100-500
+  messages (ABBA order) within each repetition, so drift on a shared machine
+  hits both alike. The two create loops also share one directory (the bare
+  names start with "b-", which vsqs ignores), so both get inodes from the
+  same block groups: on ext4 without a journal, the kernel skips inodes
+  freed in the last ~30 s when it allocates one, so creates near recent
+  mass deletions (this run's, a previous run's, other processes') cost more
+  kernel time, by up to ~10x, varying with time and directory.
+* Creates are measured first, before this run deletes anything.
 * Message file names in the bare loops have the same shape and length as
   vsqs names. Bodies are ``--body-size`` bytes (default 100).
-* Creates are measured first, before this run deletes anything: on ext4
-  without a journal the kernel skips inodes freed in the last ~30 s when it
-  allocates a new one, which makes every create slower for a while after
-  mass deletions (also those of a previous run, or of other processes).
 * receive+delete on N messages uses a fresh handle, so its time includes the
   one directory listing that every message needs. At depth D the queue is
   filled to D + warm-up messages with non-durable ``publish_batch``
@@ -186,6 +189,8 @@ def timed(fn: Callable[..., None], *args: Any) -> tuple[float, float]:
 
 # -- results -------------------------------------------------------------------
 
+Chunk = tuple[int, Callable[..., None], tuple[Any, ...]]  # messages, loop, its arguments
+
 
 @dataclass
 class Measure:
@@ -232,10 +237,10 @@ class Measure:
         }
 
 
-def message_names(count: int) -> list[str]:
-    """Names shaped like vsqs message names (priority-time-random)."""
+def message_names(count: int, prefix: str = "9") -> list[str]:
+    """Names shaped like vsqs message names (priority-time-random), as long."""
     start = time.time_ns() // 1000
-    return [f"9-{start + i:016d}-{secrets.token_hex(8)}" for i in range(count)]
+    return [f"{prefix}-{start + i:016d}-{secrets.token_hex(8)}" for i in range(count)]
 
 
 def progress(text: str) -> None:
@@ -385,71 +390,77 @@ class Bench:
             queue.publish_batch([self.body] * min(PREFILL_CHUNK, count - start), durable=False)
 
     @staticmethod
-    def alternate(rep: int, a: Callable[[], None], b: Callable[[], None]) -> None:
-        for case in (a, b) if rep % 2 == 0 else (b, a):
-            case()
-
-    @staticmethod
     def check_count(directory: str, expected: int, what: str) -> None:
         found = sum(1 for name in os.listdir(directory) if not name.startswith("."))
         if found != expected:
             raise RuntimeError(f"{what}: {found} files in {directory}, expected {expected}")
 
+    def interleave(
+        self, rep: int, a: Measure, a_chunks: list[Chunk], b: Measure, b_chunks: list[Chunk]
+    ) -> None:
+        """Time the two loops chunk by chunk in ABBA order; one repetition of each."""
+        totals = {id(a): [0, 0.0, 0.0], id(b): [0, 0.0, 0.0]}
+        for i, (chunk_a, chunk_b) in enumerate(zip(a_chunks, b_chunks)):
+            pair = ((a, chunk_a), (b, chunk_b))
+            for m, (count, fn, fn_args) in pair if (i + rep) % 2 == 0 else pair[::-1]:
+                wall, cpu = timed(fn, *fn_args)
+                total = totals[id(m)]
+                total[0] += count
+                total[1] += wall
+                total[2] += cpu
+        for m in (a, b):
+            m.add(*totals[id(m)])
+
     # -- 1 + 2: creates (nothing deleted until all of them are done) --
 
     def run_creates(self) -> None:
+        """Bare creates and vsqs publishes, interleaved in chunks in one directory.
+
+        One directory: the files of both loops get their inodes from the same
+        block groups, so both meet the same kernel costs (see the module doc).
+        The bare names start with "b-", which is no vsqs name.
+        """
         args, body = self.args, self.body
         phase = os.path.join(self.root, "create")
         os.mkdir(phase)
         os.sync()
-
-        def bare(key: str, label: str, count: int, durable: bool, batch: int = 0) -> Callable[[], None]:
-            def case() -> None:
-                directory = self.fresh_dir(phase, key)
-                paths = [os.path.join(directory, n) for n in message_names(count)]
-                if batch:
-                    batches = [paths[i : i + batch] for i in range(0, count, batch)]
-                    result = timed(bare_create_durable_batches, batches, body, directory)
-                elif durable:
-                    result = timed(bare_create_durable, paths, body, directory)
-                else:
-                    result = timed(bare_create, paths, body)
-                self.measure(key, label).add(count, *result)
-                self.check_count(directory, count, label)
-
-            return case
-
-        def pub(key: str, label: str, count: int, durable: bool, batch: int = 0) -> Callable[[], None]:
-            def case() -> None:
-                queue = self.new_queue(phase, key)
-                if batch:
-                    batches = [[body] * min(batch, count - i) for i in range(0, count, batch)]
-                    result = timed(vsqs_publish_batches, queue, batches)
-                else:
-                    result = timed(vsqs_publish, queue, [body] * count, durable)
-                self.measure(key, label).add(count, *result)
-                self.check_count(queue.path, count, label)
-
-            return case
-
         b = args.batch_size
         plan = [
-            ("durable publish", args.durable_repeat,
-             bare("bare_create_durable", "bare create durable", args.durable_count, True),
-             pub("publish_durable", "vsqs publish(durable=True)", args.durable_count, True)),
-            (f"durable batches of {b}", args.durable_repeat,
-             bare("bare_create_durable_batch", f"bare create durable, dir fsync per {b}",
-                  args.batch_count, True, b),
-             pub("publish_batch_durable", f"vsqs publish_batch({b}, durable=True)",
-                 args.batch_count, True, b)),
-            ("non-durable publish", args.repeat,
-             bare("bare_create", "bare create", args.count, False),
-             pub("publish", "vsqs publish(durable=False)", args.count, False)),
+            # what, reps, messages, chunk, durable, batch size, bare key + label, vsqs key + label
+            ("durable publish", args.durable_repeat, args.durable_count, 100, True, 0,
+             "bare_create_durable", "bare create durable",
+             "publish_durable", "vsqs publish(durable=True)"),
+            (f"durable batches of {b}", args.durable_repeat, args.batch_count, 5 * b, True, b,
+             "bare_create_durable_batch", f"bare create durable, dir fsync per {b}",
+             "publish_batch_durable", f"vsqs publish_batch({b}, durable=True)"),
+            ("non-durable publish", args.repeat, args.count, 500, False, 0,
+             "bare_create", "bare create",
+             "publish", "vsqs publish(durable=False)"),
         ]
-        for what, reps, case_a, case_b in plan:
-            progress(f"{what}: {reps} x bare loop and vsqs, alternating")
+        for what, reps, count, chunk, durable, batch, bare_key, bare_label, key, label in plan:
+            progress(f"{what}: {reps} x {count} messages, bare loop and vsqs interleaved")
             for rep in range(reps):
-                self.alternate(rep, case_a, case_b)
+                queue = self.new_queue(phase, key)
+                directory = queue.path
+                paths = [os.path.join(directory, n) for n in message_names(count, "b")]
+                bare_chunks: list[Chunk] = []
+                vsqs_chunks: list[Chunk] = []
+                for i in range(0, count, chunk):
+                    part = paths[i : i + chunk]
+                    if batch:
+                        batches = [part[j : j + batch] for j in range(0, len(part), batch)]
+                        bare_chunks.append((len(part), bare_create_durable_batches, (batches, body, directory)))
+                        bodies = [[body] * len(x) for x in batches]
+                        vsqs_chunks.append((len(part), vsqs_publish_batches, (queue, bodies)))
+                    elif durable:
+                        bare_chunks.append((len(part), bare_create_durable, (part, body, directory)))
+                        vsqs_chunks.append((len(part), vsqs_publish, (queue, [body] * len(part), True)))
+                    else:
+                        bare_chunks.append((len(part), bare_create, (part, body)))
+                        vsqs_chunks.append((len(part), vsqs_publish, (queue, [body] * len(part), False)))
+                self.interleave(rep, self.measure(bare_key, bare_label), bare_chunks,
+                                self.measure(key, label), vsqs_chunks)
+                self.check_count(directory, 2 * count, what)
         started = time.perf_counter()
         shutil.rmtree(phase)
         progress(f"removed the created files in {time.perf_counter() - started:.1f} s")
@@ -457,11 +468,13 @@ class Bench:
     # -- 2: receive + delete against bare consume --
 
     def run_consume(self) -> None:
+        """Bare consume and receive+delete, interleaved in chunks (separate directories:
+        vsqs lists its directory, and other files there would add to its work)."""
         args = self.args
-        count = args.count
+        count, chunk = args.count, 500
         phase = os.path.join(self.root, "consume")
         os.mkdir(phase)
-        progress(f"receive+delete: {args.repeat} x {count} messages, bare loop and vsqs, alternating")
+        progress(f"receive+delete: {args.repeat} x {count} messages, bare loop and vsqs interleaved")
         for rep in range(args.repeat):
             os.sync()
             directory = self.fresh_dir(phase, "bare_consume")
@@ -472,17 +485,16 @@ class Bench:
             queue = vsqs.Queue(queue.path)  # a fresh handle: its listing is part of the work
             if args.settled:
                 os.sync()
-
-            def bare() -> None:
-                self.measure("bare_consume", "bare consume").add(count, *timed(bare_consume, paths))
-                self.check_count(directory, 0, "bare consume")
-
-            def vsq() -> None:
-                result = timed(vsqs_consume, queue, count)
-                self.measure("receive_delete", "vsqs receive + delete").add(count, *result)
-                self.check_count(queue.path, 0, "receive+delete")
-
-            self.alternate(rep, bare, vsq)
+            bare_chunks: list[Chunk] = []
+            vsqs_chunks: list[Chunk] = []
+            for i in range(0, count, chunk):
+                part = paths[i : i + chunk]
+                bare_chunks.append((len(part), bare_consume, (part,)))
+                vsqs_chunks.append((len(part), vsqs_consume, (queue, len(part))))
+            self.interleave(rep, self.measure("bare_consume", "bare consume"), bare_chunks,
+                            self.measure("receive_delete", "vsqs receive + delete"), vsqs_chunks)
+            self.check_count(directory, 0, "bare consume")
+            self.check_count(queue.path, 0, "receive+delete")
             shutil.rmtree(directory)
             shutil.rmtree(queue.path)
         os.rmdir(phase)
