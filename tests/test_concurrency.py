@@ -117,7 +117,7 @@ def test_four_producers_four_consumers(tmp_path):
     redelivered = 0
     for got in deliveries.values():
         got.sort()
-        for (until, _, deleted, _), (_, received_next, *_rest) in zip(got, got[1:]):
+        for (until, _, deleted, _), (_, received_next, *_rest) in zip(got, got[1:], strict=False):
             assert not deleted, "delivered again after a successful delete"
             assert received_next >= until, "delivered again inside a visibility window"
             redelivered += 1

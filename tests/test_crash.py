@@ -19,7 +19,7 @@ from collections.abc import Callable
 import pytest
 
 import vsqs
-from vsqs import _format, _fs
+from vsqs import _fs
 
 from .conftest import message_files
 

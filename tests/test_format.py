@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from vsqs import InvalidReceipt, IncompatibleFormat, _format
+from vsqs import IncompatibleFormat, InvalidReceipt, _format
 from vsqs._format import Name, State
 
 keys = st.builds(

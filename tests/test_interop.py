@@ -9,8 +9,6 @@ from pathlib import Path
 
 import pytest
 
-import vsqs
-
 FORMAT_MD = Path(__file__).resolve().parent.parent / "docs" / "FORMAT.md"
 
 

@@ -15,13 +15,13 @@ import threading
 import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
-from typing import Any, Union
+from typing import Any
 
 from vsqs import _format, _fs
 from vsqs._errors import InvalidArgument, QueueNotFound, StaleReceipt, StorageError
 from vsqs._format import State
 
-Body = Union[bytes, bytearray, memoryview, str]
+Body = bytes | bytearray | memoryview | str
 
 MAX_VISIBILITY_TIMEOUT = 12 * 3600.0  # as SQS: a lease longer than 12 h is a mistake
 MAX_DELAY = 366 * 86400.0
@@ -164,7 +164,7 @@ class Queue:
         self._path = os.path.abspath(os.fspath(path))
         self._clock_skew = _check_seconds(clock_skew, "clock_skew", 3600.0)
         self._init_runtime()
-        self._queue_id = self._open(create)
+        self._queue_id: str | None = self._open(create)
 
     def _init_runtime(self) -> None:
         self._skew_us = _us(self._clock_skew)

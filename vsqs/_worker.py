@@ -217,11 +217,10 @@ class Worker:
 
     def _give_back(self, message: Message, keeper: _LeaseKeeper) -> None:
         """Make a failed message visible again, now or after ``retry_delay``."""
-        if self.retry_delay:
-            action: Callable[[], object] = lambda: message.change_visibility(self.retry_delay)
-        else:
-            action = message.release
-        settled = keeper.settle(message, action)
+        def hide_for_retry_delay() -> object:
+            return message.change_visibility(self.retry_delay)
+
+        settled = keeper.settle(message, hide_for_retry_delay if self.retry_delay else message.release)
         with self._lock:
             if settled:
                 self.stats.failed += 1
