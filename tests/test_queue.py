@@ -422,3 +422,97 @@ def test_a_stolen_candidate_is_skipped(queue):
     assert queue.receive().body == b"1"  # queue's cache now holds "2"
     assert other.receive().body == b"2"
     assert queue.receive() is None
+
+
+# -- bodies without a state change, lazy bodies ----------------------------------
+
+
+def test_messages_with_bodies_and_ids(queue):
+    ids = queue.publish_batch([b"a", b"b", b"c"])
+    queue.receive()
+    infos = list(queue.messages(bodies=True, ids=ids[1:]))
+    assert [(i.id, i.body) for i in infos] == [(ids[1], b"b"), (ids[2], b"c")]
+    assert [i.body for i in queue.messages()] == [None, None, None]
+    assert queue.stats().in_flight == 1  # nothing changed
+
+
+def test_messages_with_bodies_follows_a_message_that_moved(queue):
+    ids = queue.publish_batch([b"a", b"b"])
+    original = _fs.read
+    moved = []
+
+    def read_after_someone_received(path):
+        if not moved:
+            moved.append(path)
+            vsqs.Queue(queue.path).receive()  # renames "a" under our feet
+        return original(path)
+
+    with mock.patch.object(_fs, "read", read_after_someone_received):
+        infos = list(queue.messages(bodies=True))
+    assert sorted((i.id, i.body) for i in infos) == [(ids[0], b"a"), (ids[1], b"b")]
+
+
+def test_claim_without_reading_then_read_by_receipt(queue):
+    queue.publish(b"body")
+    [m] = queue.receive_batch(1, read_bodies=False)
+    assert m._body is None
+    assert vsqs.Queue(queue.path).read(m.receipt) == b"body"  # e.g. on an executor
+    assert m.body == b"body"
+    m.delete()
+    with pytest.raises(vsqs.StaleReceipt):
+        queue.read(m.receipt)
+
+
+# -- stages ---------------------------------------------------------------------
+
+
+def test_stage_is_invisible_until_committed(queue):
+    ids = queue.publish_staged([b"1", b"2"], stage="job-1-part-0-attempt-0")
+    assert queue.receive() is None and queue.stats().total == 0
+    assert queue.stages() == ["job-1-part-0-attempt-0"]
+    assert queue.commit_stage("job-1-part-0-attempt-0") == 2
+    assert [m.id for m in queue.receive_batch(5)] == ids
+    assert queue.stages() == [] and queue.commit_stage("job-1-part-0-attempt-0") == 0
+
+
+def test_abort_stage_publishes_nothing(queue):
+    queue.publish_staged([b"1"], stage="a0")
+    queue.publish_staged([b"2"], stage="a1")
+    assert queue.abort_stage("a0") == 1
+    assert queue.commit_stage("a1") == 1
+    assert [m.body for m in queue.receive_batch(5)] == [b"2"]
+    assert sorted(os.listdir(queue.path))[0] == _format.METADATA_NAME
+
+
+def test_commit_is_resumable_after_a_crash(queue, monkeypatch):
+    queue.publish_staged([b"1", b"2", b"3"], stage="s")
+    real = _fs.rename
+    calls = []
+
+    def dies_on_second(src, dst):
+        calls.append(src)
+        if len(calls) == 2:
+            raise KeyboardInterrupt  # the driver died mid-commit
+        return real(src, dst)
+
+    monkeypatch.setattr(_fs, "rename", dies_on_second)
+    with pytest.raises(KeyboardInterrupt):
+        queue.commit_stage("s")
+    monkeypatch.setattr(_fs, "rename", real)
+    assert queue.commit_stage("s") == 2
+    assert sorted(m.body for m in queue.receive_batch(5)) == [b"1", b"2", b"3"]
+
+
+@pytest.mark.parametrize("stage", ["", "../x", "a/b", ".hidden", "x" * 129, None])
+def test_bad_stage_names(queue, stage):
+    with pytest.raises(vsqs.InvalidArgument, match="stage"):
+        queue.publish_staged([b"1"], stage=stage)
+
+
+def test_gc_drops_abandoned_stages(queue):
+    queue.publish_staged([b"1"], stage="old")
+    queue.publish_staged([b"2"], stage="young")
+    old = os.path.join(queue.path, ".stage.old")
+    os.utime(old, (0, 0))
+    assert queue.collect_garbage(stage_grace=3600) == 1
+    assert queue.stages() == ["young"]

@@ -27,7 +27,7 @@ import threading
 import time
 from dataclasses import dataclass
 
-from vsqs._errors import IncompatibleFormat, InvalidReceipt
+from vsqs._errors import IncompatibleFormat, InvalidArgument, InvalidReceipt
 
 FORMAT_VERSION = 1
 METADATA_NAME = ".vsqs.json"
@@ -148,6 +148,26 @@ def new_key(priority: int = DEFAULT_PRIORITY) -> str:
     random bits make two processes' keys differ even at the same microsecond.
     """
     return f"{MAX_PRIORITY - priority}-{_clock.next():016d}-{secrets.token_hex(8)}"
+
+
+# -- stages: private directories whose messages a commit publishes at once --
+
+_STAGE_RE = re.compile(r"[A-Za-z0-9_-]{1,128}")
+STAGE_PREFIX = ".stage."
+
+
+def stage_dir_name(stage: str) -> str:
+    """The directory (inside the queue) that holds a stage's messages."""
+    if not isinstance(stage, str) or not _STAGE_RE.fullmatch(stage):
+        raise InvalidArgument(f"stage must be 1-128 characters of A-Z a-z 0-9 _ -, not {stage!r}")
+    return STAGE_PREFIX + stage
+
+
+def parse_stage_dir(name: str) -> str | None:
+    """The stage name of a queue entry, or ``None`` if it is no stage directory."""
+    if name.startswith(STAGE_PREFIX) and _STAGE_RE.fullmatch(name[len(STAGE_PREFIX) :]):
+        return name[len(STAGE_PREFIX) :]
+    return None
 
 
 # -- receipts ---------------------------------------------------------------

@@ -28,6 +28,7 @@ MAX_DELAY = 366 * 86400.0
 MAX_WAIT = 12 * 3600.0
 MAX_BATCH = 10_000
 DEFAULT_GC_GRACE = 900.0  # a .new file this old belongs to a dead publisher
+DEFAULT_STAGE_GRACE = 7 * 86400.0  # a stage untouched this long belongs to a dead job
 
 # A cached listing is re-read when it runs out, or when older than
 # max(_MAX_LISTING_AGE, _AGE_FACTOR x the time the last listing took), so that
@@ -75,6 +76,7 @@ class MessageInfo:
     sent_at: float  # epoch seconds
     visible_at: float  # epoch seconds; <= now for ready messages
     priority: int
+    body: bytes | None = None  # only from messages(bodies=True)
 
 
 @dataclass(frozen=True)
@@ -95,27 +97,40 @@ class QueueStats:
 class Message:
     """A received message. Its ``receipt`` proves the lease; it changes on every move."""
 
-    __slots__ = ("queue", "id", "body", "receipt", "receive_count", "sent_at", "_settled")
+    __slots__ = ("queue", "id", "_body", "receipt", "receive_count", "sent_at", "_settled")
 
     def __init__(
-        self, queue: Queue, id: str, body: bytes, receipt: str, receive_count: int, sent_at: float
+        self,
+        queue: Queue,
+        id: str,
+        body: bytes | None,
+        receipt: str,
+        receive_count: int,
+        sent_at: float,
     ) -> None:
         self.queue = queue
         self.id = id
-        self.body = body
+        self._body = body
         self.receipt = receipt
         self.receive_count = receive_count
         self.sent_at = sent_at
         self._settled = False
 
     def __repr__(self) -> str:
-        return f"<vsqs.Message {self.id} receive_count={self.receive_count} {len(self.body)} bytes>"
+        return f"<vsqs.Message {self.id} receive_count={self.receive_count}>"
 
     def __reduce__(self) -> Any:
         return (
             Message,
-            (self.queue, self.id, self.body, self.receipt, self.receive_count, self.sent_at),
+            (self.queue, self.id, self._body, self.receipt, self.receive_count, self.sent_at),
         )
+
+    @property
+    def body(self) -> bytes:
+        """The body; read now if it was received with ``read_bodies=False``."""
+        if self._body is None:
+            self._body = self.queue.read(self.receipt)
+        return self._body
 
     @property
     def settled(self) -> bool:
@@ -292,6 +307,68 @@ class Queue:
                 return key, temp
         raise StorageError(17, "no free message name after 8 tries", self._path)
 
+    # -- stages: publish many messages at once, later --------------------------
+
+    def publish_staged(self, bodies: Iterable[Body], *, stage: str) -> list[str]:
+        """Write messages durably into the private ``stage``, invisible to receivers
+        until :meth:`commit_stage` publishes the whole stage (or :meth:`abort_stage`
+        drops it). A stage is one directory inside the queue; a Spark task attempt
+        writes its own, and only the committed attempt's messages are published."""
+        directory = self._file(_format.stage_dir_name(stage))
+        datas = [_to_bytes(body) for body in bodies]
+        _fs.make_dirs(directory)
+        ids = []
+        for data in datas:
+            for _attempt in range(8):
+                key = _format.new_key()
+                temp = os.path.join(directory, _format.writing_name(key))
+                if _fs.create_exclusive(temp, data, durable=True):
+                    break
+            else:
+                raise StorageError(17, "no free message name after 8 tries", directory)
+            if not _fs.rename(temp, os.path.join(directory, _format.ready_name(key))):
+                raise StorageError(2, "staged message file vanished", temp)
+            ids.append(key)
+        _fs.fsync_dir(directory)
+        return ids
+
+    def commit_stage(self, stage: str) -> int:
+        """Publish every message of ``stage`` (each by one rename) and remove the
+        stage; return how many moved. Safe to repeat after a crash: it moves the rest."""
+        directory = self._file(_format.stage_dir_name(stage))
+        if not _fs.is_dir(directory):
+            return 0
+        moved = 0
+        leftovers = []
+        for name in _fs.list_names(directory):
+            parsed = _format.parse_name(name)
+            if parsed is not None and parsed.state is State.READY:
+                if _fs.rename(os.path.join(directory, name), self._file(name)):
+                    moved += 1
+            else:
+                leftovers.append(name)  # .new files of a writer that died: never published
+        if moved:
+            _fs.fsync_dir(self._path)
+        _fs.remove_tree_quietly(directory, leftovers)
+        return moved
+
+    def abort_stage(self, stage: str) -> int:
+        """Drop ``stage`` and its messages unpublished; return how many were dropped."""
+        directory = self._file(_format.stage_dir_name(stage))
+        if not _fs.is_dir(directory):
+            return 0
+        names = _fs.list_names(directory)
+        dropped = sum(
+            1 for name in names if _format.parse_name(name) is not None and _fs.unlink(os.path.join(directory, name))
+        )
+        _fs.remove_tree_quietly(directory, [])
+        return dropped
+
+    def stages(self) -> list[str]:
+        """The names of the stages not yet committed or aborted."""
+        names = (_format.parse_stage_dir(name) for name in _fs.list_names(self._path))
+        return sorted(name for name in names if name is not None)
+
     # -- receive -----------------------------------------------------------
 
     def receive(self, *, visibility_timeout: float = 30, wait: float = 0) -> Message | None:
@@ -304,9 +381,18 @@ class Queue:
         return got[0] if got else None
 
     def receive_batch(
-        self, max_messages: int = 10, *, visibility_timeout: float = 30, wait: float = 0
+        self,
+        max_messages: int = 10,
+        *,
+        visibility_timeout: float = 30,
+        wait: float = 0,
+        read_bodies: bool = True,
     ) -> list[Message]:
-        """Take up to ``max_messages`` visible messages (fewer if fewer are visible)."""
+        """Take up to ``max_messages`` visible messages (fewer if fewer are visible).
+
+        ``read_bodies=False`` only claims: each body is read when first used
+        (for example by another process holding the receipt, see :meth:`read`).
+        """
         if isinstance(max_messages, bool) or not isinstance(max_messages, int):
             raise InvalidArgument(f"max_messages must be an int, not {max_messages!r}")
         if not 1 <= max_messages <= MAX_BATCH:
@@ -317,14 +403,14 @@ class Queue:
         deadline = time.monotonic() + wait
         pause = _POLL_FIRST
         while True:
-            got = self._claim(max_messages, lease_us, queue_id)
+            got = self._claim(max_messages, lease_us, queue_id, read_bodies)
             left = deadline - time.monotonic()
             if got or left <= 0:
                 return got
             time.sleep(min(pause, left, self._until_next_expiry()))
             pause = min(pause * 2, _POLL_MAX)
 
-    def _claim(self, limit: int, lease_us: int, queue_id: str) -> list[Message]:
+    def _claim(self, limit: int, lease_us: int, queue_id: str, read_bodies: bool) -> list[Message]:
         got: list[Message] = []
         while len(got) < limit:
             with self._lock:
@@ -337,8 +423,8 @@ class Queue:
             new = _format.hidden_name(parsed.key, _format.now_us() + lease_us, count)
             if not _fs.rename(self._file(name), self._file(new)):
                 continue  # another consumer got it first
-            body = _fs.read(self._file(new))
-            if body is None:
+            body = _fs.read(self._file(new)) if read_bodies else None
+            if read_bodies and body is None:
                 continue  # only if another host's clock is far ahead: it took our lease
             receipt = _format.make_receipt(queue_id, new)
             got.append(Message(self, parsed.key, body, receipt, count, parsed.sent_us / 1e6))
@@ -425,6 +511,14 @@ class Queue:
         if not _fs.unlink(self._file(str(name))):
             raise StaleReceipt(_stale_message(name.key))
 
+    def read(self, receipt: str) -> bytes:
+        """The body of the message held by ``receipt``; :class:`StaleReceipt` if it no longer is."""
+        name = _format.parse_receipt(self.id, receipt)
+        body = _fs.read(self._file(str(name)))
+        if body is None:
+            raise StaleReceipt(_stale_message(name.key))
+        return body
+
     def change_visibility(self, receipt: str, timeout: float) -> str:
         """Hide the message for ``timeout`` seconds from now; return the new receipt."""
         timeout = _check_seconds(timeout, "timeout", MAX_VISIBILITY_TIMEOUT)
@@ -450,17 +544,43 @@ class Queue:
         names = (_format.parse_name(name) for name in _fs.list_names(self._path))
         return [name for name in names if name is not None]
 
-    def messages(self) -> Iterator[MessageInfo]:
-        """Every message in delivery order, from one listing; changes nothing."""
+    def messages(
+        self, *, bodies: bool = False, ids: Iterable[str] | None = None
+    ) -> Iterator[MessageInfo]:
+        """Every message (or those of ``ids``) in delivery order; changes nothing.
+
+        With ``bodies=True`` each body is read too; a message that moves
+        between the listing and the read is looked up once more by its id.
+        """
+        wanted = None if ids is None else set(ids)
         now = _format.now_us()
+        moved: set[str] = set()
         for name in sorted(self._parsed(), key=str):
-            if name.state is State.WRITING:
+            if name.state is State.WRITING or (wanted is not None and name.key not in wanted):
                 continue
-            state = self._state_of(name, now)
-            visible_at = name.until_us if name.state is State.HIDDEN else name.sent_us
-            yield MessageInfo(
-                name.key, state, name.receive_count, name.sent_us / 1e6, visible_at / 1e6, name.priority
-            )
+            body = _fs.read(self._file(str(name))) if bodies else None
+            if bodies and body is None:
+                moved.add(name.key)
+                continue
+            yield self._info(name, now, body)
+        if moved:
+            for name in sorted(self._parsed(), key=str):
+                if name.key in moved and name.state is not State.WRITING:
+                    body = _fs.read(self._file(str(name)))
+                    if body is not None:
+                        yield self._info(name, now, body)
+
+    def _info(self, name: _format.Name, now: int, body: bytes | None) -> MessageInfo:
+        visible_at = name.until_us if name.state is State.HIDDEN else name.sent_us
+        return MessageInfo(
+            name.key,
+            self._state_of(name, now),
+            name.receive_count,
+            name.sent_us / 1e6,
+            visible_at / 1e6,
+            name.priority,
+            body,
+        )
 
     def _state_of(self, name: _format.Name, now: int) -> str:
         if name.state is State.HIDDEN and name.until_us + self._skew_us > now:
@@ -508,18 +628,26 @@ class Queue:
                     moved += 1
         return moved
 
-    def collect_garbage(self, grace: float = DEFAULT_GC_GRACE) -> int:
+    def collect_garbage(
+        self, grace: float = DEFAULT_GC_GRACE, *, stage_grace: float = DEFAULT_STAGE_GRACE
+    ) -> int:
         """Remove ``.new`` files older than ``grace`` seconds (left by publishers
-        that died mid-write); return how many. A live publisher's file is younger."""
+        that died mid-write), and stages untouched for ``stage_grace`` seconds
+        (left by jobs that died before commit); return how many files went."""
         grace = _check_seconds(grace, "grace", math.inf)
-        cutoff = time.time() - grace
+        stage_grace = _check_seconds(stage_grace, "stage_grace", math.inf)
+        now = time.time()
         removed = 0
-        for name in self._parsed():
-            if name.state is State.WRITING:
-                path = self._file(str(name))
-                modified = _fs.mtime(path)
-                if modified is not None and modified <= cutoff and _fs.unlink(path):
+        for entry in _fs.list_names(self._path):
+            name = _format.parse_name(entry)
+            if name is not None and name.state is State.WRITING:
+                modified = _fs.mtime(self._file(entry))
+                if modified is not None and modified <= now - grace and _fs.unlink(self._file(entry)):
                     removed += 1
+            elif _format.parse_stage_dir(entry) is not None:
+                modified = _fs.mtime(self._file(entry))
+                if modified is not None and modified <= now - stage_grace:
+                    removed += self.abort_stage(_format.parse_stage_dir(entry) or "")
         return removed
 
 
