@@ -14,9 +14,12 @@ def test_exported_names():
             "InvalidReceipt",
             "Message",
             "MessageInfo",
+            "MessageTooLarge",
             "Queue",
+            "QueueFull",
             "QueueNotFound",
             "QueueStats",
+            "Spool",
             "StaleReceipt",
             "StorageError",
             "VsqsError",
@@ -31,7 +34,7 @@ def test_exported_names():
 
 def test_exception_tree():
     for name in ["QueueNotFound", "IncompatibleFormat", "InvalidArgument", "InvalidReceipt",
-                 "StaleReceipt", "StorageError"]:
+                 "StaleReceipt", "StorageError", "QueueFull", "MessageTooLarge"]:
         assert issubclass(getattr(vsqs, name), vsqs.VsqsError)
     assert issubclass(vsqs.InvalidReceipt, ValueError)
     assert issubclass(vsqs.InvalidArgument, ValueError)
@@ -46,6 +49,8 @@ def test_exceptions_pickle():
         vsqs.InvalidReceipt("bad"),
         vsqs.InvalidArgument("wait must be >= 0"),
         vsqs.IncompatibleFormat("format 9"),
+        vsqs.QueueFull("full"),
+        vsqs.MessageTooLarge("too large"),
         vsqs.StorageError(28, "No space left on device", "/spool/q/x.new"),
     ]
     for error in errors:

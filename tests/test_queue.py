@@ -387,7 +387,7 @@ def test_queue_directory_removed_under_a_handle(tmp_path):
     os.rmdir(q.path)
     with pytest.raises(vsqs.QueueNotFound, match="gone"):
         q.receive()
-    with pytest.raises(vsqs.StorageError):
+    with pytest.raises(vsqs.QueueNotFound, match="gone"):
         q.publish(b"x")
 
 

@@ -13,6 +13,8 @@ from vsqs._errors import (
     IncompatibleFormat,
     InvalidArgument,
     InvalidReceipt,
+    MessageTooLarge,
+    QueueFull,
     QueueNotFound,
     StaleReceipt,
     StorageError,
@@ -20,6 +22,7 @@ from vsqs._errors import (
 )
 from vsqs._format import FORMAT_VERSION
 from vsqs._queue import Message, MessageInfo, Queue, QueueStats
+from vsqs._spool import Spool
 from vsqs._version import __version__
 from vsqs._worker import Worker, WorkerStats
 
@@ -30,9 +33,12 @@ __all__ = [
     "InvalidReceipt",
     "Message",
     "MessageInfo",
+    "MessageTooLarge",
     "Queue",
+    "QueueFull",
     "QueueNotFound",
     "QueueStats",
+    "Spool",
     "StaleReceipt",
     "StorageError",
     "VsqsError",

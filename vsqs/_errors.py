@@ -10,6 +10,8 @@ working::
     ├── InvalidArgument        (also ValueError)   a bad argument, named in the message
     ├── InvalidReceipt         (also ValueError)   malformed, or of another queue
     ├── StaleReceipt                               the receipt no longer holds the message
+    ├── QueueFull                                  max_messages reached: back-pressure
+    ├── MessageTooLarge        (also ValueError)   over the queue's max_message_bytes
     └── StorageError           (also OSError)      the filesystem failed; errno kept
 
 All of them pickle (Spark ships exceptions between processes): each keeps its
@@ -25,6 +27,8 @@ __all__ = [
     "InvalidArgument",
     "InvalidReceipt",
     "StaleReceipt",
+    "QueueFull",
+    "MessageTooLarge",
     "StorageError",
 ]
 
@@ -55,6 +59,14 @@ class StaleReceipt(VsqsError):
     The message was deleted, its visibility was changed with this receipt
     already, or its lease ran out and another consumer received it.
     """
+
+
+class QueueFull(VsqsError):
+    """The queue holds ``max_messages`` already: publish later (back-pressure)."""
+
+
+class MessageTooLarge(VsqsError, ValueError):
+    """The body is over the queue's ``max_message_bytes``."""
 
 
 class StorageError(VsqsError, OSError):

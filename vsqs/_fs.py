@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import errno
 import os
+import shutil
 
 from vsqs._errors import QueueNotFound, StorageError
 
@@ -84,6 +85,8 @@ def create_exclusive(path: str, data: bytes, *, durable: bool) -> bool:
     except OSError as exc:
         if exc.errno in _CREATE_LOST and exists(path):
             return False
+        if exc.errno == errno.ENOENT and not exists(os.path.dirname(path)):
+            raise QueueNotFound(f"queue directory is gone: {os.path.dirname(path)}") from exc
         _unlink_quietly(path)  # some filesystems leave the entry behind (ENOSPC); the name is ours
         raise storage_error(exc, "cannot create message file") from exc
     try:
@@ -212,6 +215,11 @@ def remove_tree_quietly(directory: str, names: list[str]) -> None:
         os.rmdir(directory)
     except OSError:
         pass
+
+
+def remove_tree(directory: str) -> None:
+    """Remove a private directory and everything in it (symlinks are not followed)."""
+    shutil.rmtree(directory, ignore_errors=True)
 
 
 def is_dir(path: str) -> bool:

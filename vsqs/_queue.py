@@ -13,18 +13,26 @@ import math
 import os
 import threading
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import Any
 
-from vsqs import _format, _fs
-from vsqs._errors import InvalidArgument, QueueNotFound, StaleReceipt, StorageError
+from vsqs import _format, _fs, _settings
+from vsqs._errors import (
+    InvalidArgument,
+    MessageTooLarge,
+    QueueFull,
+    QueueNotFound,
+    StaleReceipt,
+    StorageError,
+)
 from vsqs._format import State
 
 Body = bytes | bytearray | memoryview | str
 
-MAX_VISIBILITY_TIMEOUT = 12 * 3600.0  # as SQS: a lease longer than 12 h is a mistake
-MAX_DELAY = 366 * 86400.0
+MAX_VISIBILITY_TIMEOUT = _settings.MAX_VISIBILITY_TIMEOUT
+MAX_DELAY = _settings.MAX_DELAY
 MAX_WAIT = 12 * 3600.0
 MAX_BATCH = 10_000
 DEFAULT_GC_GRACE = 900.0  # a .new file this old belongs to a dead publisher
@@ -39,6 +47,8 @@ _EXHAUSTED_FACTOR = 4.0
 _CHEAP_LISTING = 0.001  # a listing this fast is repeated whenever the cache runs out
 _POLL_FIRST, _POLL_MAX = 0.005, 0.5
 _METADATA_WAIT = 5.0  # how long to wait for a racing creator to write metadata
+_SETTINGS_TTL = 1.0  # other processes' setting changes are seen within this many seconds
+_COUNT_TTL = 1.0  # max_messages is checked against a count at most this old
 
 
 def _check_seconds(value: object, name: str, maximum: float) -> float:
@@ -185,6 +195,11 @@ class Queue:
         self._skew_us = _us(self._clock_skew)
         self._lock = threading.Lock()
         self._listing = _Listing()
+        self._settings_read_at = -math.inf
+        self._settings_version = 0
+        self._settings: dict[str, Any] = dict(_settings.DEFAULTS)
+        self._counted_at = -math.inf
+        self._count = 0
 
     # -- pickling: path and options only; reopened lazily where unpickled --
 
@@ -258,14 +273,71 @@ class Queue:
         if _fs.create_exclusive(self._file(_format.METADATA_NAME), meta, durable=True):
             _fs.fsync_dir(self._path)
 
+    # -- settings ------------------------------------------------------------
+
+    @property
+    def settings(self) -> Mapping[str, Any]:
+        """The queue's settings (defaults filled in), read-only; at most a second old."""
+        return MappingProxyType(dict(self._current_settings()))
+
+    def configure(self, **changes: Any) -> Mapping[str, Any]:
+        """Change settings (``None`` unsets one); every process sees them within a second.
+
+        Known settings: visibility_timeout, delay, retention, max_messages,
+        max_message_bytes, max_receives, dead_letter, group_concurrency,
+        dedup_window, throttle.
+        """
+        clean = _settings.validate(changes)
+        directory = self._file(_settings.SETTINGS_DIR)
+        _fs.make_dirs(directory)
+        for _attempt in range(50):
+            version, current = self._read_settings()
+            merged = {**current, **clean}
+            data = _settings.encode(merged, _format.FORMAT_VERSION)
+            path = os.path.join(directory, _settings.version_name(version + 1))
+            if _fs.create_exclusive(path, data, durable=True):
+                _fs.fsync_dir(directory)
+                with self._lock:
+                    self._settings_version, self._settings = version + 1, merged
+                    self._settings_read_at = time.monotonic()
+                return MappingProxyType(dict(merged))
+        raise StorageError(17, "settings changed by others 50 times in a row; try again", directory)
+
+    def _current_settings(self) -> dict[str, Any]:
+        if time.monotonic() - self._settings_read_at >= _SETTINGS_TTL:
+            version, settings = self._read_settings()
+            with self._lock:
+                self._settings_version, self._settings = version, settings
+                self._settings_read_at = time.monotonic()
+        return self._settings
+
+    def _read_settings(self) -> tuple[int, dict[str, Any]]:
+        """(newest version number, newest settings that parse) from one small listing."""
+        directory = self._file(_settings.SETTINGS_DIR)
+        if not _fs.is_dir(directory):
+            return 0, dict(_settings.DEFAULTS)
+        versions = sorted(
+            (v for v in map(_settings.parse_version, _fs.list_names(directory)) if v is not None),
+            reverse=True,
+        )
+        for version in versions:
+            data = _fs.read(os.path.join(directory, _settings.version_name(version)))
+            settings = _settings.decode(data) if data else None
+            if settings is not None:
+                return versions[0], settings
+        return (versions[0] if versions else 0), dict(_settings.DEFAULTS)
+
     # -- publish -----------------------------------------------------------
 
-    def publish(self, body: Body, *, delay: float = 0, durable: bool = True) -> str:
-        """Store one message; return its id. ``durable`` fsyncs file and directory first."""
+    def publish(self, body: Body, *, delay: float | None = None, durable: bool = True) -> str:
+        """Store one message; return its id. ``durable`` fsyncs file and directory first.
+
+        ``delay`` (seconds) defaults to the queue's ``delay`` setting.
+        """
         return self.publish_batch([body], delay=delay, durable=durable)[0]
 
     def publish_batch(
-        self, bodies: Iterable[Body], *, delay: float = 0, durable: bool = True
+        self, bodies: Iterable[Body], *, delay: float | None = None, durable: bool = True
     ) -> list[str]:
         """Store several messages sharing one directory fsync; return their ids in order.
 
@@ -273,10 +345,12 @@ class Queue:
         files are being made visible (rare: an I/O error between renames), the
         earlier ones are published and the rest are left for gc.
         """
-        delay = _check_seconds(delay, "delay", MAX_DELAY)
+        settings = self._current_settings()
+        delay = _check_seconds(settings["delay"] if delay is None else delay, "delay", MAX_DELAY)
         datas = [_to_bytes(body) for body in bodies]
         if len(datas) > MAX_BATCH:
             raise InvalidArgument(f"bodies: at most {MAX_BATCH} messages per batch, not {len(datas)}")
+        self._check_limits(datas, settings)
         written: list[tuple[str, str]] = []
         try:
             for data in datas:
@@ -297,7 +371,30 @@ class Queue:
             ids.append(key)
         if durable and ids:
             _fs.fsync_dir(self._path)
+        with self._lock:
+            self._count += len(ids)
         return ids
+
+    def _check_limits(self, datas: list[bytes], settings: Mapping[str, Any]) -> None:
+        """max_message_bytes, and max_messages against a count at most a second old
+        (plus what this handle published since): back-pressure, approximate across hosts."""
+        limit = settings["max_message_bytes"]
+        if limit is not None:
+            for data in datas:
+                if len(data) > limit:
+                    raise MessageTooLarge(
+                        f"message of {len(data)} bytes is over the queue's max_message_bytes ({limit})"
+                    )
+        capacity = settings["max_messages"]
+        if capacity is not None:
+            if time.monotonic() - self._counted_at >= _COUNT_TTL:
+                count = sum(1 for name in self._parsed() if name.state is not State.WRITING)
+                with self._lock:
+                    self._count, self._counted_at = count, time.monotonic()
+            if self._count + len(datas) > capacity:
+                raise QueueFull(
+                    f"queue {self._path} is full: {self._count} messages, max_messages is {capacity}"
+                )
 
     def _write_new(self, data: bytes, durable: bool) -> tuple[str, str]:
         for _attempt in range(8):
@@ -371,11 +468,14 @@ class Queue:
 
     # -- receive -----------------------------------------------------------
 
-    def receive(self, *, visibility_timeout: float = 30, wait: float = 0) -> Message | None:
+    def receive(
+        self, *, visibility_timeout: float | None = None, wait: float = 0
+    ) -> Message | None:
         """Take the next visible message, hidden from others for ``visibility_timeout`` s.
 
         ``wait`` > 0 long-polls: returns as soon as a message is visible, or
-        ``None`` after ``wait`` seconds.
+        ``None`` after ``wait`` seconds. ``visibility_timeout`` defaults to the
+        queue's setting (30 s unless configured).
         """
         got = self.receive_batch(1, visibility_timeout=visibility_timeout, wait=wait)
         return got[0] if got else None
@@ -384,7 +484,7 @@ class Queue:
         self,
         max_messages: int = 10,
         *,
-        visibility_timeout: float = 30,
+        visibility_timeout: float | None = None,
         wait: float = 0,
         read_bodies: bool = True,
     ) -> list[Message]:
@@ -397,6 +497,8 @@ class Queue:
             raise InvalidArgument(f"max_messages must be an int, not {max_messages!r}")
         if not 1 <= max_messages <= MAX_BATCH:
             raise InvalidArgument(f"max_messages must be 1..{MAX_BATCH}, not {max_messages}")
+        if visibility_timeout is None:
+            visibility_timeout = self._current_settings()["visibility_timeout"]
         lease_us = _us(_check_seconds(visibility_timeout, "visibility_timeout", MAX_VISIBILITY_TIMEOUT))
         wait = _check_seconds(wait, "wait", MAX_WAIT)
         queue_id = self.id
@@ -486,7 +588,9 @@ class Queue:
             return max(0.0, (hidden[0][0] + self._skew_us - _format.now_us()) / 1e6)
 
     @contextlib.contextmanager
-    def receiving(self, *, visibility_timeout: float = 30, wait: float = 0) -> Iterator[Message | None]:
+    def receiving(
+        self, *, visibility_timeout: float | None = None, wait: float = 0
+    ) -> Iterator[Message | None]:
         """Receive one message for a ``with`` block: deleted on normal exit,
         released (visible again) if the block raises. Yields ``None`` when empty."""
         message = self.receive(visibility_timeout=visibility_timeout, wait=wait)
