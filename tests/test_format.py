@@ -43,8 +43,26 @@ def test_writing_round_trip(key):
 
 
 GRAMMAR = re.compile(
-    r"[0-9]-[0-9]{16}-[0-9a-f]{16}(\.new|\.[1-9][0-9]{0,8}|\.[0-9]{16}\.(0|[1-9][0-9]{0,8})\.[0-9a-f]{12})?"
+    r"[0-9]-[0-9]{16}-[0-9a-f]{16}(-g[0-9a-f]{12})?(-o[0-9a-f]{8})?(-e)?"
+    r"(\.new|\.[1-9][0-9]{0,8}|\.[0-9]{16}\.(0|[1-9][0-9]{0,8})\.[0-9a-f]{12})?"
 )
+
+groups = st.one_of(st.just(""), st.integers(0, 2**48 - 1).map(lambda g: f"{g:012x}"))
+origins = st.one_of(st.just(""), st.integers(0, 2**32 - 1).map(lambda o: f"{o:08x}"))
+
+
+@given(keys, groups, origins, st.booleans(), untils, counts, tags)
+def test_stem_flags_round_trip(key, group, origin, envelope, until, count, tag):
+    stem = _format.make_stem(key, group_hash=group, origin=origin, envelope=envelope)
+    for name in (_format.ready_name(stem, count), _format.hidden_name(stem, until, count, tag)):
+        parsed = _format.parse_name(name)
+        assert (parsed.key, parsed.stem, parsed.group_hash, parsed.origin, parsed.envelope) == (
+            key, stem, group, origin, envelope
+        )
+        assert str(parsed) == name
+    assert _format.with_origin(_format.parse_name(stem), "") == _format.make_stem(
+        key, group_hash=group, envelope=envelope
+    )
 
 
 @given(st.text(max_size=80))

@@ -32,7 +32,7 @@ def test_shell_example_interoperates(queue):
 
 def test_documented_regex_is_the_code(queue):
     text = FORMAT_MD.read_text()
-    [pattern] = re.findall(r"```\n(\(\?P<key>.*?)```", text, re.S)
+    [pattern] = re.findall(r"```\n(\(\?P<stem>.*?)```", text, re.S)
     regex = re.compile("".join(line.strip() for line in pattern.splitlines()))
     queue.publish(b"a")
     queue.publish(b"b", delay=60)

@@ -4,14 +4,18 @@ A queue is a directory. Each message is one file whose *name* carries its
 state, so a listing alone tells every message's state (see docs/FORMAT.md,
 which is the contract this module implements)::
 
-    KEY                              ready, never received
-    KEY.COUNT                        ready again after COUNT receives
-    KEY.UNTIL.COUNT.TAG              hidden until UNTIL: in flight (COUNT >= 1)
+    STEM                             ready, never received
+    STEM.COUNT                       ready again after COUNT receives
+    STEM.UNTIL.COUNT.TAG             hidden until UNTIL: in flight (COUNT >= 1)
                                      or delayed (COUNT == 0)
-    KEY.new                          being written by a publisher
+    STEM.new                         being written by a publisher
 
-    KEY   = P "-" SENT "-" RAND      P: 9 - priority; SENT: 16-digit epoch µs;
-                                     RAND: 16 lowercase hex digits
+    STEM  = KEY [-gGROUP] [-oORIGIN] [-e]
+    KEY   = P "-" SENT "-" RAND      the message id. P: 9 - priority;
+                                     SENT: 16-digit epoch µs; RAND: 16 hex digits
+    GROUP = 12 hex digits            hash of the message group
+    ORIGIN= 8 hex digits             id of the queue a dead letter came from
+    -e                               the file holds an envelope (attributes), not a bare body
     UNTIL = 16-digit epoch µs        TAG: 12 lowercase hex digits, new per move
 
 Names sort in delivery order (priority first, then send time). No I/O here.
@@ -37,13 +41,17 @@ MAX_PRIORITY = 9
 
 _KEY = r"[0-9]-[0-9]{16}-[0-9a-f]{16}"
 _COUNT = r"0|[1-9][0-9]{0,8}"
+_STEM = rf"(?P<key>{_KEY})(?:-g(?P<group>[0-9a-f]{{12}}))?(?:-o(?P<origin>[0-9a-f]{{8}}))?(?P<envelope>-e)?"
 _NAME_RE = re.compile(
-    rf"(?P<key>{_KEY})"
+    rf"(?P<stem>{_STEM})"
     rf"(?:\.(?P<ready_count>[1-9][0-9]{{0,8}})"
     rf"|\.(?P<until>[0-9]{{16}})\.(?P<count>{_COUNT})\.(?P<tag>[0-9a-f]{{12}})"
     rf"|(?P<new>\.new))?"
 )
 _KEY_RE = re.compile(_KEY)
+_STEM_RE = re.compile(_STEM)
+KEY_LENGTH = 35
+ENVELOPE_FLAG = "-e"
 _QUEUE_ID_RE = re.compile(r"[0-9a-f]{8}")
 RECEIPT_SEPARATOR = ":"
 
@@ -60,11 +68,30 @@ class State(str, enum.Enum):
 class Name:
     """A parsed message file name."""
 
-    key: str
+    stem: str  # the part that stays while the message lives in one queue
     state: State
     receive_count: int = 0
     until_us: int = 0  # hidden names only
     tag: str = ""  # hidden names only
+
+    @property
+    def key(self) -> str:
+        """The message id: the first 35 characters of the stem."""
+        return self.stem[:KEY_LENGTH]
+
+    @property
+    def group_hash(self) -> str:
+        m = _STEM_RE.fullmatch(self.stem)
+        return (m and m["group"]) or ""
+
+    @property
+    def origin(self) -> str:
+        m = _STEM_RE.fullmatch(self.stem)
+        return (m and m["origin"]) or ""
+
+    @property
+    def envelope(self) -> bool:
+        return self.stem.endswith(ENVELOPE_FLAG)
 
     @property
     def sent_us(self) -> int:
@@ -76,10 +103,10 @@ class Name:
 
     def __str__(self) -> str:
         if self.state is State.READY:
-            return ready_name(self.key, self.receive_count)
+            return ready_name(self.stem, self.receive_count)
         if self.state is State.HIDDEN:
-            return hidden_name(self.key, self.until_us, self.receive_count, self.tag)
-        return writing_name(self.key)
+            return hidden_name(self.stem, self.until_us, self.receive_count, self.tag)
+        return writing_name(self.stem)
 
 
 def parse_name(name: str) -> Name | None:
@@ -87,12 +114,27 @@ def parse_name(name: str) -> Name | None:
     m = _NAME_RE.fullmatch(name)
     if m is None:
         return None
-    key = m["key"]
+    stem = m["stem"]
     if m["new"]:
-        return Name(key, State.WRITING)
+        return Name(stem, State.WRITING)
     if m["until"] is not None:
-        return Name(key, State.HIDDEN, int(m["count"]), int(m["until"]), m["tag"])
-    return Name(key, State.READY, int(m["ready_count"] or 0))
+        return Name(stem, State.HIDDEN, int(m["count"]), int(m["until"]), m["tag"])
+    return Name(stem, State.READY, int(m["ready_count"] or 0))
+
+
+def make_stem(key: str, *, group_hash: str = "", origin: str = "", envelope: bool = False) -> str:
+    """The stem of a message: its key and the flags that travel with it."""
+    return (
+        key
+        + (f"-g{group_hash}" if group_hash else "")
+        + (f"-o{origin}" if origin else "")
+        + (ENVELOPE_FLAG if envelope else "")
+    )
+
+
+def with_origin(name: Name, origin: str) -> str:
+    """The stem of ``name`` marked (or, with ``origin=""``, unmarked) as a dead letter."""
+    return make_stem(name.key, group_hash=name.group_hash, origin=origin, envelope=name.envelope)
 
 
 def is_key(text: str) -> bool:
@@ -103,16 +145,16 @@ def sent_us_of(key: str) -> int:
     return int(key[2:18])
 
 
-def ready_name(key: str, receive_count: int = 0) -> str:
-    return key if receive_count == 0 else f"{key}.{receive_count}"
+def ready_name(stem: str, receive_count: int = 0) -> str:
+    return stem if receive_count == 0 else f"{stem}.{min(receive_count, MAX_COUNT)}"
 
 
-def hidden_name(key: str, until_us: int, receive_count: int, tag: str | None = None) -> str:
-    return f"{key}.{until_us:016d}.{min(receive_count, MAX_COUNT)}.{tag or new_tag()}"
+def hidden_name(stem: str, until_us: int, receive_count: int, tag: str | None = None) -> str:
+    return f"{stem}.{until_us:016d}.{min(receive_count, MAX_COUNT)}.{tag or new_tag()}"
 
 
-def writing_name(key: str) -> str:
-    return f"{key}.new"
+def writing_name(stem: str) -> str:
+    return f"{stem}.new"
 
 
 def now_us() -> int:

@@ -522,7 +522,7 @@ class Queue:
             parsed = _format.parse_name(name)
             assert parsed is not None and parsed.state is not State.WRITING
             count = parsed.receive_count + 1
-            new = _format.hidden_name(parsed.key, _format.now_us() + lease_us, count)
+            new = _format.hidden_name(parsed.stem, _format.now_us() + lease_us, count)
             if not _fs.rename(self._file(name), self._file(new)):
                 continue  # another consumer got it first
             body = _fs.read(self._file(new)) if read_bodies else None
@@ -628,7 +628,7 @@ class Queue:
         timeout = _check_seconds(timeout, "timeout", MAX_VISIBILITY_TIMEOUT)
         name = _format.parse_receipt(self.id, receipt)
         until = _format.now_us() + _us(timeout)
-        new = _format.hidden_name(name.key, until, name.receive_count)
+        new = _format.hidden_name(name.stem, until, name.receive_count)
         if not _fs.rename(self._file(str(name)), self._file(new)):
             raise StaleReceipt(_stale_message(name.key))
         self._remember(new, until)
@@ -637,7 +637,7 @@ class Queue:
     def release(self, receipt: str) -> None:
         """Make the message visible again now (ready), keeping its receive count."""
         name = _format.parse_receipt(self.id, receipt)
-        ready = _format.ready_name(name.key, name.receive_count)
+        ready = _format.ready_name(name.stem, name.receive_count)
         if not _fs.rename(self._file(str(name)), self._file(ready)):
             raise StaleReceipt(_stale_message(name.key))
         self._remember(ready)
@@ -727,7 +727,7 @@ class Queue:
         moved = 0
         for name in self._parsed():
             if name.state is State.HIDDEN and name.until_us + self._skew_us <= now:
-                ready = _format.ready_name(name.key, name.receive_count)
+                ready = _format.ready_name(name.stem, name.receive_count)
                 if _fs.rename(self._file(str(name)), self._file(ready)):
                     moved += 1
         return moved
