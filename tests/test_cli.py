@@ -270,3 +270,38 @@ def test_work_second_signal_terminates_the_command(tmp_path):
 def test_python_dash_m_and_version():
     result = subprocess.run(vsqs_command() + ["--version"], capture_output=True, text=True)
     assert result.returncode == 0 and vsqs.__version__ in result.stdout
+
+
+# -- settings and dead letters ------------------------------------------------------
+
+
+def test_create_with_settings_and_config(run, tmp_path):
+    path = tmp_path / "jobs"
+    assert run("create", path, "--max-receives", "2", "--visibility-timeout", "5").exit_code == 0
+    shown = run("config", path).output
+    assert "max_receives        2" in shown and "visibility_timeout  5" in shown
+    result = run("config", path, "throttle=10/1", "delay=none", "max-receives=1", "--json")
+    doc = json.loads(result.output)
+    assert doc["throttle"] == [10, 1.0] and doc["max_receives"] == 1
+    assert vsqs.Queue(path).settings["max_receives"] == 1
+
+
+def test_bad_settings_on_the_command_line(run, tmp_path):
+    result = run("create", tmp_path / "q", "--max-receives", "0")
+    assert result.exit_code == 1 and "max_receives must be" in result.output
+    assert not (tmp_path / "q").exists()
+    run("create", tmp_path / "q")
+    result = run("config", tmp_path / "q", "bogus=1")
+    assert result.exit_code == 1 and "unknown queue setting 'bogus'" in result.output
+    assert run("config", tmp_path / "q", "novalue").exit_code == 2
+
+
+def test_redrive_command(run, tmp_path):
+    q = vsqs.Queue(tmp_path / "jobs", create=True)
+    q.configure(max_receives=1)
+    q.publish(b"x")
+    q.receive(visibility_timeout=0)
+    assert q.receive() is None  # moved to jobs.dlq
+    result = run("redrive", tmp_path / "jobs.dlq")
+    assert result.output.strip() == "redrove 1 messages"
+    assert q.receive().body == b"x"

@@ -272,3 +272,54 @@ def test_killed_publisher_leaves_only_whole_messages(queue):
     for m in messages:
         number = m.body[: len(m.body) // 20000]
         assert m.body == number * 20000  # whole, never torn
+
+
+def _spooled(tmp_path):
+    counter = iter(range(10**6))
+
+    def make():
+        spool = vsqs.Spool(tmp_path / f"s{next(counter)}", create=True)
+        q = spool.create_queue("jobs", max_receives=1)
+        q.publish(b"payload")
+        q.receive(visibility_timeout=0)  # used up its receives; due for the dlq
+        vsqs.Queue(spool.path("jobs.dlq"), create=True)
+        return spool
+
+    return make
+
+
+def _copies_in(spool) -> int:
+    total = 0
+    for name in ("jobs", "jobs.dlq"):
+        counts = message_files(spool.path(name))
+        assert all(c == 1 for c in counts.values())
+        total += sum(counts.values())
+    return total
+
+
+def test_dead_lettering(monkeypatch, tmp_path):
+    def check(spool, completed):
+        assert _copies_in(spool) == 1
+        if completed:
+            assert message_files(spool.path("jobs.dlq")) != {}
+
+    crash_everywhere(monkeypatch, _spooled(tmp_path), lambda s: s.queue("jobs").receive(), check)
+
+
+def test_redrive(monkeypatch, tmp_path):
+    make = _spooled(tmp_path)
+
+    def setup():
+        spool = make()
+        spool.queue("jobs").requeue_expired()
+        assert message_files(spool.path("jobs.dlq")) != {}
+        return spool
+
+    def check(spool, completed):
+        assert _copies_in(spool) == 1
+        if completed:
+            m = spool.queue("jobs").receive()
+            assert (m.body, m.receive_count) == (b"payload", 1)
+
+    steps = crash_everywhere(monkeypatch, setup, lambda s: s.queue("jobs.dlq").redrive(), check)
+    assert steps >= 3

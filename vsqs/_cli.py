@@ -20,6 +20,7 @@ from typing import Any, BinaryIO
 
 import click
 
+from vsqs import _settings
 from vsqs._errors import VsqsError
 from vsqs._queue import Message, Queue
 from vsqs._version import __version__
@@ -77,12 +78,64 @@ def main(ctx: click.Context, clock_skew: float) -> None:
     ctx.obj = {"clock_skew": clock_skew}
 
 
+def _setting_options(command: Any) -> Any:
+    """One --option per queue setting, e.g. --visibility-timeout, --max-receives."""
+    for key in reversed(sorted(_settings.SCHEMA)):
+        command = click.option(
+            "--" + key.replace("_", "-"), key, default=None, metavar="VALUE",
+            help=f"Set {key} ('none' unsets)."
+        )(command)
+    return command
+
+
 @main.command()
 @_queue_arg
+@_setting_options
 @click.pass_context
-def create(ctx: click.Context, queue: str) -> None:
-    """Create QUEUE (a directory with queue metadata) if it does not exist."""
-    _open(ctx, queue, create=True)
+def create(ctx: click.Context, queue: str, **settings: str | None) -> None:
+    """Create QUEUE (a directory with queue metadata) if it does not exist,
+    and apply the settings given."""
+    changes = {key: value for key, value in settings.items() if value is not None}
+    _settings.validate(changes)  # a bad setting creates nothing
+    q = _open(ctx, queue, create=True)
+    if changes:
+        q.configure(**changes)
+
+
+@main.command()
+@_queue_arg
+@click.argument("assignments", nargs=-1, metavar="[KEY=VALUE]...")
+@click.option("--json", "as_json", is_flag=True, help="Print the settings as JSON.")
+@click.pass_context
+def config(ctx: click.Context, queue: str, assignments: tuple[str, ...], as_json: bool) -> None:
+    """Show QUEUE's settings, or change them: vsqs config jobs max_receives=5 delay=none"""
+    q = _open(ctx, queue)
+    changes = {}
+    for assignment in assignments:
+        key, sep, value = assignment.partition("=")
+        if not sep:
+            raise click.UsageError(f"expected KEY=VALUE, not {assignment!r}")
+        changes[key.strip().replace("-", "_")] = value.strip()
+    settings = q.configure(**changes) if changes else q.settings
+    if as_json:
+        click.echo(json.dumps(dict(settings), sort_keys=True))
+    else:
+        for key in sorted(settings):
+            value = settings[key]
+            shown = "none" if value is None else "/".join(f"{v:g}" for v in value) if isinstance(value, list) else f"{value:g}" if isinstance(value, float) else value
+            click.echo(f"{key:<19} {shown}")
+
+
+@main.command()
+@_queue_arg
+@click.option("--to", "to", type=click.Path(file_okay=False), help="Move here instead of each message's own queue.")
+@click.option("--max-messages", type=click.IntRange(min=0), default=None)
+@click.pass_context
+def redrive(ctx: click.Context, queue: str, to: str | None, max_messages: int | None) -> None:
+    """Move messages of the dead-letter QUEUE back to their queues (count reset)."""
+    q = _open(ctx, queue)
+    target = _open(ctx, to) if to else None
+    click.echo(f"redrove {q.redrive(target, max_messages=max_messages)} messages")
 
 
 @main.command()

@@ -35,6 +35,7 @@ from vsqs._errors import IncompatibleFormat, InvalidArgument, InvalidReceipt
 
 FORMAT_VERSION = 1
 METADATA_NAME = ".vsqs.json"
+SOURCES_DIR = ".sources"  # in a dead-letter queue: QUEUE_ID -> path of the queue it serves
 MAX_COUNT = 999_999_999
 DEFAULT_PRIORITY = 0
 MAX_PRIORITY = 9
@@ -240,6 +241,10 @@ def parse_receipt(queue_id: str, receipt: object) -> Name:
 
 
 # -- queue metadata -----------------------------------------------------------
+
+
+def is_queue_id(text: str) -> bool:
+    return _QUEUE_ID_RE.fullmatch(text) is not None
 
 
 def new_queue_id() -> str:

@@ -8,6 +8,7 @@ listing cached per handle instead of listing the directory on every call.
 from __future__ import annotations
 
 import contextlib
+import errno
 import heapq
 import math
 import os
@@ -200,6 +201,7 @@ class Queue:
         self._settings: dict[str, Any] = dict(_settings.DEFAULTS)
         self._counted_at = -math.inf
         self._count = 0
+        self._dlq: Queue | None = None
 
     # -- pickling: path and options only; reopened lazily where unpickled --
 
@@ -514,6 +516,7 @@ class Queue:
 
     def _claim(self, limit: int, lease_us: int, queue_id: str, read_bodies: bool) -> list[Message]:
         got: list[Message] = []
+        max_receives = self._current_settings()["max_receives"]
         while len(got) < limit:
             with self._lock:
                 name = self._next_candidate()
@@ -521,6 +524,9 @@ class Queue:
                 break
             parsed = _format.parse_name(name)
             assert parsed is not None and parsed.state is not State.WRITING
+            if max_receives is not None and parsed.receive_count >= max_receives:
+                self._dead_letter(parsed)
+                continue
             count = parsed.receive_count + 1
             new = _format.hidden_name(parsed.stem, _format.now_us() + lease_us, count)
             if not _fs.rename(self._file(name), self._file(new)):
@@ -718,18 +724,113 @@ class Queue:
         return removed
 
     def requeue_expired(self) -> int:
-        """Make every hidden message whose time has come ready again; return how many.
-
-        Receive already claims such messages directly; this pass only tidies
-        the directory so a listing shows them as ready.
-        """
+        """Make every hidden message whose time has come ready again, and move
+        those received ``max_receives`` times to the dead-letter queue; return
+        how many moved. Receive already does both as it goes; this pass only
+        tidies the directory so a listing shows the truth."""
         now = _format.now_us()
+        max_receives = self._current_settings()["max_receives"]
         moved = 0
         for name in self._parsed():
-            if name.state is State.HIDDEN and name.until_us + self._skew_us <= now:
+            if name.state is State.WRITING or self._state_of(name, now) != "ready":
+                continue
+            if max_receives is not None and name.receive_count >= max_receives:
+                moved += self._dead_letter(name)
+            elif name.state is State.HIDDEN:
                 ready = _format.ready_name(name.stem, name.receive_count)
                 if _fs.rename(self._file(str(name)), self._file(ready)):
                     moved += 1
+        return moved
+
+    # -- dead letters ----------------------------------------------------------
+
+    def dead_letter_queue(self, *, create: bool = True) -> Queue | None:
+        """The queue's dead-letter queue, made on demand; ``None`` without ``max_receives``.
+
+        The ``dead_letter`` setting names a sibling queue (same parent
+        directory) or a path; unset, it is the sibling ``<name>.dlq``.
+        """
+        settings = self._current_settings()
+        if settings["max_receives"] is None and not settings["dead_letter"]:
+            return None
+        target = settings["dead_letter"] or os.path.basename(self._path) + ".dlq"
+        path = os.path.join(os.path.dirname(self._path), target)  # an absolute target wins
+        with self._lock:
+            cached = self._dlq
+        if cached is not None and cached.path == os.path.abspath(path):
+            return cached
+        dlq = Queue(path, create=create)
+        dlq._register_source(self)
+        with self._lock:
+            self._dlq = dlq
+        return dlq
+
+    def _register_source(self, source: Queue) -> None:
+        """Remember where dead letters marked with ``source.id`` came from, for redrive."""
+        directory = self._file(_format.SOURCES_DIR)
+        entry = os.path.join(directory, source.id)
+        if not _fs.exists(entry):
+            _fs.make_dirs(directory)
+            _fs.create_exclusive(entry, source.path.encode(), durable=True)
+
+    def _sources(self) -> dict[str, str]:
+        directory = self._file(_format.SOURCES_DIR)
+        if not _fs.is_dir(directory):
+            return {}
+        found = {}
+        for entry in _fs.list_names(directory):
+            data = _fs.read(os.path.join(directory, entry))
+            if data and _format.is_queue_id(entry):
+                found[entry] = data.decode("utf-8", "replace")
+        return found
+
+    def _dead_letter(self, name: _format.Name) -> int:
+        """Move a message that used up its receives into the dead-letter queue,
+        keeping id, body, receive count and send time; 1 if it moved."""
+        dlq = self.dead_letter_queue()
+        assert dlq is not None
+        dead = _format.ready_name(_format.with_origin(name, self.id), name.receive_count)
+        try:
+            return int(_fs.rename(self._file(str(name)), dlq._file(dead)))
+        except StorageError as exc:
+            if exc.errno == errno.EXDEV:
+                raise StorageError(
+                    exc.errno,
+                    f"dead-letter queue {dlq.path} must be on the same filesystem as {self._path}",
+                    dlq.path,
+                ) from exc
+            raise
+
+    def redrive(self, to: Queue | str | os.PathLike[str] | None = None, *, max_messages: int | None = None) -> int:
+        """Move visible messages of this (dead-letter) queue back, with their
+        receive count reset: to ``to``, or each to the queue it came from.
+        Messages with no known home (and no ``to``) stay. Returns how many moved."""
+        if max_messages is not None and (isinstance(max_messages, bool) or not isinstance(max_messages, int) or max_messages < 0):
+            raise InvalidArgument(f"max_messages must be an int >= 0 or None, not {max_messages!r}")
+        target = to if isinstance(to, Queue) or to is None else Queue(to)
+        homes: dict[str, Queue | None] = {}
+        sources = self._sources() if target is None else {}
+        now = _format.now_us()
+        moved = 0
+        for name in sorted(self._parsed(), key=str):
+            if max_messages is not None and moved >= max_messages:
+                break
+            if name.state is State.WRITING or self._state_of(name, now) != "ready":
+                continue
+            home = target
+            if home is None:
+                if name.origin not in homes:
+                    path = sources.get(name.origin)
+                    try:
+                        homes[name.origin] = Queue(path) if path else None
+                    except QueueNotFound:
+                        homes[name.origin] = None
+                home = homes[name.origin]
+            if home is None:
+                continue
+            back = _format.ready_name(_format.with_origin(name, ""))
+            if _fs.rename(self._file(str(name)), home._file(back)):
+                moved += 1
         return moved
 
     def collect_garbage(
