@@ -305,3 +305,29 @@ def test_redrive_command(run, tmp_path):
     result = run("redrive", tmp_path / "jobs.dlq")
     assert result.output.strip() == "redrove 1 messages"
     assert q.receive().body == b"x"
+
+
+def test_publish_priority_attributes_at(run, queue):
+    run("publish", queue.path, "low")
+    run("publish", queue.path, "high", "--priority", "9", "-a", "trace=1", "--attribute", "k=v")
+    run("publish", queue.path, "later", "--at", "2999-01-01T00:00")
+    m = queue.receive()
+    assert (m.body, m.attributes) == (b"high", {"trace": "1", "k": "v"})
+    assert queue.stats().delayed == 1
+    assert run("publish", queue.path, "x", "-a", "novalue").exit_code == 2
+
+
+def test_publish_uses_the_queue_default_delay(run, queue):
+    queue.configure(delay=60)
+    run("publish", queue.path, "x")
+    assert queue.stats().delayed == 1
+
+
+def test_delete_several_and_from_stdin(run, queue):
+    queue.publish_batch([b"1", b"2", b"3", b"4"])
+    a, b, c, d = queue.receive_batch(4)
+    assert run("delete", queue.path, a.receipt, b.receipt).exit_code == 0
+    result = run("delete", queue.path, "-", input=f"{c.receipt}\n{a.receipt}\n\n{d.receipt}\n")
+    assert result.exit_code == 1
+    assert result.stderr.count("vsqs: error:") == 1 and "stale" in result.stderr
+    assert queue.stats().total == 0

@@ -138,11 +138,29 @@ def redrive(ctx: click.Context, queue: str, to: str | None, max_messages: int | 
     click.echo(f"redrove {q.redrive(target, max_messages=max_messages)} messages")
 
 
+def _attribute(ctx: click.Context, param: click.Parameter, values: tuple[str, ...]) -> dict[str, str]:
+    attributes = {}
+    for value in values:
+        key, sep, text = value.partition("=")
+        if not sep:
+            raise click.BadParameter(f"expected NAME=VALUE, not {value!r}")
+        attributes[key] = text
+    return attributes
+
+
 @main.command()
 @_queue_arg
 @click.argument("message", required=False)
 @click.option("--lines", is_flag=True, help="Publish each line of stdin as a message.")
-@_seconds("--delay", 0.0, "Seconds before the message becomes visible.")
+@click.option(
+    "--delay", type=click.FloatRange(min=0), default=None,
+    help="Seconds before the message becomes visible (default: the queue's delay setting).",
+)
+@click.option("--at", type=click.DateTime(["%Y-%m-%dT%H:%M:%S", "%Y-%m-%d %H:%M:%S", "%Y-%m-%dT%H:%M"]),
+              default=None, help="Local time at which the message becomes visible.")
+@click.option("--priority", type=click.IntRange(0, 9), default=0, show_default=True, help="Higher goes first.")
+@click.option("-a", "--attribute", "attributes", multiple=True, callback=_attribute, metavar="NAME=VALUE",
+              help="A message attribute (repeatable).")
 @click.option("--durable/--no-durable", default=True, show_default=True, help="fsync before returning.")
 @click.option("--create", "create_queue", is_flag=True, help="Create QUEUE if missing.")
 @click.pass_context
@@ -151,24 +169,30 @@ def publish(
     queue: str,
     message: str | None,
     lines: bool,
-    delay: float,
+    delay: float | None,
+    at: Any,
+    priority: int,
+    attributes: dict[str, str],
     durable: bool,
     create_queue: bool,
 ) -> None:
     """Publish MESSAGE (or stdin) to QUEUE; print the message ids."""
     q = _open(ctx, queue, create=create_queue)
+    options: dict[str, Any] = {
+        "delay": delay, "at": at, "priority": priority, "attributes": attributes, "durable": durable
+    }
     if message is not None:
         if lines:
             raise click.UsageError("--lines reads stdin; give no MESSAGE with it")
-        click.echo(q.publish(message, delay=delay, durable=durable))
+        click.echo(q.publish(message, **options))
         return
     stdin = sys.stdin.buffer
     if not lines:
-        click.echo(q.publish(stdin.read(), delay=delay, durable=durable))
+        click.echo(q.publish(stdin.read(), **options))
         return
     with _Progress(stdin) as progress:
         for chunk in _line_chunks(stdin):
-            for message_id in q.publish_batch(chunk, delay=delay, durable=durable):
+            for message_id in q.publish_batch(chunk, **options):
                 click.echo(message_id)
             progress.advance(len(chunk), sum(len(line) + 1 for line in chunk))
 
@@ -281,11 +305,27 @@ def receive(
 
 @main.command()
 @_queue_arg
-@click.argument("receipt")
+@click.argument("receipts", nargs=-1, required=True, metavar="RECEIPT...")
 @click.pass_context
-def delete(ctx: click.Context, queue: str, receipt: str) -> None:
-    """Delete the message held by RECEIPT."""
-    _open(ctx, queue).delete(receipt)
+def delete(ctx: click.Context, queue: str, receipts: tuple[str, ...]) -> None:
+    """Delete the messages held by RECEIPTs ('-' reads receipts from stdin, one a line).
+
+    Each receipt succeeds or fails on its own; failures are reported one a
+    line on stderr, and the status is 1 if any failed.
+    """
+    q = _open(ctx, queue)
+    if receipts == ("-",):
+        receipts = tuple(line.strip() for line in sys.stdin if line.strip())
+    if len(receipts) == 1:
+        q.delete(receipts[0])
+        return
+    failed = 0
+    for receipt, outcome in zip(receipts, q.delete_batch(receipts), strict=True):
+        if outcome is not None:
+            failed += 1
+            click.echo(f"vsqs: error: {outcome}", err=True)
+    if failed:
+        ctx.exit(1)
 
 
 @main.command("change-visibility")

@@ -30,6 +30,7 @@ import secrets
 import threading
 import time
 from dataclasses import dataclass
+from typing import Any
 
 from vsqs._errors import IncompatibleFormat, InvalidArgument, InvalidReceipt
 
@@ -211,6 +212,47 @@ def parse_stage_dir(name: str) -> str | None:
     if name.startswith(STAGE_PREFIX) and _STAGE_RE.fullmatch(name[len(STAGE_PREFIX) :]):
         return name[len(STAGE_PREFIX) :]
     return None
+
+
+# -- envelopes: a message file holding a header line before the body --------
+
+_ATTRIBUTE_NAME_RE = re.compile(r"[A-Za-z0-9_.-]{1,256}")
+MAX_ATTRIBUTES = 50
+MAX_ATTRIBUTE_BYTES = 64 * 1024
+
+
+def check_attributes(attributes: object) -> dict[str, str]:
+    """Small string attributes: names of A-Z a-z 0-9 _ . -, string values."""
+    if not isinstance(attributes, dict):
+        raise InvalidArgument(f"attributes must be a dict of str to str, not {type(attributes).__name__}")
+    if len(attributes) > MAX_ATTRIBUTES:
+        raise InvalidArgument(f"attributes: at most {MAX_ATTRIBUTES}, not {len(attributes)}")
+    size = 0
+    for name, value in attributes.items():
+        if not isinstance(name, str) or not _ATTRIBUTE_NAME_RE.fullmatch(name):
+            raise InvalidArgument(f"attribute name {name!r} must be 1-256 of A-Z a-z 0-9 _ . -")
+        if not isinstance(value, str):
+            raise InvalidArgument(f"attribute {name!r} must be a str, not {type(value).__name__}")
+        size += len(name) + len(value.encode("utf-8"))
+    if size > MAX_ATTRIBUTE_BYTES:
+        raise InvalidArgument(f"attributes: {size} bytes in all, at most {MAX_ATTRIBUTE_BYTES}")
+    return dict(attributes)
+
+
+def encode_envelope(header: dict[str, Any], body: bytes) -> bytes:
+    """One line of JSON (the header), a newline, then the body as is."""
+    return json.dumps(header, sort_keys=True, separators=(",", ":")).encode() + b"\n" + body
+
+
+def decode_envelope(data: bytes) -> tuple[dict[str, Any], bytes]:
+    """(header, body) of an envelope; ValueError if it is not one."""
+    end = data.find(b"\n")
+    if end < 0:
+        raise ValueError("no header line")
+    header = json.loads(data[:end])
+    if not isinstance(header, dict):
+        raise ValueError("header is not a JSON object")
+    return header, data[end + 1 :]
 
 
 # -- receipts ---------------------------------------------------------------

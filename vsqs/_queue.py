@@ -15,22 +15,31 @@ import os
 import threading
 import time
 from collections.abc import Iterable, Iterator, Mapping
-from dataclasses import dataclass
+from datetime import datetime
 from types import MappingProxyType
 from typing import Any
 
 from vsqs import _format, _fs, _settings
 from vsqs._errors import (
     InvalidArgument,
+    InvalidReceipt,
     MessageTooLarge,
     QueueFull,
     QueueNotFound,
     StaleReceipt,
     StorageError,
+    VsqsError,
 )
 from vsqs._format import State
-
-Body = bytes | bytearray | memoryview | str
+from vsqs._message import (
+    Body,
+    Message,
+    MessageInfo,
+    QueueStats,
+    check_seconds,
+    to_bytes,
+    to_us,
+)
 
 MAX_VISIBILITY_TIMEOUT = _settings.MAX_VISIBILITY_TIMEOUT
 MAX_DELAY = _settings.MAX_DELAY
@@ -50,118 +59,6 @@ _POLL_FIRST, _POLL_MAX = 0.005, 0.5
 _METADATA_WAIT = 5.0  # how long to wait for a racing creator to write metadata
 _SETTINGS_TTL = 1.0  # other processes' setting changes are seen within this many seconds
 _COUNT_TTL = 1.0  # max_messages is checked against a count at most this old
-
-
-def _check_seconds(value: object, name: str, maximum: float) -> float:
-    """Validate a duration argument; the error names the argument."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise InvalidArgument(f"{name} must be a number of seconds, not {value!r}")
-    if math.isnan(value) or value < 0:
-        raise InvalidArgument(f"{name} must be >= 0 seconds, not {value!r}")
-    if value > maximum:
-        raise InvalidArgument(f"{name} must be at most {maximum:g} seconds, not {value!r}")
-    return float(value)
-
-
-def _us(seconds: float) -> int:
-    return round(seconds * 1_000_000)
-
-
-def _to_bytes(body: object) -> bytes:
-    if isinstance(body, bytes):
-        return body
-    if isinstance(body, str):
-        return body.encode("utf-8")
-    if isinstance(body, (bytearray, memoryview)):
-        return bytes(body)
-    raise TypeError(f"body must be bytes or str, not {type(body).__name__}")
-
-
-@dataclass(frozen=True)
-class MessageInfo:
-    """What a listing says about one message (no body, no state change)."""
-
-    id: str
-    state: str  # "ready", "in_flight" or "delayed"
-    receive_count: int
-    sent_at: float  # epoch seconds
-    visible_at: float  # epoch seconds; <= now for ready messages
-    priority: int
-    body: bytes | None = None  # only from messages(bodies=True)
-
-
-@dataclass(frozen=True)
-class QueueStats:
-    """Message counts by state, from one listing."""
-
-    ready: int
-    in_flight: int
-    delayed: int
-    oldest_ready_age: float  # seconds since the oldest visible message was sent; 0 if none
-    writing: int = 0  # .new files: publishes in progress, or orphans for gc
-
-    @property
-    def total(self) -> int:
-        return self.ready + self.in_flight + self.delayed
-
-
-class Message:
-    """A received message. Its ``receipt`` proves the lease; it changes on every move."""
-
-    __slots__ = ("queue", "id", "_body", "receipt", "receive_count", "sent_at", "_settled")
-
-    def __init__(
-        self,
-        queue: Queue,
-        id: str,
-        body: bytes | None,
-        receipt: str,
-        receive_count: int,
-        sent_at: float,
-    ) -> None:
-        self.queue = queue
-        self.id = id
-        self._body = body
-        self.receipt = receipt
-        self.receive_count = receive_count
-        self.sent_at = sent_at
-        self._settled = False
-
-    def __repr__(self) -> str:
-        return f"<vsqs.Message {self.id} receive_count={self.receive_count}>"
-
-    def __reduce__(self) -> Any:
-        return (
-            Message,
-            (self.queue, self.id, self._body, self.receipt, self.receive_count, self.sent_at),
-        )
-
-    @property
-    def body(self) -> bytes:
-        """The body; read now if it was received with ``read_bodies=False``."""
-        if self._body is None:
-            self._body = self.queue.read(self.receipt)
-        return self._body
-
-    @property
-    def settled(self) -> bool:
-        """True once deleted or released through this object."""
-        return self._settled
-
-    def delete(self) -> None:
-        """Delete the message (done with it). :class:`StaleReceipt` if the lease was lost."""
-        self.queue.delete(self.receipt)
-        self._settled = True
-
-    def change_visibility(self, seconds: float) -> str:
-        """Keep the message hidden for ``seconds`` from now; returns and keeps the new receipt."""
-        self.receipt = self.queue.change_visibility(self.receipt, seconds)
-        return self.receipt
-
-    def release(self) -> None:
-        """Make the message visible again now, keeping its receive count."""
-        self.queue.release(self.receipt)
-        self._settled = True
 
 
 class _Listing:
@@ -188,12 +85,12 @@ class Queue:
         self, path: str | os.PathLike[str], *, create: bool = False, clock_skew: float = 0.0
     ) -> None:
         self._path = os.path.abspath(os.fspath(path))
-        self._clock_skew = _check_seconds(clock_skew, "clock_skew", 3600.0)
+        self._clock_skew = check_seconds(clock_skew, "clock_skew", 3600.0)
         self._init_runtime()
         self._queue_id: str | None = self._open(create)
 
     def _init_runtime(self) -> None:
-        self._skew_us = _us(self._clock_skew)
+        self._skew_us = to_us(self._clock_skew)
         self._lock = threading.Lock()
         self._listing = _Listing()
         self._settings_read_at = -math.inf
@@ -331,15 +228,35 @@ class Queue:
 
     # -- publish -----------------------------------------------------------
 
-    def publish(self, body: Body, *, delay: float | None = None, durable: bool = True) -> str:
+    def publish(
+        self,
+        body: Body,
+        *,
+        delay: float | None = None,
+        at: datetime | None = None,
+        priority: int = _format.DEFAULT_PRIORITY,
+        attributes: Mapping[str, str] | None = None,
+        durable: bool = True,
+    ) -> str:
         """Store one message; return its id. ``durable`` fsyncs file and directory first.
 
-        ``delay`` (seconds) defaults to the queue's ``delay`` setting.
+        ``delay`` (seconds, default the queue's ``delay`` setting) or ``at`` (a
+        datetime) keep it hidden until then; ``priority`` 0..9, higher first;
+        ``attributes``: small str -> str metadata returned on receive.
         """
-        return self.publish_batch([body], delay=delay, durable=durable)[0]
+        return self.publish_batch(
+            [body], delay=delay, at=at, priority=priority, attributes=attributes, durable=durable
+        )[0]
 
     def publish_batch(
-        self, bodies: Iterable[Body], *, delay: float | None = None, durable: bool = True
+        self,
+        bodies: Iterable[Body],
+        *,
+        delay: float | None = None,
+        at: datetime | None = None,
+        priority: int = _format.DEFAULT_PRIORITY,
+        attributes: Mapping[str, str] | None = None,
+        durable: bool = True,
     ) -> list[str]:
         """Store several messages sharing one directory fsync; return their ids in order.
 
@@ -348,34 +265,47 @@ class Queue:
         earlier ones are published and the rest are left for gc.
         """
         settings = self._current_settings()
-        delay = _check_seconds(settings["delay"] if delay is None else delay, "delay", MAX_DELAY)
-        datas = [_to_bytes(body) for body in bodies]
+        delay = self._delay_of(delay, at, settings)
+        priority = _check_priority(priority)
+        header = {"attributes": _format.check_attributes(attributes)} if attributes else None
+        datas = [to_bytes(body) for body in bodies]
         if len(datas) > MAX_BATCH:
             raise InvalidArgument(f"bodies: at most {MAX_BATCH} messages per batch, not {len(datas)}")
         self._check_limits(datas, settings)
         written: list[tuple[str, str]] = []
         try:
             for data in datas:
-                written.append(self._write_new(data, durable))
+                content = _format.encode_envelope(header, data) if header else data
+                written.append(self._write_new(content, durable, priority, envelope=bool(header)))
         except BaseException:
             for _, temp in written:
                 with contextlib.suppress(StorageError):
                     _fs.unlink(temp)
             raise
         ids = []
-        for key, temp in written:
+        for stem, temp in written:
             if delay:
-                name = _format.hidden_name(key, _format.now_us() + _us(delay), 0)
+                name = _format.hidden_name(stem, _format.now_us() + to_us(delay), 0)
             else:
-                name = _format.ready_name(key)
+                name = _format.ready_name(stem)
             if not _fs.rename(temp, self._file(name)):
                 raise StorageError(2, "message file vanished before it was published", temp)
-            ids.append(key)
+            ids.append(stem[: _format.KEY_LENGTH])
         if durable and ids:
             _fs.fsync_dir(self._path)
         with self._lock:
             self._count += len(ids)
         return ids
+
+    @staticmethod
+    def _delay_of(delay: float | None, at: datetime | None, settings: Mapping[str, Any]) -> float:
+        if at is not None:
+            if delay is not None:
+                raise InvalidArgument("give delay or at, not both")
+            if not isinstance(at, datetime):
+                raise InvalidArgument(f"at must be a datetime, not {type(at).__name__}")
+            delay = min(max(0.0, at.timestamp() - time.time()), MAX_DELAY)
+        return check_seconds(settings["delay"] if delay is None else delay, "delay", MAX_DELAY)
 
     def _check_limits(self, datas: list[bytes], settings: Mapping[str, Any]) -> None:
         """max_message_bytes, and max_messages against a count at most a second old
@@ -398,12 +328,15 @@ class Queue:
                     f"queue {self._path} is full: {self._count} messages, max_messages is {capacity}"
                 )
 
-    def _write_new(self, data: bytes, durable: bool) -> tuple[str, str]:
+    def _write_new(
+        self, data: bytes, durable: bool, priority: int, *, envelope: bool
+    ) -> tuple[str, str]:
+        """Write ``STEM.new`` under a fresh key; return (stem, path)."""
         for _attempt in range(8):
-            key = _format.new_key()
-            temp = self._file(_format.writing_name(key))
+            stem = _format.make_stem(_format.new_key(priority), envelope=envelope)
+            temp = self._file(_format.writing_name(stem))
             if _fs.create_exclusive(temp, data, durable=durable):
-                return key, temp
+                return stem, temp
         raise StorageError(17, "no free message name after 8 tries", self._path)
 
     # -- stages: publish many messages at once, later --------------------------
@@ -414,7 +347,7 @@ class Queue:
         drops it). A stage is one directory inside the queue; a Spark task attempt
         writes its own, and only the committed attempt's messages are published."""
         directory = self._file(_format.stage_dir_name(stage))
-        datas = [_to_bytes(body) for body in bodies]
+        datas = [to_bytes(body) for body in bodies]
         _fs.make_dirs(directory)
         ids = []
         for data in datas:
@@ -501,8 +434,8 @@ class Queue:
             raise InvalidArgument(f"max_messages must be 1..{MAX_BATCH}, not {max_messages}")
         if visibility_timeout is None:
             visibility_timeout = self._current_settings()["visibility_timeout"]
-        lease_us = _us(_check_seconds(visibility_timeout, "visibility_timeout", MAX_VISIBILITY_TIMEOUT))
-        wait = _check_seconds(wait, "wait", MAX_WAIT)
+        lease_us = to_us(check_seconds(visibility_timeout, "visibility_timeout", MAX_VISIBILITY_TIMEOUT))
+        wait = check_seconds(wait, "wait", MAX_WAIT)
         queue_id = self.id
         deadline = time.monotonic() + wait
         pause = _POLL_FIRST
@@ -531,11 +464,16 @@ class Queue:
             new = _format.hidden_name(parsed.stem, _format.now_us() + lease_us, count)
             if not _fs.rename(self._file(name), self._file(new)):
                 continue  # another consumer got it first
-            body = _fs.read(self._file(new)) if read_bodies else None
-            if read_bodies and body is None:
-                continue  # only if another host's clock is far ahead: it took our lease
+            header = None
+            if read_bodies:
+                data = _fs.read(self._file(new))
+                if data is None:
+                    continue  # only if another host's clock is far ahead: it took our lease
+                data, header = self._decode(parsed, data, self._file(new))
+            else:
+                data = None
             receipt = _format.make_receipt(queue_id, new)
-            got.append(Message(self, parsed.key, body, receipt, count, parsed.sent_us / 1e6))
+            got.append(Message(self, parsed.key, data, receipt, count, parsed.sent_us / 1e6, header))
         return got
 
     def _next_candidate(self) -> str | None:
@@ -621,19 +559,63 @@ class Queue:
         if not _fs.unlink(self._file(str(name))):
             raise StaleReceipt(_stale_message(name.key))
 
+    def delete_batch(self, receipts: Iterable[str]) -> list[VsqsError | None]:
+        """Delete several messages; one outcome per receipt, in order: ``None``
+        for success, or the error (:class:`StaleReceipt`, :class:`InvalidReceipt`)."""
+        outcomes: list[VsqsError | None] = []
+        for receipt in receipts:
+            try:
+                self.delete(receipt)
+                outcomes.append(None)
+            except (StaleReceipt, InvalidReceipt) as exc:
+                outcomes.append(exc)
+        return outcomes
+
+    def change_visibility_batch(
+        self, entries: Iterable[tuple[str, float]]
+    ) -> list[str | VsqsError]:
+        """Change the visibility of several messages, each entry a
+        ``(receipt, timeout)``; one outcome per entry, in order: the new receipt,
+        or the error (:class:`StaleReceipt`, :class:`InvalidReceipt`,
+        :class:`InvalidArgument`)."""
+        outcomes: list[str | VsqsError] = []
+        for entry in entries:
+            try:
+                receipt, timeout = entry
+                outcomes.append(self.change_visibility(receipt, timeout))
+            except (StaleReceipt, InvalidReceipt, InvalidArgument) as exc:
+                outcomes.append(exc)
+            except (TypeError, ValueError):
+                outcomes.append(InvalidArgument(f"entry must be (receipt, timeout), not {entry!r}"))
+        return outcomes
+
     def read(self, receipt: str) -> bytes:
         """The body of the message held by ``receipt``; :class:`StaleReceipt` if it no longer is."""
+        return self._read_content(receipt)[0]
+
+    def _read_content(self, receipt: str) -> tuple[bytes, dict[str, Any] | None]:
         name = _format.parse_receipt(self.id, receipt)
-        body = _fs.read(self._file(str(name)))
-        if body is None:
+        data = _fs.read(self._file(str(name)))
+        if data is None:
             raise StaleReceipt(_stale_message(name.key))
-        return body
+        return self._decode(name, data, self._file(str(name)))
+
+    @staticmethod
+    def _decode(name: _format.Name, data: bytes, path: str) -> tuple[bytes, dict[str, Any] | None]:
+        """(body, header) of a message file's content."""
+        if not name.envelope:
+            return data, None
+        try:
+            header, body = _format.decode_envelope(data)
+        except ValueError as exc:
+            raise StorageError(errno.EIO, f"corrupt message envelope ({exc})", path) from None
+        return body, header
 
     def change_visibility(self, receipt: str, timeout: float) -> str:
         """Hide the message for ``timeout`` seconds from now; return the new receipt."""
-        timeout = _check_seconds(timeout, "timeout", MAX_VISIBILITY_TIMEOUT)
+        timeout = check_seconds(timeout, "timeout", MAX_VISIBILITY_TIMEOUT)
         name = _format.parse_receipt(self.id, receipt)
-        until = _format.now_us() + _us(timeout)
+        until = _format.now_us() + to_us(timeout)
         new = _format.hidden_name(name.stem, until, name.receive_count)
         if not _fs.rename(self._file(str(name)), self._file(new)):
             raise StaleReceipt(_stale_message(name.key))
@@ -668,20 +650,22 @@ class Queue:
         for name in sorted(self._parsed(), key=str):
             if name.state is State.WRITING or (wanted is not None and name.key not in wanted):
                 continue
-            body = _fs.read(self._file(str(name))) if bodies else None
-            if bodies and body is None:
+            data = _fs.read(self._file(str(name))) if bodies else None
+            if bodies and data is None:
                 moved.add(name.key)
                 continue
-            yield self._info(name, now, body)
+            yield self._info(name, now, data)
         if moved:
             for name in sorted(self._parsed(), key=str):
                 if name.key in moved and name.state is not State.WRITING:
-                    body = _fs.read(self._file(str(name)))
-                    if body is not None:
-                        yield self._info(name, now, body)
+                    data = _fs.read(self._file(str(name)))
+                    if data is not None:
+                        yield self._info(name, now, data)
 
-    def _info(self, name: _format.Name, now: int, body: bytes | None) -> MessageInfo:
+    def _info(self, name: _format.Name, now: int, data: bytes | None) -> MessageInfo:
         visible_at = name.until_us if name.state is State.HIDDEN else name.sent_us
+        body, header = (None, None) if data is None else self._decode(name, data, self._file(str(name)))
+        header = header or {}
         return MessageInfo(
             name.key,
             self._state_of(name, now),
@@ -690,6 +674,8 @@ class Queue:
             visible_at / 1e6,
             name.priority,
             body,
+            dict(header.get("attributes", {})),
+            header.get("group"),
         )
 
     def _state_of(self, name: _format.Name, now: int) -> str:
@@ -839,8 +825,8 @@ class Queue:
         """Remove ``.new`` files older than ``grace`` seconds (left by publishers
         that died mid-write), and stages untouched for ``stage_grace`` seconds
         (left by jobs that died before commit); return how many files went."""
-        grace = _check_seconds(grace, "grace", math.inf)
-        stage_grace = _check_seconds(stage_grace, "stage_grace", math.inf)
+        grace = check_seconds(grace, "grace", math.inf)
+        stage_grace = check_seconds(stage_grace, "stage_grace", math.inf)
         now = time.time()
         removed = 0
         for entry in _fs.list_names(self._path):
@@ -854,6 +840,14 @@ class Queue:
                 if modified is not None and modified <= now - stage_grace:
                     removed += self.abort_stage(_format.parse_stage_dir(entry) or "")
         return removed
+
+
+def _check_priority(priority: object) -> int:
+    if isinstance(priority, bool) or not isinstance(priority, int):
+        raise InvalidArgument(f"priority must be an int 0..{_format.MAX_PRIORITY}, not {priority!r}")
+    if not 0 <= priority <= _format.MAX_PRIORITY:
+        raise InvalidArgument(f"priority must be 0..{_format.MAX_PRIORITY}, not {priority}")
+    return priority
 
 
 def _stale_message(key: str) -> str:

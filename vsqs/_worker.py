@@ -16,7 +16,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from vsqs._errors import InvalidArgument, StaleReceipt, VsqsError
-from vsqs._queue import MAX_VISIBILITY_TIMEOUT, Message, Queue, _check_seconds
+from vsqs._message import Message, check_seconds
+from vsqs._queue import MAX_VISIBILITY_TIMEOUT, Queue
 
 log = logging.getLogger("vsqs.worker")
 
@@ -97,13 +98,13 @@ class Worker:
     ) -> None:
         self.queue = queue
         self.handler = handler
-        self.visibility_timeout = _check_seconds(
+        self.visibility_timeout = check_seconds(
             visibility_timeout, "visibility_timeout", MAX_VISIBILITY_TIMEOUT
         )
         if self.visibility_timeout <= 0:
             raise InvalidArgument("visibility_timeout must be > 0 for a worker")
-        self.wait = _check_seconds(wait, "wait", MAX_VISIBILITY_TIMEOUT)
-        self.retry_delay = _check_seconds(retry_delay, "retry_delay", MAX_VISIBILITY_TIMEOUT)
+        self.wait = check_seconds(wait, "wait", MAX_VISIBILITY_TIMEOUT)
+        self.retry_delay = check_seconds(retry_delay, "retry_delay", MAX_VISIBILITY_TIMEOUT)
         if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1:
             raise InvalidArgument(f"concurrency must be an int >= 1, not {concurrency!r}")
         if max_messages is not None and (

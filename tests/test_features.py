@@ -1,0 +1,133 @@
+"""Priorities, scheduling, attributes and batch receipts."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import time
+from datetime import datetime, timedelta, timezone
+
+import pytest
+
+import vsqs
+from vsqs import _format
+
+
+def test_priority_goes_first_fifo_within(queue):
+    queue.publish(b"low-1")
+    queue.publish(b"high-1", priority=9)
+    queue.publish(b"mid", priority=5)
+    queue.publish(b"high-2", priority=9)
+    queue.publish(b"low-2")
+    got = [m.body for m in queue.receive_batch(10)]
+    assert got == [b"high-1", b"high-2", b"mid", b"low-1", b"low-2"]
+
+
+@pytest.mark.parametrize("priority", [-1, 10, 1.5, "9", True])
+def test_bad_priority(queue, priority):
+    with pytest.raises(vsqs.InvalidArgument, match="priority"):
+        queue.publish(b"x", priority=priority)
+
+
+def test_priority_in_listing(queue):
+    queue.publish(b"x", priority=7)
+    assert [i.priority for i in queue.messages()] == [7]
+
+
+def test_at_schedules(queue):
+    queue.publish(b"later", at=datetime.now(timezone.utc) + timedelta(seconds=0.3))
+    queue.publish(b"past", at=datetime.now() - timedelta(hours=1))  # naive: local time
+    assert queue.receive().body == b"past"
+    assert queue.receive() is None
+    time.sleep(0.35)
+    assert queue.receive().body == b"later"
+
+
+def test_at_and_delay_conflict(queue):
+    with pytest.raises(vsqs.InvalidArgument, match="delay or at"):
+        queue.publish(b"x", delay=1, at=datetime.now())
+    with pytest.raises(vsqs.InvalidArgument, match="at must be a datetime"):
+        queue.publish(b"x", at=12345)
+
+
+def test_attributes_and_md5(queue):
+    queue.publish(b"body\nwith newline", attributes={"trace-id": "abc", "lang": "fr"})
+    queue.publish(b"plain")
+    m, plain = queue.receive_batch(2)
+    assert m.body == b"body\nwith newline"
+    assert m.attributes == {"trace-id": "abc", "lang": "fr"}
+    assert m.md5 == hashlib.md5(b"body\nwith newline").hexdigest()
+    assert (plain.attributes, plain.body) == ({}, b"plain")
+    [info] = [i for i in queue.messages(bodies=True) if i.id == m.id]
+    assert info.attributes == {"trace-id": "abc", "lang": "fr"} and info.body == m.body
+
+
+def test_attributes_with_lazy_body(queue):
+    queue.publish(b"x", attributes={"k": "v"})
+    [m] = queue.receive_batch(1, read_bodies=False)
+    assert m.attributes == {"k": "v"} and m.body == b"x"
+
+
+def test_attributes_survive_dead_lettering_and_redrive(tmp_path):
+    q = vsqs.Queue(tmp_path / "q", create=True)
+    q.configure(max_receives=1)
+    q.publish(b"x", attributes={"k": "v"})
+    q.receive(visibility_timeout=0)
+    q.requeue_expired()
+    dlq = vsqs.Queue(tmp_path / "q.dlq")
+    assert dlq.receive(visibility_timeout=0).attributes == {"k": "v"}
+    dlq.redrive()
+    assert q.receive().attributes == {"k": "v"}
+
+
+@pytest.mark.parametrize(
+    "attributes, match",
+    [
+        ({"bad name": "v"}, "attribute name"),
+        ({"k": 1}, "must be a str"),
+        ({f"k{i}": "v" for i in range(51)}, "at most 50"),
+        ({"k": "v" * 70000}, "bytes in all"),
+        (["k", "v"], "must be a dict"),
+    ],
+)
+def test_bad_attributes(queue, attributes, match):
+    with pytest.raises(vsqs.InvalidArgument, match=match):
+        queue.publish(b"x", attributes=attributes)
+    assert queue.stats().total == 0
+
+
+def test_corrupt_envelope_is_an_error_not_a_loss(queue):
+    queue.publish(b"x", attributes={"k": "v"})
+    [name] = [n for n in os.listdir(queue.path) if _format.parse_name(n)]
+    with open(os.path.join(queue.path, name), "wb") as f:
+        f.write(b"truncated header without newline")
+    with pytest.raises(vsqs.StorageError, match="corrupt message envelope"):
+        queue.receive(visibility_timeout=0.1)
+    time.sleep(0.15)
+    assert queue.stats().ready == 1  # still there, visible again
+
+
+def test_delete_batch_reports_each_entry(queue):
+    queue.publish_batch([b"1", b"2", b"3"])
+    a, b, c = queue.receive_batch(3)
+    b.delete()
+    outcomes = queue.delete_batch([a.receipt, b.receipt, "garbage", c.receipt])
+    assert outcomes[0] is None and outcomes[3] is None
+    assert isinstance(outcomes[1], vsqs.StaleReceipt)
+    assert isinstance(outcomes[2], vsqs.InvalidReceipt)
+    assert queue.stats().total == 0
+
+
+def test_change_visibility_batch(queue):
+    queue.publish_batch([b"1", b"2"])
+    a, b = queue.receive_batch(2)
+    outcomes = queue.change_visibility_batch(
+        [(a.receipt, 0), (b.receipt, -1), ("garbage", 5), ("lonely",), (b.receipt, 60)]
+    )
+    assert isinstance(outcomes[0], str) and outcomes[0] != a.receipt
+    assert isinstance(outcomes[1], vsqs.InvalidArgument)
+    assert isinstance(outcomes[2], vsqs.InvalidReceipt)
+    assert isinstance(outcomes[3], vsqs.InvalidArgument)
+    assert isinstance(outcomes[4], str)
+    assert queue.receive().id == a.id  # visible again
+    queue.delete(outcomes[4])
