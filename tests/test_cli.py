@@ -168,7 +168,7 @@ def test_gc(run, queue):
     open(orphan, "w").close()
     os.utime(orphan, (0, 0))
     result = run("gc", queue.path)
-    assert result.output.strip() == "requeued 1 expired messages, removed 1 orphaned files"
+    assert result.output.strip() == "requeued 1 expired messages, removed 1 files (orphans, past retention)"
     assert not os.path.exists(orphan)
 
 
@@ -331,3 +331,42 @@ def test_delete_several_and_from_stdin(run, queue):
     assert result.exit_code == 1
     assert result.stderr.count("vsqs: error:") == 1 and "stale" in result.stderr
     assert queue.stats().total == 0
+
+
+def test_suspend_resume_and_throttled_receive(run, queue):
+    queue.publish_batch([b"1", b"2"])
+    assert run("suspend", queue.path, "--receive", "--publish").output.strip() == "suspended: publish, receive"
+    result = run("receive", queue.path)
+    assert result.exit_code == 1 and "receive is suspended" in result.output
+    assert run("resume", queue.path).output.strip() == "suspended: nothing"
+    queue.configure(throttle="1/60")
+    assert run("receive", queue.path).exit_code == 0
+    result = run("receive", queue.path)
+    assert result.exit_code == 3 and "throttled" in result.stderr
+
+
+def test_stats_watch_refreshes_until_interrupted(run, queue, monkeypatch):
+    import vsqs._cli as cli
+
+    sleeps = []
+
+    def sleep(seconds):
+        sleeps.append(seconds)
+        if len(sleeps) == 2:
+            raise KeyboardInterrupt
+        queue.publish(b"x")
+
+    monkeypatch.setattr(cli.time, "sleep", sleep)
+    result = run("stats", queue.path, "--json", "--watch", "--interval", "0.5")
+    docs = [json.loads(line) for line in result.output.splitlines()]
+    assert [d["ready"] for d in docs] == [0, 1] and sleeps == [0.5, 0.5]
+
+
+def test_stats_prometheus_dead_lettered(run, tmp_path):
+    q = vsqs.Queue(tmp_path / "jobs", create=True)
+    q.configure(max_receives=1)
+    q.publish(b"x")
+    q.receive(visibility_timeout=0)
+    q.requeue_expired()
+    prom = run("stats", q.path, "--prometheus").output
+    assert f'vsqs_dead_lettered_messages{{queue="jobs",path="{q.path}"}} 1' in prom

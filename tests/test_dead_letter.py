@@ -131,3 +131,14 @@ def test_dead_letter_keeps_one_file_per_message(spool):
     assert all(c == 1 for c in message_files(dlq.path).values())
     assert message_files(q.path) == {}
     assert all(_format.parse_name(n).origin == q.id for n in os.listdir(dlq.path) if _format.parse_name(n))
+
+
+def test_stats_count_dead_letters_per_source(spool):
+    jobs = spool.create_queue("jobs", max_receives=1, dead_letter="dead")
+    other = spool.create_queue("other", max_receives=1, dead_letter="dead")
+    for q, n in ((jobs, 2), (other, 1)):
+        q.publish_batch([b"x"] * n)
+        q.receive_batch(n, visibility_timeout=0)
+        q.requeue_expired()
+    assert jobs.stats().dead_lettered == 2 and other.stats().dead_lettered == 1
+    assert spool.create_queue("plain").stats().dead_lettered == 0

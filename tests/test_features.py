@@ -131,3 +131,67 @@ def test_change_visibility_batch(queue):
     assert isinstance(outcomes[4], str)
     assert queue.receive().id == a.id  # visible again
     queue.delete(outcomes[4])
+
+
+# -- flow control ---------------------------------------------------------------------
+
+
+def test_suspend_and_resume_in_every_handle(queue):
+    queue.publish_batch([b"1", b"2"])
+    m = queue.receive()
+    other = vsqs.Queue(queue.path)
+    queue.suspend("publish", "receive")
+    for handle in (queue, vsqs.Queue(queue.path)):
+        with pytest.raises(vsqs.QueueSuspended, match="publish is suspended"):
+            handle.publish(b"x")
+        with pytest.raises(vsqs.QueueSuspended, match="receive is suspended"):
+            handle.receive()
+    m.delete()  # delete still works
+    time.sleep(1.05)  # other handles re-read settings at most every second
+    with pytest.raises(vsqs.QueueSuspended):
+        other.receive()
+    queue.resume("receive")
+    assert queue.receive().body == b"2"
+    queue.suspend()
+    assert queue.settings["suspended"] == ["delete", "publish", "receive"]
+    queue.resume()
+    assert queue.settings["suspended"] == []
+    with pytest.raises(vsqs.InvalidArgument, match="unknown operation"):
+        queue.suspend("purge")
+
+
+def test_throttle_limits_receives_per_window(queue):
+    queue.configure(throttle=(3, 60))
+    queue.publish_batch([b"%d" % i for i in range(10)])
+    got = queue.receive_batch(10)
+    assert len(got) == 3
+    assert vsqs.Queue(queue.path).receive() is None  # other handles share the budget
+    assert queue.throttled()
+    assert queue.stats().ready == 7  # nothing was lost or hidden by the throttle
+
+
+def test_throttle_recovers_next_window(queue):
+    queue.configure(throttle=(2, 0.5))
+    queue.publish_batch([b"%d" % i for i in range(5)])
+    assert len(queue.receive_batch(5)) == 2
+    time.sleep(0.5 - (time.time() % 0.5) + 0.01)  # the next window
+    assert len(queue.receive_batch(5)) == 2
+
+
+def test_throttle_tokens_are_swept(queue):
+    queue.configure(throttle=(1, 0.1))
+    queue.publish_batch([b"%d" % i for i in range(6)])
+    for _ in range(6):
+        while queue.receive() is None:
+            time.sleep(0.02)
+    tokens = os.listdir(os.path.join(queue.path, ".throttle"))
+    assert len(tokens) <= 3  # only the last windows' tokens remain
+
+
+def test_retention_drops_old_messages_in_gc(queue):
+    queue.publish(b"old")
+    time.sleep(0.3)
+    queue.publish(b"new")
+    queue.configure(retention=0.2)
+    assert queue.collect_garbage() == 1
+    assert [m.body for m in queue.receive_batch(5)] == [b"new"]

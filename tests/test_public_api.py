@@ -19,6 +19,7 @@ def test_exported_names():
             "QueueFull",
             "QueueNotFound",
             "QueueStats",
+            "QueueSuspended",
             "Spool",
             "StaleReceipt",
             "StorageError",
@@ -34,7 +35,7 @@ def test_exported_names():
 
 def test_exception_tree():
     for name in ["QueueNotFound", "IncompatibleFormat", "InvalidArgument", "InvalidReceipt",
-                 "StaleReceipt", "StorageError", "QueueFull", "MessageTooLarge"]:
+                 "StaleReceipt", "StorageError", "QueueFull", "MessageTooLarge", "QueueSuspended"]:
         assert issubclass(getattr(vsqs, name), vsqs.VsqsError)
     assert issubclass(vsqs.InvalidReceipt, ValueError)
     assert issubclass(vsqs.InvalidArgument, ValueError)

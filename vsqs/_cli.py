@@ -126,6 +126,35 @@ def config(ctx: click.Context, queue: str, assignments: tuple[str, ...], as_json
             click.echo(f"{key:<19} {shown}")
 
 
+def _operations_flags(command: Any) -> Any:
+    for op in reversed(_settings.OPERATIONS):
+        command = click.option(f"--{op}", "operations", flag_value=op, multiple=True,
+                               help=f"Only {op}.")(command)
+    return command
+
+
+@main.command()
+@_queue_arg
+@_operations_flags
+@click.pass_context
+def suspend(ctx: click.Context, queue: str, operations: tuple[str, ...]) -> None:
+    """Suspend publish, receive and/or delete on QUEUE for every process (all if none given)."""
+    q = _open(ctx, queue)
+    q.suspend(*operations)
+    click.echo("suspended: " + ", ".join(q.settings["suspended"]))
+
+
+@main.command()
+@_queue_arg
+@_operations_flags
+@click.pass_context
+def resume(ctx: click.Context, queue: str, operations: tuple[str, ...]) -> None:
+    """Resume suspended operations on QUEUE (all if none given)."""
+    q = _open(ctx, queue)
+    q.resume(*operations)
+    click.echo("suspended: " + (", ".join(q.settings["suspended"]) or "nothing"))
+
+
 @main.command()
 @_queue_arg
 @click.option("--to", "to", type=click.Path(file_okay=False), help="Move here instead of each message's own queue.")
@@ -289,6 +318,8 @@ def receive(
     q = _open(ctx, queue)
     got = q.receive_batch(max_messages, visibility_timeout=visibility_timeout, wait=wait)
     if not got:
+        if q.throttled():
+            click.echo("vsqs: throttled: the queue's receive budget for this window is spent", err=True)
         ctx.exit(EXIT_EMPTY)
     out = sys.stdout.buffer
     for m in got:
@@ -342,36 +373,69 @@ def _prometheus_label(value: str) -> str:
     return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
 
 
+def _stats_fields(q: Queue) -> dict[str, Any]:
+    s = q.stats()
+    return {
+        "ready": s.ready,
+        "in_flight": s.in_flight,
+        "delayed": s.delayed,
+        "dead_lettered": s.dead_lettered,
+        "oldest_ready_age": round(s.oldest_ready_age, 6),
+        "writing": s.writing,
+    }
+
+
+def _prometheus(q: Queue, fields: dict[str, Any]) -> str:
+    labels = f'queue="{_prometheus_label(os.path.basename(q.path))}",path="{_prometheus_label(q.path)}"'
+    lines = [
+        "# HELP vsqs_messages Messages in the queue, by state.",
+        "# TYPE vsqs_messages gauge",
+        *(f'vsqs_messages{{{labels},state="{state}"}} {fields[state]}' for state in ("ready", "in_flight", "delayed")),
+        "# HELP vsqs_dead_lettered_messages Messages of this queue now in its dead-letter queue.",
+        "# TYPE vsqs_dead_lettered_messages gauge",
+        f"vsqs_dead_lettered_messages{{{labels}}} {fields['dead_lettered']}",
+        "# HELP vsqs_oldest_message_age_seconds Seconds since the oldest visible message was sent.",
+        "# TYPE vsqs_oldest_message_age_seconds gauge",
+        f"vsqs_oldest_message_age_seconds{{{labels}}} {fields['oldest_ready_age']}",
+    ]
+    return "\n".join(lines)
+
+
 @main.command()
 @_queue_arg
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 @click.option("--prometheus", is_flag=True, help="node-exporter textfile collector format.")
+@click.option("--watch", is_flag=True, help="Refresh in place until interrupted.")
+@click.option("--interval", type=click.FloatRange(min=0.1), default=2.0, show_default=True,
+              help="Seconds between refreshes with --watch.")
 @click.pass_context
-def stats(ctx: click.Context, queue: str, as_json: bool, prometheus: bool) -> None:
-    """Print QUEUE's message counts by state and the oldest ready message's age."""
+def stats(ctx: click.Context, queue: str, as_json: bool, prometheus: bool, watch: bool, interval: float) -> None:
+    """Print QUEUE's message counts by state and the oldest ready message's age.
+
+    For the node-exporter textfile collector, write to a temporary file and
+    rename it into the collector's directory:
+    vsqs stats --prometheus q > q.prom.tmp && mv q.prom.tmp /var/lib/node_exporter/q.prom
+    """
     q = _open(ctx, queue)
-    s = q.stats()
-    fields = {
-        "ready": s.ready,
-        "in_flight": s.in_flight,
-        "delayed": s.delayed,
-        "oldest_ready_age": round(s.oldest_ready_age, 6),
-        "writing": s.writing,
-    }
-    if as_json:
-        click.echo(json.dumps(fields))
-    elif prometheus:
-        labels = f'queue="{_prometheus_label(os.path.basename(q.path))}",path="{_prometheus_label(q.path)}"'
-        click.echo("# HELP vsqs_messages Messages in the queue, by state.")
-        click.echo("# TYPE vsqs_messages gauge")
-        for state in ("ready", "in_flight", "delayed"):
-            click.echo(f'vsqs_messages{{{labels},state="{state}"}} {fields[state]}')
-        click.echo("# HELP vsqs_oldest_message_age_seconds Seconds since the oldest visible message was sent.")
-        click.echo("# TYPE vsqs_oldest_message_age_seconds gauge")
-        click.echo(f"vsqs_oldest_message_age_seconds{{{labels}}} {fields['oldest_ready_age']}")
-    else:
-        for key, value in fields.items():
-            click.echo(f"{key:<17} {value}")
+    shown = 0
+    while True:
+        fields = _stats_fields(q)
+        if as_json:
+            text = json.dumps(fields)
+        elif prometheus:
+            text = _prometheus(q, fields)
+        else:
+            text = "\n".join(f"{key:<17} {value}" for key, value in fields.items())
+        if watch and shown and sys.stdout.isatty():
+            click.echo(f"\x1b[{shown}F\x1b[J", nl=False)  # back to the top of the last print
+        click.echo(text)
+        if not watch:
+            return
+        shown = text.count("\n") + 1
+        try:
+            time.sleep(interval)
+        except KeyboardInterrupt:
+            return
 
 
 @main.command("ls")
@@ -415,7 +479,7 @@ def gc(ctx: click.Context, queue: str, grace: float) -> None:
     q = _open(ctx, queue)
     requeued = q.requeue_expired()
     removed = q.collect_garbage(grace=grace)
-    click.echo(f"requeued {requeued} expired messages, removed {removed} orphaned files")
+    click.echo(f"requeued {requeued} expired messages, removed {removed} files (orphans, past retention)")
 
 
 class _CommandRunner:

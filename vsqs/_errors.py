@@ -11,6 +11,7 @@ working::
     ├── InvalidReceipt         (also ValueError)   malformed, or of another queue
     ├── StaleReceipt                               the receipt no longer holds the message
     ├── QueueFull                                  max_messages reached: back-pressure
+    ├── QueueSuspended                             the operation is suspended on this queue
     ├── MessageTooLarge        (also ValueError)   over the queue's max_message_bytes
     └── StorageError           (also OSError)      the filesystem failed; errno kept
 
@@ -28,6 +29,7 @@ __all__ = [
     "InvalidReceipt",
     "StaleReceipt",
     "QueueFull",
+    "QueueSuspended",
     "MessageTooLarge",
     "StorageError",
 ]
@@ -63,6 +65,10 @@ class StaleReceipt(VsqsError):
 
 class QueueFull(VsqsError):
     """The queue holds ``max_messages`` already: publish later (back-pressure)."""
+
+
+class QueueSuspended(VsqsError):
+    """The operation (publish, receive or delete) is suspended on this queue."""
 
 
 class MessageTooLarge(VsqsError, ValueError):

@@ -214,6 +214,23 @@ def parse_stage_dir(name: str) -> str | None:
     return None
 
 
+# -- receive throttling: one token file per receive in .throttle/ ------------
+
+THROTTLE_DIR = ".throttle"
+_THROTTLE_RE = re.compile(r"([0-9]{1,15})\.(0|[1-9][0-9]{0,9})")
+
+
+def throttle_token(window: int, index: int) -> str:
+    """Token ``index`` of time window ``window`` (epoch seconds // window length)."""
+    return f"{window}.{index}"
+
+
+def parse_throttle_token(name: str) -> int | None:
+    """The window of a token name, or ``None``."""
+    m = _THROTTLE_RE.fullmatch(name)
+    return int(m[1]) if m else None
+
+
 # -- envelopes: a message file holding a header line before the body --------
 
 _ATTRIBUTE_NAME_RE = re.compile(r"[A-Za-z0-9_.-]{1,256}")

@@ -64,6 +64,7 @@ class QueueStats:
     delayed: int
     oldest_ready_age: float  # seconds since the oldest visible message was sent; 0 if none
     writing: int = 0  # .new files: publishes in progress, or orphans for gc
+    dead_lettered: int = 0  # this queue's messages now in its dead-letter queue
 
     @property
     def total(self) -> int:

@@ -26,11 +26,13 @@ from vsqs._errors import (
     MessageTooLarge,
     QueueFull,
     QueueNotFound,
+    QueueSuspended,
     StaleReceipt,
     StorageError,
     VsqsError,
 )
 from vsqs._format import State
+from vsqs._throttle import Throttle
 from vsqs._message import (
     Body,
     Message,
@@ -99,6 +101,7 @@ class Queue:
         self._counted_at = -math.inf
         self._count = 0
         self._dlq: Queue | None = None
+        self._throttle = Throttle(self._path)
 
     # -- pickling: path and options only; reopened lazily where unpickled --
 
@@ -202,6 +205,22 @@ class Queue:
                 return MappingProxyType(dict(merged))
         raise StorageError(17, "settings changed by others 50 times in a row; try again", directory)
 
+    def suspend(self, *operations: str) -> None:
+        """Suspend ``operations`` ("publish", "receive", "delete"; none given: all)
+        in every process: they raise :class:`QueueSuspended` until resumed."""
+        current = set(self._current_settings()["suspended"])
+        self.configure(suspended=sorted(current | set(operations or _settings.OPERATIONS)))
+
+    def resume(self, *operations: str) -> None:
+        """Resume ``operations`` (none given: all)."""
+        _settings.validate({"suspended": list(operations)})
+        current = set(self._current_settings()["suspended"])
+        self.configure(suspended=sorted(current - set(operations or _settings.OPERATIONS)))
+
+    def _check_suspended(self, operation: str, settings: Mapping[str, Any]) -> None:
+        if operation in settings["suspended"]:
+            raise QueueSuspended(f"{operation} is suspended on queue {self._path} (resume it to go on)")
+
     def _current_settings(self) -> dict[str, Any]:
         if time.monotonic() - self._settings_read_at >= _SETTINGS_TTL:
             version, settings = self._read_settings()
@@ -265,6 +284,7 @@ class Queue:
         earlier ones are published and the rest are left for gc.
         """
         settings = self._current_settings()
+        self._check_suspended("publish", settings)
         delay = self._delay_of(delay, at, settings)
         priority = _check_priority(priority)
         header = {"attributes": _format.check_attributes(attributes)} if attributes else None
@@ -437,6 +457,7 @@ class Queue:
         lease_us = to_us(check_seconds(visibility_timeout, "visibility_timeout", MAX_VISIBILITY_TIMEOUT))
         wait = check_seconds(wait, "wait", MAX_WAIT)
         queue_id = self.id
+        self._check_suspended("receive", self._current_settings())
         deadline = time.monotonic() + wait
         pause = _POLL_FIRST
         while True:
@@ -447,9 +468,15 @@ class Queue:
             time.sleep(min(pause, left, self._until_next_expiry()))
             pause = min(pause * 2, _POLL_MAX)
 
+    def throttled(self) -> bool:
+        """Whether receives are throttled right now (every token of this window taken)."""
+        throttle = self._current_settings()["throttle"]
+        return throttle is not None and self._throttle.exhausted(throttle[0], throttle[1], time.time())
+
     def _claim(self, limit: int, lease_us: int, queue_id: str, read_bodies: bool) -> list[Message]:
         got: list[Message] = []
-        max_receives = self._current_settings()["max_receives"]
+        settings = self._current_settings()
+        max_receives, throttle = settings["max_receives"], settings["throttle"]
         while len(got) < limit:
             with self._lock:
                 name = self._next_candidate()
@@ -460,6 +487,13 @@ class Queue:
             if max_receives is not None and parsed.receive_count >= max_receives:
                 self._dead_letter(parsed)
                 continue
+            if throttle is not None:
+                with self._lock:
+                    allowed = self._throttle.take(throttle[0], throttle[1], time.time())
+                if not allowed:
+                    with self._lock:
+                        heapq.heappush(self._listing.visible, name)  # still a candidate later
+                    break
             count = parsed.receive_count + 1
             new = _format.hidden_name(parsed.stem, _format.now_us() + lease_us, count)
             if not _fs.rename(self._file(name), self._file(new)):
@@ -556,6 +590,7 @@ class Queue:
     def delete(self, receipt: str) -> None:
         """Delete the message held by ``receipt``; :class:`StaleReceipt` if it no longer is."""
         name = _format.parse_receipt(self.id, receipt)
+        self._check_suspended("delete", self._current_settings())
         if not _fs.unlink(self._file(str(name))):
             raise StaleReceipt(_stale_message(name.key))
 
@@ -697,7 +732,20 @@ class Queue:
             counts[state] += 1
             if state == "ready":
                 oldest = min(oldest, name.sent_us)
-        return QueueStats(oldest_ready_age=max(0, now - oldest) / 1e6, writing=writing, **counts)
+        return QueueStats(
+            oldest_ready_age=max(0, now - oldest) / 1e6,
+            writing=writing,
+            dead_lettered=self._count_dead_letters(),
+            **counts,
+        )
+
+    def _count_dead_letters(self) -> int:
+        """Messages of this queue now in its dead-letter queue (one listing of it)."""
+        path = self._dead_letter_path()
+        if path is None or not _fs.is_dir(path):
+            return 0
+        names = (_format.parse_name(entry) for entry in _fs.list_names(path))
+        return sum(1 for name in names if name is not None and name.origin == self.id)
 
     def purge(self) -> int:
         """Delete every message, in flight and delayed included; return how many."""
@@ -736,11 +784,9 @@ class Queue:
         The ``dead_letter`` setting names a sibling queue (same parent
         directory) or a path; unset, it is the sibling ``<name>.dlq``.
         """
-        settings = self._current_settings()
-        if settings["max_receives"] is None and not settings["dead_letter"]:
+        path = self._dead_letter_path()
+        if path is None:
             return None
-        target = settings["dead_letter"] or os.path.basename(self._path) + ".dlq"
-        path = os.path.join(os.path.dirname(self._path), target)  # an absolute target wins
         with self._lock:
             cached = self._dlq
         if cached is not None and cached.path == os.path.abspath(path):
@@ -750,6 +796,13 @@ class Queue:
         with self._lock:
             self._dlq = dlq
         return dlq
+
+    def _dead_letter_path(self) -> str | None:
+        settings = self._current_settings()
+        if settings["max_receives"] is None and not settings["dead_letter"]:
+            return None
+        target = settings["dead_letter"] or os.path.basename(self._path) + ".dlq"
+        return os.path.abspath(os.path.join(os.path.dirname(self._path), target))  # absolute wins
 
     def _register_source(self, source: Queue) -> None:
         """Remember where dead letters marked with ``source.id`` came from, for redrive."""
@@ -823,15 +876,20 @@ class Queue:
         self, grace: float = DEFAULT_GC_GRACE, *, stage_grace: float = DEFAULT_STAGE_GRACE
     ) -> int:
         """Remove ``.new`` files older than ``grace`` seconds (left by publishers
-        that died mid-write), and stages untouched for ``stage_grace`` seconds
-        (left by jobs that died before commit); return how many files went."""
+        that died mid-write), stages untouched for ``stage_grace`` seconds
+        (left by jobs that died before commit), and messages sent longer ago
+        than the queue's ``retention``; return how many files went."""
         grace = check_seconds(grace, "grace", math.inf)
         stage_grace = check_seconds(stage_grace, "stage_grace", math.inf)
+        retention = self._current_settings()["retention"]
         now = time.time()
         removed = 0
         for entry in _fs.list_names(self._path):
             name = _format.parse_name(entry)
-            if name is not None and name.state is State.WRITING:
+            if name is not None and retention is not None and name.state is not State.WRITING:
+                if name.sent_us / 1e6 < now - retention and _fs.unlink(self._file(entry)):
+                    removed += 1
+            elif name is not None and name.state is State.WRITING:
                 modified = _fs.mtime(self._file(entry))
                 if modified is not None and modified <= now - grace and _fs.unlink(self._file(entry)):
                     removed += 1

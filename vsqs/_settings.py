@@ -71,6 +71,20 @@ def _throttle(name: str, value: object) -> list[float]:
     return [count, window]
 
 
+OPERATIONS = ("publish", "receive", "delete")
+
+
+def _operations(name: str, value: object) -> list[str]:
+    if isinstance(value, str):
+        value = [part.strip() for part in value.split(",") if part.strip()]
+    if not isinstance(value, (list, tuple, set, frozenset)):
+        raise InvalidArgument(f"{name} must be a list of {', '.join(OPERATIONS)}, not {value!r}")
+    for op in value:
+        if op not in OPERATIONS:
+            raise InvalidArgument(f"{name}: unknown operation {op!r} (known: {', '.join(OPERATIONS)})")
+    return sorted(set(value))
+
+
 def _parse_number(name: str, text: str) -> float:
     try:
         return float(text)
@@ -90,6 +104,7 @@ SCHEMA: dict[str, tuple[Any, Any]] = {
     "group_concurrency": (1, _count(1, 10**6)),
     "dedup_window": (0.0, _seconds(366 * 86400.0)),
     "throttle": (None, _throttle),
+    "suspended": ([], _operations),
 }
 DEFAULTS: dict[str, Any] = {key: default for key, (default, _) in SCHEMA.items()}
 
@@ -103,7 +118,7 @@ def validate(changes: Mapping[str, object]) -> dict[str, Any]:
             raise InvalidArgument(f"unknown queue setting {key!r} (known: {known})")
         default, check = SCHEMA[key]
         if value is None or (isinstance(value, str) and value.strip().lower() in ("", "none")):
-            clean[key] = default
+            clean[key] = list(default) if isinstance(default, list) else default
         else:
             clean[key] = check(key, value)
     return clean
