@@ -1,0 +1,371 @@
+"""vsqs for PySpark: the ``vsqs`` data source and executors as queue workers.
+
+    import vsqs.spark
+    vsqs.spark.register(spark)                          # format("vsqs") (also found without it)
+    spark.read.format("vsqs").load("/spool/jobs")       # a snapshot: one row per message
+    df.select("body").write.format("vsqs").mode("append").save("/spool/jobs")
+    spark.readStream.format("vsqs").load("/spool/jobs") # claims, deletes after Spark's commit
+    vsqs.spark.process_queue(spark, "/spool/jobs", handle, output="/spool/done")
+
+Needs pyspark >= 4.0 (4.2 for streaming reads) and pyarrow: ``pip install
+vsqs[spark]``. Options, semantics and deployment notes: ``docs/spark.md``.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import threading
+import time
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, fields
+from typing import TYPE_CHECKING, Any
+
+from vsqs import InvalidArgument, Message, Queue, StaleReceipt, VsqsError, Worker
+from vsqs._spark_source import COLUMNS, NAME, OPTIONS, SCHEMA, VsqsDataSource
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+__all__ = [
+    "COLUMNS",
+    "NAME",
+    "OPTIONS",
+    "SCHEMA",
+    "ProcessResult",
+    "VsqsDataSource",
+    "process_queue",
+    "register",
+]
+
+log = logging.getLogger("vsqs.spark")
+
+
+def register(spark: SparkSession) -> None:
+    """Register the ``vsqs`` data source with ``spark``.
+
+    Not needed when vsqs is installed where Spark's Python workers can import
+    it: Spark finds the top-level ``pyspark_vsqs`` module by itself. Calling it
+    anyway is harmless (the session's registration wins).
+    """
+    spark.dataSource.register(VsqsDataSource)
+
+
+# -- executors as workers ------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ProcessResult:
+    """What :func:`process_queue` did, summed over the successful task attempts."""
+
+    processed: int = 0  # fn succeeded and the message was deleted
+    failed: int = 0  # fn raised: the message stays in the queue (hidden for retry_delay)
+    redelivered: int = 0  # messages received that had been received before (receive_count > 1)
+    lost: int = 0  # lease lost before the delete: the message will be delivered again
+    published: int = 0  # results published to the output queue
+    tasks: int = 0  # task attempts whose counts are included
+
+    def __add__(self, other: ProcessResult) -> ProcessResult:
+        return ProcessResult(
+            **{f.name: getattr(self, f.name) + getattr(other, f.name) for f in fields(self)}
+        )
+
+
+Body = bytes | str
+
+
+def _results(value: object) -> list[Body]:
+    """fn's return value as the list of bodies to publish."""
+    if value is None:
+        return []
+    if isinstance(value, (bytes, bytearray, memoryview, str)):
+        return [bytes(value) if not isinstance(value, str) else value]
+    if isinstance(value, Iterable):
+        out: list[Body] = []
+        for item in value:
+            if item is None:
+                continue
+            if not isinstance(item, (bytes, bytearray, memoryview, str)):
+                raise TypeError(f"fn must return bytes, str, None or a list of them, not a list holding {type(item).__name__}")
+            out.append(bytes(item) if not isinstance(item, str) else item)
+        return out
+    raise TypeError(f"fn must return bytes, str, None or a list of them, not {type(value).__name__}")
+
+
+class _Counts:
+    """Thread-safe counters of one task."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.redelivered = 0
+        self.published = 0
+        self.processed = 0
+        self.failed = 0
+        self.lost = 0
+
+    def add(self, **counts: int) -> None:
+        with self.lock:
+            for name, value in counts.items():
+                setattr(self, name, getattr(self, name) + value)
+
+
+@dataclass(frozen=True)
+class _TaskSpec:
+    """Everything one process_queue task needs (pickled to the executors)."""
+
+    queue: Queue  # a Queue pickles as its path and options
+    output: Queue | None
+    fn: Callable[[Any], Any]
+    batch_size: int | None
+    visibility_timeout: float
+    wait: float
+    concurrency: int
+    retry_delay: float
+    max_messages: int | None
+
+
+def _run_task(spec: _TaskSpec) -> ProcessResult:
+    """One task: drain the queue (burst), calling fn; runs on an executor."""
+    queue, output = spec.queue, spec.output
+    counts = _Counts()
+    if spec.batch_size is None:
+
+        def handle(message: Message) -> None:
+            if message.receive_count > 1:
+                counts.add(redelivered=1)
+            bodies = _results(spec.fn(message.body))
+            if output is not None and bodies:
+                output.publish_batch(bodies)  # durable, before the input is deleted
+                counts.add(published=len(bodies))
+
+        stats = Worker(
+            queue,
+            handle,
+            visibility_timeout=spec.visibility_timeout,
+            wait=spec.wait,
+            concurrency=spec.concurrency,
+            max_messages=spec.max_messages,
+            burst=True,
+            retry_delay=spec.retry_delay,
+        ).work()
+        counts.add(processed=stats.processed, failed=stats.failed, lost=stats.lost)
+    else:
+        _BatchLoop(queue, output, spec, counts).run()
+    return ProcessResult(
+        processed=counts.processed,
+        failed=counts.failed,
+        redelivered=counts.redelivered,
+        lost=counts.lost,
+        published=counts.published,
+        tasks=1,
+    )
+
+
+class _BatchLoop:
+    """Batch mode: receive up to batch_size messages, call fn(list of bodies),
+    publish the results in one batch, then delete the inputs. While fn runs, a
+    lease keeper extends the batch's visibility; a failed batch stays hidden
+    until the task ends (each message is tried once per run), then is given
+    back after retry_delay, as the Worker does."""
+
+    def __init__(self, queue: Queue, output: Queue | None, spec: _TaskSpec, counts: _Counts) -> None:
+        self.queue = queue
+        self.output = output
+        self.spec = spec
+        self.counts = counts
+        self.lock = threading.Lock()  # guards every change of a held message's receipt
+        self.held: dict[str, tuple[Message, float]] = {}  # id -> (message, renew at)
+        self.parked: list[Message] = []
+        self.taken = 0
+        self.stopping = threading.Event()
+
+    def run(self) -> None:
+        keeper = threading.Thread(target=self._keep_leases, name="vsqs-lease-keeper", daemon=True)
+        keeper.start()
+        errors: list[BaseException] = []
+
+        def loop() -> None:
+            try:
+                self._loop()
+            except BaseException as exc:
+                errors.append(exc)
+
+        threads = [threading.Thread(target=loop, daemon=True) for _ in range(self.spec.concurrency)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        try:
+            for message in self.parked:
+                self._settle(message, give_back=True)
+        finally:
+            self.stopping.set()
+            keeper.join()
+        if errors:
+            raise errors[0]
+
+    def _take(self) -> int:
+        with self.lock:
+            if self.spec.max_messages is None:
+                return self.spec.batch_size or 1
+            left = self.spec.max_messages - self.taken
+            return max(0, min(left, self.spec.batch_size or 1))
+
+    def _loop(self) -> None:
+        while True:
+            wanted = self._take()
+            if wanted == 0:
+                return
+            messages = self.queue.receive_batch(
+                wanted, visibility_timeout=self.spec.visibility_timeout, wait=self.spec.wait
+            )
+            if not messages:
+                return
+            with self.lock:
+                self.taken += len(messages)
+                renew = time.monotonic() + self.spec.visibility_timeout / 2
+                for message in messages:
+                    self.held[message.id] = (message, renew)
+            self.counts.add(redelivered=sum(1 for m in messages if m.receive_count > 1))
+            try:
+                results = self.spec.fn([m.body for m in messages])
+                if results is None:
+                    results = [None] * len(messages)
+                results = list(results)
+                if len(results) != len(messages):
+                    raise TypeError(
+                        f"a batch fn must return one result per body: got {len(results)} "
+                        f"for {len(messages)}"
+                    )
+                bodies = [body for result in results for body in _results(result)]
+            except Exception as exc:
+                log.info("batch of %d failed: %s", len(messages), exc)
+                with self.lock:
+                    self.parked.extend(messages)
+                continue
+            if self.output is not None and bodies:
+                self.output.publish_batch(bodies)  # durable, before the inputs are deleted
+                self.counts.add(published=len(bodies))
+            for message in messages:
+                self._settle(message, give_back=False)
+
+    def _settle(self, message: Message, *, give_back: bool) -> None:
+        with self.lock:
+            self.held.pop(message.id, None)
+            try:
+                if not give_back:
+                    message.delete()
+                elif self.spec.retry_delay:
+                    message.change_visibility(self.spec.retry_delay)
+                else:
+                    message.release()
+            except StaleReceipt:
+                self.counts.add(lost=1)
+                return
+        self.counts.add(**{"failed" if give_back else "processed": 1})
+
+    def _keep_leases(self) -> None:
+        period = max(0.05, self.spec.visibility_timeout / 6)
+        while not self.stopping.wait(period):
+            now = time.monotonic()
+            with self.lock:
+                for key, (message, renew_at) in list(self.held.items()):
+                    if now < renew_at:
+                        continue
+                    try:
+                        message.change_visibility(self.spec.visibility_timeout)
+                        self.held[key] = (message, now + self.spec.visibility_timeout / 2)
+                    except VsqsError as exc:
+                        log.warning("cannot extend lease of %s: %s", message.id, exc)
+                        self.held.pop(key)
+
+
+def _seconds(name: str, value: object, *, positive: bool = False) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or math.isnan(value):
+        raise InvalidArgument(f"{name} must be a number of seconds, not {value!r}")
+    if value < 0 or (positive and value == 0):
+        raise InvalidArgument(f"{name} must be {'> 0' if positive else '>= 0'} seconds, not {value!r}")
+    return float(value)
+
+
+def _count(name: str, value: object, *, allow_none: bool = False) -> Any:
+    if value is None and allow_none:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise InvalidArgument(f"{name} must be an int >= 1{' or None' if allow_none else ''}, not {value!r}")
+    return value
+
+
+def process_queue(
+    spark: SparkSession,
+    path: str | os.PathLike[str] | Queue,
+    fn: Callable[[Any], Any],
+    *,
+    output: str | os.PathLike[str] | Queue | None = None,
+    parallelism: int | None = None,
+    concurrency: int = 1,
+    batch_size: int | None = None,
+    visibility_timeout: float = 60.0,
+    wait: float = 1.0,
+    retry_delay: float | None = None,
+    max_messages: int | None = None,
+) -> ProcessResult:
+    """Drain the queue at ``path`` with ``parallelism`` Spark tasks; return the counts.
+
+    Each task receives messages from the shared queue and calls
+    ``fn(body)`` (bytes); with ``batch_size=N`` it calls ``fn(bodies)`` with a
+    list of up to N bodies instead and expects a list of as many results. A
+    result (bytes, str, a list of them, or None for nothing) is published to
+    ``output`` durably; only then is the input message deleted. A message
+    whose ``fn`` raised stays in the queue, hidden for ``retry_delay`` seconds
+    (default: ``visibility_timeout``) after the task ends, with its receive
+    count raised. A long ``fn`` keeps its message hidden: its lease is
+    extended while it runs.
+
+    The tasks stop when the queue has nothing visible for ``wait`` seconds
+    (or after ``max_messages`` in all). A task that dies, is retried or is
+    run speculatively re-delivers the messages it held when their lease runs
+    out; nothing is lost, and a message may be handled twice (at-least-once).
+    The counts come from the task attempts that succeeded.
+    """
+    queue = path if isinstance(path, Queue) else Queue(path)
+    out = None if output is None else output if isinstance(output, Queue) else Queue(output, create=True)
+    if not callable(fn):
+        raise InvalidArgument(f"fn must be callable, not {fn!r}")
+    context = spark.sparkContext
+    tasks = _count("parallelism", parallelism if parallelism is not None else context.defaultParallelism)
+    concurrency = _count("concurrency", concurrency)
+    batch_size = _count("batch_size", batch_size, allow_none=True)
+    if batch_size is not None and batch_size > 10_000:
+        raise InvalidArgument(f"batch_size must be at most 10000, not {batch_size}")
+    visibility_timeout = _seconds("visibility_timeout", visibility_timeout, positive=True)
+    wait = _seconds("wait", wait)
+    retry_delay = visibility_timeout if retry_delay is None else _seconds("retry_delay", retry_delay)
+    if max_messages is not None:
+        max_messages = _count("max_messages", max_messages)
+    share = None if max_messages is None else math.ceil(max_messages / tasks)
+    spec = _TaskSpec(
+        queue=queue,
+        output=out,
+        fn=fn,
+        batch_size=batch_size,
+        visibility_timeout=visibility_timeout,
+        wait=wait,
+        concurrency=concurrency,
+        retry_delay=retry_delay,
+        max_messages=share,
+    )
+
+    def task(_partition: Iterator[int]) -> Iterator[ProcessResult]:
+        yield _run_task(spec)
+
+    context.setJobDescription(f"vsqs.process_queue {queue.path}")
+    try:
+        results = context.parallelize(range(tasks), tasks).mapPartitions(task).collect()
+    finally:
+        context.setJobDescription(None)  # type: ignore[arg-type]
+    total = ProcessResult()
+    for result in results:
+        total += result
+    return total
