@@ -370,3 +370,9 @@ def test_stats_prometheus_dead_lettered(run, tmp_path):
     q.requeue_expired()
     prom = run("stats", q.path, "--prometheus").output
     assert f'vsqs_dead_lettered_messages{{queue="jobs",path="{q.path}"}} 1' in prom
+
+
+def test_publish_group(run, queue):
+    run("publish", queue.path, "--lines", "--group", "tenant", input="1\n2\n")
+    assert queue.receive().group == "tenant"
+    assert queue.receive() is None

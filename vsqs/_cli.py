@@ -188,6 +188,7 @@ def _attribute(ctx: click.Context, param: click.Parameter, values: tuple[str, ..
 @click.option("--at", type=click.DateTime(["%Y-%m-%dT%H:%M:%S", "%Y-%m-%d %H:%M:%S", "%Y-%m-%dT%H:%M"]),
               default=None, help="Local time at which the message becomes visible.")
 @click.option("--priority", type=click.IntRange(0, 9), default=0, show_default=True, help="Higher goes first.")
+@click.option("--group", default=None, help="Message group: delivered in order, one at a time (group_concurrency).")
 @click.option("-a", "--attribute", "attributes", multiple=True, callback=_attribute, metavar="NAME=VALUE",
               help="A message attribute (repeatable).")
 @click.option("--durable/--no-durable", default=True, show_default=True, help="fsync before returning.")
@@ -202,13 +203,15 @@ def publish(
     at: Any,
     priority: int,
     attributes: dict[str, str],
+    group: str | None,
     durable: bool,
     create_queue: bool,
 ) -> None:
     """Publish MESSAGE (or stdin) to QUEUE; print the message ids."""
     q = _open(ctx, queue, create=create_queue)
     options: dict[str, Any] = {
-        "delay": delay, "at": at, "priority": priority, "attributes": attributes, "durable": durable
+        "delay": delay, "at": at, "priority": priority, "attributes": attributes,
+        "group": group, "durable": durable,
     }
     if message is not None:
         if lines:

@@ -24,6 +24,7 @@ Names sort in delivery order (priority first, then send time). No I/O here.
 from __future__ import annotations
 
 import enum
+import hashlib
 import json
 import re
 import secrets
@@ -275,28 +276,86 @@ def decode_envelope(data: bytes) -> tuple[dict[str, Any], bytes]:
 # -- receipts ---------------------------------------------------------------
 
 
-def make_receipt(queue_id: str, hidden: str) -> str:
-    return f"{queue_id}{RECEIPT_SEPARATOR}{hidden}"
+@dataclass(frozen=True)
+class SlotRef:
+    """Which group slot lease a receipt holds: slot ``index``, lease generation ``gen``."""
+
+    index: int
+    gen: int
 
 
-def parse_receipt(queue_id: str, receipt: object) -> Name:
-    """Validate a receipt of queue ``queue_id``; return its in-flight name.
+_SLOT_REF_RE = re.compile(r"(0|[1-9][0-9]{0,5})\.([1-9][0-9]{0,17})")
+
+
+def make_receipt(queue_id: str, hidden: str, slot: SlotRef | None = None) -> str:
+    tail = f"{RECEIPT_SEPARATOR}{slot.index}.{slot.gen}" if slot else ""
+    return f"{queue_id}{RECEIPT_SEPARATOR}{hidden}{tail}"
+
+
+def parse_receipt(queue_id: str, receipt: object) -> tuple[Name, SlotRef | None]:
+    """Validate a receipt of queue ``queue_id``; return its in-flight name and,
+    for a message of a group, the slot lease it holds.
 
     A receipt can only ever name a hidden message file of this queue: no
     separator, path or foreign name gets through.
     """
     if not isinstance(receipt, str):
         raise InvalidReceipt(f"receipt must be a str, not {type(receipt).__name__}")
-    owner, sep, name = receipt.partition(RECEIPT_SEPARATOR)
-    parsed = parse_name(name) if sep else None
-    if parsed is None or parsed.state is not State.HIDDEN or not _QUEUE_ID_RE.fullmatch(owner):
+    parts = receipt.split(RECEIPT_SEPARATOR)
+    parsed = parse_name(parts[1]) if len(parts) in (2, 3) else None
+    slot = None
+    if parsed is not None and len(parts) == 3:
+        m = _SLOT_REF_RE.fullmatch(parts[2])
+        slot = SlotRef(int(m[1]), int(m[2])) if m and parsed.group_hash else None
+        if slot is None:
+            parsed = None
+    if parsed is None or parsed.state is not State.HIDDEN or not _QUEUE_ID_RE.fullmatch(parts[0]):
         shown = receipt if len(receipt) <= 80 else receipt[:77] + "..."
         raise InvalidReceipt(f"malformed receipt: {shown!r}")
-    if owner != queue_id:
+    if parts[0] != queue_id:
         raise InvalidReceipt(
-            f"receipt belongs to another queue (queue id {owner}, this queue is {queue_id})"
+            f"receipt belongs to another queue (queue id {parts[0]}, this queue is {queue_id})"
         )
-    return parsed
+    return parsed, slot
+
+
+# -- message groups: slot leases in .groups/ -----------------------------------
+
+GROUPS_DIR = ".groups"
+MAX_GROUP_LENGTH = 128
+_LEASE_RE = re.compile(r"([0-9a-f]{12})\.(0|[1-9][0-9]{0,5})\.([1-9][0-9]{0,17})")
+
+
+def group_hash(group: object) -> str:
+    """The 12 hex digits that stand for a message group in names."""
+    if not isinstance(group, str) or not group or len(group) > MAX_GROUP_LENGTH or "\x00" in group:
+        raise InvalidArgument(f"group must be a str of 1-{MAX_GROUP_LENGTH} characters, not {group!r}")
+    return hashlib.sha256(group.encode("utf-8")).hexdigest()[:12]
+
+
+def lease_name(group: str, index: int, gen: int) -> str:
+    """Generation ``gen`` of slot ``index`` of a group (``group`` is its hash)."""
+    return f"{group}.{index}.{gen}"
+
+
+def parse_lease_name(name: str) -> tuple[str, int, int] | None:
+    m = _LEASE_RE.fullmatch(name)
+    return (m[1], int(m[2]), int(m[3])) if m else None
+
+
+FREE_LEASE = b"free\n"
+
+
+def encode_lease(until_us: int) -> bytes:
+    return f"{until_us:016d}\n".encode()
+
+
+def decode_lease(data: bytes) -> int | None:
+    """The time a lease runs out (0 if free), or ``None`` if unreadable (being written)."""
+    if data == FREE_LEASE:
+        return 0
+    text = data.decode("ascii", "replace").strip()
+    return int(text) if len(text) == 16 and text.isdigit() else None
 
 
 # -- queue metadata -----------------------------------------------------------

@@ -32,6 +32,7 @@ from vsqs._errors import (
     VsqsError,
 )
 from vsqs._format import State
+from vsqs._groups import GroupLeases
 from vsqs._throttle import Throttle
 from vsqs._message import (
     Body,
@@ -61,16 +62,21 @@ _POLL_FIRST, _POLL_MAX = 0.005, 0.5
 _METADATA_WAIT = 5.0  # how long to wait for a racing creator to write metadata
 _SETTINGS_TTL = 1.0  # other processes' setting changes are seen within this many seconds
 _COUNT_TTL = 1.0  # max_messages is checked against a count at most this old
+_SWEEP_EVERY = 60.0  # seconds between sweeps of superseded group leases
 
 
 class _Listing:
     """A handle's cached view of its directory: visible names and timed hidden ones."""
 
-    __slots__ = ("visible", "hidden", "listed_at", "cost")
+    __slots__ = ("visible", "grouped", "hidden", "blocked", "listed_at", "cost")
 
     def __init__(self) -> None:
         self.visible: list[str] = []  # heap: smallest name = next to deliver
+        # heap of (round, name) for messages of groups: a group's first candidate
+        # is in round 0, its second in round 1...: groups take turns
+        self.grouped: list[tuple[int, str]] = []
         self.hidden: list[tuple[int, str]] = []  # heap by the time they turn visible
+        self.blocked: set[str] = set()  # groups to leave alone until the next listing
         self.listed_at = -math.inf  # time.monotonic() of the listing
         self.cost = 0.0  # seconds the listing took
 
@@ -102,6 +108,9 @@ class Queue:
         self._count = 0
         self._dlq: Queue | None = None
         self._throttle = Throttle(self._path)
+        self._groups = GroupLeases(self._path)
+        self._groups_seen = False
+        self._groups_swept_at = -math.inf
 
     # -- pickling: path and options only; reopened lazily where unpickled --
 
@@ -255,16 +264,25 @@ class Queue:
         at: datetime | None = None,
         priority: int = _format.DEFAULT_PRIORITY,
         attributes: Mapping[str, str] | None = None,
+        group: str | None = None,
         durable: bool = True,
     ) -> str:
         """Store one message; return its id. ``durable`` fsyncs file and directory first.
 
         ``delay`` (seconds, default the queue's ``delay`` setting) or ``at`` (a
         datetime) keep it hidden until then; ``priority`` 0..9, higher first;
-        ``attributes``: small str -> str metadata returned on receive.
+        ``attributes``: small str -> str metadata returned on receive;
+        ``group``: messages of one group are delivered in order, at most
+        ``group_concurrency`` (a queue setting, default 1) in flight at once.
         """
         return self.publish_batch(
-            [body], delay=delay, at=at, priority=priority, attributes=attributes, durable=durable
+            [body],
+            delay=delay,
+            at=at,
+            priority=priority,
+            attributes=attributes,
+            group=group,
+            durable=durable,
         )[0]
 
     def publish_batch(
@@ -275,6 +293,7 @@ class Queue:
         at: datetime | None = None,
         priority: int = _format.DEFAULT_PRIORITY,
         attributes: Mapping[str, str] | None = None,
+        group: str | None = None,
         durable: bool = True,
     ) -> list[str]:
         """Store several messages sharing one directory fsync; return their ids in order.
@@ -287,7 +306,15 @@ class Queue:
         self._check_suspended("publish", settings)
         delay = self._delay_of(delay, at, settings)
         priority = _check_priority(priority)
-        header = {"attributes": _format.check_attributes(attributes)} if attributes else None
+        header: dict[str, Any] = {}
+        if attributes:
+            header["attributes"] = _format.check_attributes(attributes)
+        group_hash = ""
+        if group is not None:
+            group_hash = _format.group_hash(group)
+            if priority != _format.DEFAULT_PRIORITY:
+                raise InvalidArgument("priority cannot be combined with group: a group is strictly in order")
+            header["group"] = group
         datas = [to_bytes(body) for body in bodies]
         if len(datas) > MAX_BATCH:
             raise InvalidArgument(f"bodies: at most {MAX_BATCH} messages per batch, not {len(datas)}")
@@ -296,7 +323,7 @@ class Queue:
         try:
             for data in datas:
                 content = _format.encode_envelope(header, data) if header else data
-                written.append(self._write_new(content, durable, priority, envelope=bool(header)))
+                written.append(self._write_new(content, durable, priority, group_hash, bool(header)))
         except BaseException:
             for _, temp in written:
                 with contextlib.suppress(StorageError):
@@ -349,11 +376,12 @@ class Queue:
                 )
 
     def _write_new(
-        self, data: bytes, durable: bool, priority: int, *, envelope: bool
+        self, data: bytes, durable: bool, priority: int, group_hash: str, envelope: bool
     ) -> tuple[str, str]:
         """Write ``STEM.new`` under a fresh key; return (stem, path)."""
         for _attempt in range(8):
-            stem = _format.make_stem(_format.new_key(priority), envelope=envelope)
+            key = _format.new_key(priority)
+            stem = _format.make_stem(key, group_hash=group_hash, envelope=envelope)
             temp = self._file(_format.writing_name(stem))
             if _fs.create_exclusive(temp, data, durable=durable):
                 return stem, temp
@@ -491,12 +519,26 @@ class Queue:
                 with self._lock:
                     allowed = self._throttle.take(throttle[0], throttle[1], time.time())
                 if not allowed:
-                    with self._lock:
-                        heapq.heappush(self._listing.visible, name)  # still a candidate later
+                    self._remember(name)  # still a candidate later
                     break
             count = parsed.receive_count + 1
-            new = _format.hidden_name(parsed.stem, _format.now_us() + lease_us, count)
+            now = _format.now_us()
+            until = now + lease_us
+            new = _format.hidden_name(parsed.stem, until, count)
+            slot = None
+            group = parsed.group_hash
+            if group:
+                with self._lock:
+                    slot = self._groups.claim(group, settings["group_concurrency"], until, now, self._skew_us)
+                if slot is None:
+                    with self._lock:
+                        self._listing.blocked.add(group)  # its slots are all held
+                    continue
             if not _fs.rename(self._file(name), self._file(new)):
+                if group and slot is not None:
+                    with self._lock:
+                        self._groups.free(group, slot)
+                        self._listing.blocked.add(group)  # our view of the group is stale
                 continue  # another consumer got it first
             header = None
             if read_bodies:
@@ -506,7 +548,7 @@ class Queue:
                 data, header = self._decode(parsed, data, self._file(new))
             else:
                 data = None
-            receipt = _format.make_receipt(queue_id, new)
+            receipt = _format.make_receipt(queue_id, new, slot)
             got.append(Message(self, parsed.key, data, receipt, count, parsed.sent_us / 1e6, header))
         return got
 
@@ -516,36 +558,86 @@ class Queue:
         now = _format.now_us()
         self._promote(now)
         age = time.monotonic() - cache.listed_at
-        if cache.visible:
+        if cache.visible or cache.grouped:
             stale = age >= max(_MAX_LISTING_AGE, _AGE_FACTOR * cache.cost)
         else:
             stale = cache.cost < _CHEAP_LISTING or age >= _EXHAUSTED_FACTOR * cache.cost
         if stale:
             self._relist(now)
+        while cache.grouped:
+            turn, name = cache.grouped[0]
+            if cache.visible and (turn > 0 or cache.visible[0] < name):
+                break
+            heapq.heappop(cache.grouped)
+            if name[_format.KEY_LENGTH + 2 : _format.KEY_LENGTH + 14] not in cache.blocked:
+                return name
         return heapq.heappop(cache.visible) if cache.visible else None
 
     def _promote(self, now: int) -> None:
         cache = self._listing
         while cache.hidden and cache.hidden[0][0] + self._skew_us <= now:
-            heapq.heappush(cache.visible, heapq.heappop(cache.hidden)[1])
+            name = heapq.heappop(cache.hidden)[1]
+            if _format.parse_name(name).group_hash:  # type: ignore[union-attr]
+                heapq.heappush(cache.grouped, (0, name))
+            else:
+                heapq.heappush(cache.visible, name)
 
     def _relist(self, now: int) -> None:
         started = time.monotonic()
         visible, hidden = [], []
+        groups: dict[str, list[_format.Name]] = {}
         for name in _fs.list_names(self._path):
             parsed = _format.parse_name(name)
             if parsed is None or parsed.state is State.WRITING:
                 continue
-            if parsed.state is State.HIDDEN and parsed.until_us + self._skew_us > now:
+            if parsed.group_hash:
+                groups.setdefault(parsed.group_hash, []).append(parsed)
+            elif parsed.state is State.HIDDEN and parsed.until_us + self._skew_us > now:
                 hidden.append((parsed.until_us, name))
             else:
                 visible.append(name)
+        grouped = self._group_candidates(groups, now, hidden) if groups else []
         heapq.heapify(visible)
+        heapq.heapify(grouped)
         heapq.heapify(hidden)
+        if groups or self._groups_seen:
+            if time.monotonic() - self._groups_swept_at > _SWEEP_EVERY:
+                self._groups.sweep()  # a bulk pass, at most once a minute per handle
+                self._groups_swept_at = time.monotonic()
+            self._groups.refresh()
+            self._groups_seen = bool(groups)
         cache = self._listing
-        cache.visible, cache.hidden = visible, hidden
+        cache.visible, cache.grouped, cache.hidden = visible, grouped, hidden
+        cache.blocked = set()
         cache.listed_at = time.monotonic()
         cache.cost = cache.listed_at - started
+
+    def _group_candidates(
+        self, groups: dict[str, list[_format.Name]], now: int, hidden: list[tuple[int, str]]
+    ) -> list[tuple[int, str]]:
+        """Each group's next messages in order, as many as it has free slots."""
+        limit = self._current_settings()["group_concurrency"]
+        candidates = []
+        for members in groups.values():
+            members.sort(key=lambda name: name.key)
+            held = [
+                m
+                for m in members
+                if m.state is State.HIDDEN and m.receive_count and m.until_us + self._skew_us > now
+            ]
+            for m in held:  # back in play when its lease runs out
+                hidden.append((m.until_us, str(m)))
+            free = limit - len(held)
+            turn = 0
+            for m in members:
+                if free <= 0:
+                    break
+                if m.state is State.HIDDEN and m.until_us + self._skew_us > now:
+                    continue  # in flight, or delayed: not yet in the group's order
+                candidates.append((turn, str(m)))
+                turn += 1
+                free -= 1
+        return candidates
 
     def _remember(self, name: str, until_us: int = 0) -> None:
         """Put a name this handle just made into its cache, so it sees its own moves."""
@@ -555,6 +647,9 @@ class Queue:
                 return
             if until_us:
                 heapq.heappush(cache.hidden, (until_us, name))
+            elif _format.parse_name(name).group_hash:  # type: ignore[union-attr]
+                cache.blocked.discard(_format.parse_name(name).group_hash)  # type: ignore[union-attr]
+                heapq.heappush(cache.grouped, (0, name))
             else:
                 heapq.heappush(cache.visible, name)
 
@@ -589,10 +684,13 @@ class Queue:
 
     def delete(self, receipt: str) -> None:
         """Delete the message held by ``receipt``; :class:`StaleReceipt` if it no longer is."""
-        name = _format.parse_receipt(self.id, receipt)
+        name, slot = _format.parse_receipt(self.id, receipt)
         self._check_suspended("delete", self._current_settings())
         if not _fs.unlink(self._file(str(name))):
             raise StaleReceipt(_stale_message(name.key))
+        if slot is not None:
+            with self._lock:
+                self._groups.free(name.group_hash, slot)
 
     def delete_batch(self, receipts: Iterable[str]) -> list[VsqsError | None]:
         """Delete several messages; one outcome per receipt, in order: ``None``
@@ -629,7 +727,7 @@ class Queue:
         return self._read_content(receipt)[0]
 
     def _read_content(self, receipt: str) -> tuple[bytes, dict[str, Any] | None]:
-        name = _format.parse_receipt(self.id, receipt)
+        name, slot = _format.parse_receipt(self.id, receipt)
         data = _fs.read(self._file(str(name)))
         if data is None:
             raise StaleReceipt(_stale_message(name.key))
@@ -649,20 +747,26 @@ class Queue:
     def change_visibility(self, receipt: str, timeout: float) -> str:
         """Hide the message for ``timeout`` seconds from now; return the new receipt."""
         timeout = check_seconds(timeout, "timeout", MAX_VISIBILITY_TIMEOUT)
-        name = _format.parse_receipt(self.id, receipt)
+        name, slot = _format.parse_receipt(self.id, receipt)
         until = _format.now_us() + to_us(timeout)
         new = _format.hidden_name(name.stem, until, name.receive_count)
+        if slot is not None:  # the slot first: a crash between leaves the group blocked, not open
+            with self._lock:
+                slot = self._groups.extend(name.group_hash, slot, until)
         if not _fs.rename(self._file(str(name)), self._file(new)):
             raise StaleReceipt(_stale_message(name.key))
         self._remember(new, until)
-        return _format.make_receipt(self.id, new)
+        return _format.make_receipt(self.id, new, slot)
 
     def release(self, receipt: str) -> None:
         """Make the message visible again now (ready), keeping its receive count."""
-        name = _format.parse_receipt(self.id, receipt)
+        name, slot = _format.parse_receipt(self.id, receipt)
         ready = _format.ready_name(name.stem, name.receive_count)
         if not _fs.rename(self._file(str(name)), self._file(ready)):
             raise StaleReceipt(_stale_message(name.key))
+        if slot is not None:
+            with self._lock:
+                self._groups.free(name.group_hash, slot)
         self._remember(ready)
 
     # -- inspection and maintenance ------------------------------------------
@@ -897,6 +1001,8 @@ class Queue:
                 modified = _fs.mtime(self._file(entry))
                 if modified is not None and modified <= now - stage_grace:
                     removed += self.abort_stage(_format.parse_stage_dir(entry) or "")
+        with self._lock:
+            removed += self._groups.sweep()
         return removed
 
 

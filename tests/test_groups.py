@@ -1,0 +1,158 @@
+"""FIFO message groups: order inside a group, N in flight, fairness across groups."""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import time
+
+import pytest
+
+import vsqs
+from vsqs import _format
+
+
+def test_one_in_flight_per_group_in_order(queue):
+    for i in range(3):
+        queue.publish(f"a{i}", group="a")
+    queue.publish(b"b0", group="b")
+    first = queue.receive()
+    assert (first.body, first.group) == (b"a0", "a")
+    second = queue.receive()
+    assert second.body == b"b0"  # group a is held up, b is not
+    assert queue.receive() is None  # a1 waits for a0
+    first.delete()
+    assert queue.receive().body == b"a1"
+
+
+def test_group_waits_across_handles(queue):
+    queue.publish_batch([b"1", b"2"], group="g")
+    m = vsqs.Queue(queue.path).receive()
+    assert vsqs.Queue(queue.path).receive() is None
+    m.delete()
+    assert vsqs.Queue(queue.path).receive().body == b"2"
+
+
+def test_group_resumes_after_lease_runs_out(queue):
+    queue.publish_batch([b"1", b"2"], group="g")
+    crashed = queue.receive(visibility_timeout=0.2)  # its consumer dies holding it
+    assert queue.receive() is None
+    time.sleep(0.25)
+    again = vsqs.Queue(queue.path).receive()
+    assert (again.id, again.receive_count) == (crashed.id, 2)  # in order: the same one first
+    again.delete()
+    assert queue.receive().body == b"2"
+
+
+def test_release_gives_the_group_back(queue):
+    queue.publish_batch([b"1", b"2"], group="g")
+    m = queue.receive()
+    m.release()
+    again = vsqs.Queue(queue.path).receive()
+    assert again.id == m.id and again.receive_count == 2
+
+
+def test_extended_lease_keeps_the_group_held(queue):
+    queue.publish_batch([b"1", b"2"], group="g")
+    m = queue.receive(visibility_timeout=0.2)
+    m.change_visibility(30)
+    time.sleep(0.25)
+    assert vsqs.Queue(queue.path).receive() is None
+    m.delete()  # the new receipt frees the slot
+    assert vsqs.Queue(queue.path).receive().body == b"2"
+
+
+def test_group_concurrency(queue):
+    queue.configure(group_concurrency=2)
+    queue.publish_batch([b"1", b"2", b"3"], group="g")
+    got = [m.body for m in queue.receive_batch(10)]
+    assert got == [b"1", b"2"]
+    assert vsqs.Queue(queue.path).receive() is None
+
+
+def test_groups_take_turns(queue):
+    queue.configure(group_concurrency=100)
+    queue.publish_batch([b"busy-%d" % i for i in range(50)], group="busy")
+    queue.publish(b"quiet-1", group="quiet")
+    queue.publish(b"quiet-2", group="other")
+    got = [m.body for m in queue.receive_batch(3)]
+    assert sorted(got) == [b"busy-0", b"quiet-1", b"quiet-2"]  # round-robin, not 3 busy ones
+
+
+def test_ungrouped_messages_are_not_held_up(queue):
+    queue.publish_batch([b"g1", b"g2"], group="g")
+    queue.publish(b"free")
+    assert sorted(m.body for m in queue.receive_batch(5)) == [b"free", b"g1"]
+
+
+def test_group_with_priority_is_refused(queue):
+    with pytest.raises(vsqs.InvalidArgument, match="priority cannot be combined with group"):
+        queue.publish(b"x", group="g", priority=5)
+    with pytest.raises(vsqs.InvalidArgument, match="group must be"):
+        queue.publish(b"x", group="")
+
+
+def test_group_in_listing_and_receipt(queue):
+    queue.publish(b"x", group="tenant-7")
+    [info] = queue.messages(bodies=True)
+    assert info.group == "tenant-7"
+    m = queue.receive()
+    assert m.receipt.count(":") == 2  # the slot lease travels in the receipt
+    with pytest.raises(vsqs.InvalidReceipt):
+        queue.delete(m.receipt + "9x")
+    m.delete()
+
+
+def test_lease_files_are_swept(queue):
+    for _ in range(5):
+        queue.publish(b"x", group="g")
+        queue.receive().delete()
+    leases = os.path.join(queue.path, _format.GROUPS_DIR)
+    assert len(os.listdir(leases)) == 10  # a claim and a free per message
+    old = time.time() - 3600
+    for name in os.listdir(leases):
+        os.utime(os.path.join(leases, name), (old, old))
+    queue.collect_garbage()
+    assert os.listdir(leases) == ["%s.0.10" % _format.group_hash("g")]
+    queue.publish(b"y", group="g")
+    assert vsqs.Queue(queue.path).receive().body == b"y"  # the chain goes on from the newest
+
+
+def _group_consumer(path: str, barrier, out) -> None:
+    q = vsqs.Queue(path)
+    barrier.wait()
+    log = []
+    deadline = time.monotonic() + 60
+    idle = 0
+    while time.monotonic() < deadline and idle < 30:
+        m = q.receive(visibility_timeout=30)
+        if m is None:
+            idle += 1
+            time.sleep(0.01)
+            continue
+        idle = 0
+        start = time.time()
+        time.sleep(0.002)
+        log.append((m.group, m.body.decode(), start, time.time()))
+        m.delete()
+    out.put(log)
+
+
+def test_racing_consumers_never_overlap_in_a_group(tmp_path):
+    q = vsqs.Queue(tmp_path / "q", create=True)
+    for g in range(4):
+        q.publish_batch([f"{i}" for i in range(40)], group=f"g{g}", durable=False)
+    ctx = multiprocessing.get_context("spawn")
+    barrier, out = ctx.Barrier(4), ctx.Queue()
+    procs = [ctx.Process(target=_group_consumer, args=(q.path, barrier, out)) for _ in range(4)]
+    for p in procs:
+        p.start()
+    logs = [entry for _ in procs for entry in out.get(timeout=120)]
+    for p in procs:
+        p.join(60)
+    assert len(logs) == 160
+    for g in range(4):
+        handled = sorted((start, end, int(body)) for group, body, start, end in logs if group == f"g{g}")
+        assert [body for *_, body in handled] == list(range(40))  # strictly in order
+        for (_, end, _), (start, _, _) in zip(handled, handled[1:], strict=False):
+            assert start >= end  # never two of one group at once
