@@ -1,116 +1,477 @@
 #!/usr/bin/env python3
-"""The main job: a producer/consumer pipeline over a spool in a local directory.
+"""The main job: a PySpark pipeline over a vsqs spool in a local directory.
 
-    scripts/demo                      # ./spool, 10,000 orders, 2 worker processes
-    scripts/demo --spool /mnt/shared/spool --orders 50000 --workers 4
+    scripts/demo                              # ./spool, 10,000 orders, local Spark
+    scripts/demo --spool /mnt/shared/spool    # a spool every executor mounts
+    scripts/demo --orders 50000 --verbose     # bigger, with Spark's own logging
 
-The driver publishes generated orders into `incoming`; worker processes
-receive them, price each order and publish the result to `results`, deleting
-the input only after the result is durably published; the driver then drains
-`results` into a summary. Some orders are malformed on purpose: their
-handler fails, and they stay in `incoming` for inspection after the run.
+1. The driver generates orders (JSON) and publishes them into the `incoming`
+   queue with the data source: df.write.format("vsqs").
+2. A snapshot (spark.read.format("vsqs")) shows the queue with SQL.
+3. Executors consume `incoming` with vsqs.spark.process_queue: each order is
+   validated, priced and converted to EUR, the result published to `results`
+   durably, and only then the order deleted. One executor's Python worker is
+   killed in the middle of an order (--no-crash to skip): Spark retries the
+   task, and the order it held comes back after its visibility timeout. A few
+   orders are malformed on purpose: they fail, are retried, and after
+   `max_receives` (2) attempts move to the dead-letter queue `incoming.dlq`.
+4. A streaming query (spark.readStream.format("vsqs"), Trigger.AvailableNow)
+   drains `results` into a summary table, de-duplicating by order id (vsqs
+   delivers at least once); a batch is deleted from the queue only after
+   Spark committed it.
+5. The figures: in, out, re-delivered, dead-lettered, throughput, queue stats.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import datetime
 import json
-import multiprocessing
 import os
 import random
 import shutil
 import sys
+import tempfile
+import threading
 import time
-from collections import Counter
+from collections.abc import Callable, Iterator
 
 import vsqs
 
-PRODUCTS = {"widget": 2.50, "gadget": 12.00, "gizmo": 7.25, "doohickey": 0.99}
+VISIBILITY_TIMEOUT = 5.0  # short, so the crashed worker's order comes back quickly
+MAX_RECEIVES = 2  # a malformed order is tried twice, then dead-lettered
+
+# -- the input: generated orders ---------------------------------------------------
+
+CATALOG = {  # sku -> (name, unit price in EUR)
+    "KB-101": ("mechanical keyboard", 89.00),
+    "MS-220": ("wireless mouse", 24.50),
+    "MN-270": ("27in monitor", 229.00),
+    "HD-330": ("noise-cancelling headphones", 179.00),
+    "CB-010": ("usb-c cable", 9.90),
+    "DK-400": ("docking station", 139.00),
+    "WC-120": ("webcam", 59.00),
+    "SS-512": ("512 GB ssd", 64.90),
+    "CH-900": ("office chair", 249.00),
+    "LP-050": ("laptop stand", 34.00),
+}
+COUNTRIES = [  # (country, currency, VAT rate, weight)
+    ("DE", "EUR", 0.19, 22),
+    ("FR", "EUR", 0.20, 14),
+    ("NL", "EUR", 0.21, 8),
+    ("US", "USD", 0.00, 24),
+    ("GB", "GBP", 0.20, 14),
+    ("JP", "JPY", 0.10, 6),
+    ("CH", "CHF", 0.081, 6),
+    ("SE", "SEK", 0.25, 6),
+]
+EUR_PER = {"EUR": 1.0, "USD": 0.92, "GBP": 1.17, "JPY": 0.0062, "CHF": 1.04, "SEK": 0.088}
+COUPONS = {"SPRING10": 0.10, "WELCOME5": 0.05}
 
 
 def make_orders(n: int, seed: int = 7) -> list[bytes]:
+    """n orders as JSON; about 1 in 700 is malformed (the handler rejects it)."""
     rng = random.Random(seed)
+    countries = [c for c in COUNTRIES for _ in range(c[3])]
+    skus = list(CATALOG)
+    start = datetime.datetime(2026, 3, 1, tzinfo=datetime.timezone.utc)
     orders = []
     for i in range(n):
-        order = {
-            "order": i,
-            "customer": f"c{rng.randrange(500):03d}",
-            "product": rng.choice(list(PRODUCTS)),
-            "quantity": rng.randrange(1, 20),
+        country, currency, _, _ = rng.choice(countries)
+        lines = []
+        for sku in rng.sample(skus, rng.choice((1, 1, 1, 2, 2, 3, 4))):
+            price = round(CATALOG[sku][1] / EUR_PER[currency], 2)
+            lines.append({"sku": sku, "qty": rng.choice((1, 1, 1, 2, 2, 3, 5)), "unit_price": price})
+        order: dict[str, object] = {
+            "order_id": f"o-{i:07d}",
+            "customer": f"c-{rng.randrange(3000):05d}",
+            "country": country,
+            "currency": currency,
+            "created_at": (start + datetime.timedelta(seconds=i * 7 + rng.randrange(7))).isoformat(),
+            "lines": lines,
         }
-        if rng.random() < 0.001:
-            order["quantity"] = "many"  # malformed: the handler rejects it
-        orders.append(json.dumps(order).encode())
+        if rng.random() < 0.15:
+            order["coupon"] = rng.choice(list(COUPONS))
+        if rng.random() < 1 / 700:  # malformed on purpose
+            if rng.random() < 0.5:
+                lines[0]["qty"] = "many"
+            else:
+                lines[0]["sku"] = "XX-000"
+        orders.append(json.dumps(order, separators=(",", ":")).encode())
     return orders
 
 
-def price(body: bytes) -> bytes:
+# -- the transformation (runs on the executors) ------------------------------------------
+
+
+def price_order(body: bytes) -> bytes:
+    """Validate an order and price it in EUR (net of coupon, with VAT)."""
     order = json.loads(body)
-    if not isinstance(order["quantity"], int):
-        raise ValueError(f"order {order['order']}: bad quantity {order['quantity']!r}")
-    total = round(PRODUCTS[order["product"]] * order["quantity"], 2)
-    return json.dumps({"customer": order["customer"], "product": order["product"], "total": total}).encode()
+    vat = {country: rate for country, _, rate, _ in COUNTRIES}[order["country"]]
+    subtotal = 0.0
+    items = 0
+    for line in order["lines"]:
+        if line["sku"] not in CATALOG:
+            raise ValueError(f"{order['order_id']}: unknown sku {line['sku']!r}")
+        if not isinstance(line["qty"], int) or line["qty"] < 1:
+            raise ValueError(f"{order['order_id']}: bad quantity {line['qty']!r}")
+        subtotal += line["qty"] * line["unit_price"]
+        items += line["qty"]
+    discount = COUPONS.get(order.get("coupon", ""), 0.0)
+    total = subtotal * (1 - discount) * (1 + vat) * EUR_PER[order["currency"]]
+    result = {
+        "order_id": order["order_id"],
+        "country": order["country"],
+        "items": items,
+        "revenue_eur": round(total, 2),
+        "coupon": "coupon" in order,
+    }
+    return json.dumps(result, separators=(",", ":")).encode()
 
 
-def work(spool: str) -> tuple[int, int]:
-    incoming = vsqs.Queue(os.path.join(spool, "incoming"))
-    results = vsqs.Queue(os.path.join(spool, "results"))
+def crashing_once(fn: Callable[[bytes], bytes], victim: bytes, marker: str) -> Callable[[bytes], bytes]:
+    """fn, except that the first time it sees the order ``victim`` the Python
+    worker running it dies on the spot (as if the executor were lost)."""
 
-    def handle(message: vsqs.Message) -> None:
-        results.publish(price(message.body))  # durable, before the input is deleted
+    def handle(body: bytes) -> bytes:
+        if victim in body and not os.path.exists(marker):
+            with open(marker, "w") as f:
+                f.write(str(os.getpid()))
+            os._exit(1)
+        return fn(body)
 
-    stats = vsqs.Worker(incoming, handle, burst=True, wait=0.5, visibility_timeout=30).work()
-    return stats.processed, stats.failed
+    return handle
+
+
+# -- presentation ----------------------------------------------------------------
+
+
+class Progress:
+    """A status line redrawn in place on a terminal (plain lines otherwise)."""
+
+    def __init__(self) -> None:
+        self.tty = sys.stdout.isatty()
+        self.width = 0
+
+    def update(self, text: str) -> None:
+        if self.tty:
+            sys.stdout.write("\r" + text.ljust(self.width))
+            sys.stdout.flush()
+            self.width = len(text)
+
+    def done(self, text: str) -> None:
+        if self.tty and self.width:
+            sys.stdout.write("\r" + " " * self.width + "\r")
+            self.width = 0
+        print(text, flush=True)
+
+
+@contextlib.contextmanager
+def watching(progress: Progress, status: Callable[[], str], every: float = 0.25) -> Iterator[None]:
+    """Redraw ``status()`` until the block ends."""
+    stop = threading.Event()
+
+    def loop() -> None:
+        while not stop.wait(every):
+            with contextlib.suppress(Exception):  # a status line must never break the job
+                progress.update(status())
+
+    thread = threading.Thread(target=loop, daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join()
+
+
+@contextlib.contextmanager
+def output_to(path: str | None) -> Iterator[None]:
+    """Send this process's stdout/stderr (so the JVM it starts) to ``path``."""
+    if path is None:
+        yield
+        return
+    sys.stdout.flush()
+    sys.stderr.flush()
+    saved = os.dup(1), os.dup(2)
+    with open(path, "ab") as log:
+        os.dup2(log.fileno(), 1)
+        os.dup2(log.fileno(), 2)
+    try:
+        yield
+    finally:
+        os.dup2(saved[0], 1)
+        os.dup2(saved[1], 2)
+        os.close(saved[0])
+        os.close(saved[1])
+
+
+def start_spark(verbose: bool, log_path: str | None):  # -> SparkSession
+    os.environ["PYSPARK_PYTHON"] = sys.executable  # executors run this interpreter
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    from pyspark.sql import SparkSession
+
+    with output_to(log_path):  # the JVM keeps these descriptors: its logs go to the file
+        spark = (
+            SparkSession.builder.master("local[*,4]")  # a failed task is retried (up to 4 tries)
+            .appName("vsqs-demo")
+            .config("spark.ui.enabled", "false")
+            .config("spark.ui.showConsoleProgress", "false")
+            .config("spark.driver.host", "127.0.0.1")
+            .config("spark.driver.bindAddress", "127.0.0.1")
+            .config("spark.sql.shuffle.partitions", "2")
+            .config("spark.sql.session.timeZone", "UTC")
+            .config("spark.sql.streaming.noDataMicroBatches.enabled", "false")
+            .getOrCreate()
+        )
+    spark.sparkContext.setLogLevel("WARN" if verbose else "ERROR")
+    return spark
+
+
+def rate(count: float, seconds: float) -> str:
+    return f"{count / max(seconds, 1e-9):,.0f}/s"
+
+
+# -- the job -----------------------------------------------------------------------
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--spool", default="spool", help="spool directory (default ./spool)")
-    parser.add_argument("--orders", type=int, default=10_000)
-    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--orders", type=int, default=10_000, help="orders to generate (default 10,000)")
+    parser.add_argument("--parallelism", type=int, default=None, help="executor tasks (default: Spark's)")
+    parser.add_argument("--no-crash", action="store_true", help="do not kill an executor worker")
     parser.add_argument("--keep", action="store_true", help="keep the spool from an earlier run")
+    parser.add_argument("--verbose", action="store_true", help="show Spark's own logging")
     args = parser.parse_args()
+    if args.orders < 1:
+        parser.error("--orders must be at least 1")
+
+    import vsqs.spark
+    from pyspark.sql import functions as F
 
     spool = os.path.abspath(args.spool)
     if not args.keep and os.path.isdir(spool):
         shutil.rmtree(spool)
+    os.makedirs(spool, exist_ok=True)
     incoming = vsqs.Queue(os.path.join(spool, "incoming"), create=True)
     results = vsqs.Queue(os.path.join(spool, "results"), create=True)
-    print(f"spool: {spool}")
+    incoming.configure(max_receives=MAX_RECEIVES)  # dead-letter queue: incoming.dlq
+    progress = Progress()
+    began = time.monotonic()
+    print(f"vsqs demo: a PySpark pipeline over the spool {spool}")
 
+    log_path = None
+    if not args.verbose:
+        fd, log_path = tempfile.mkstemp(prefix="vsqs-demo-spark-", suffix=".log")
+        os.close(fd)
+    progress.update("starting Spark ...")
     started = time.monotonic()
-    orders = make_orders(args.orders)
-    for i in range(0, len(orders), 1000):
-        incoming.publish_batch(orders[i : i + 1000])
-    published = time.monotonic()
-    print(f"published {len(orders):,} orders in {published - started:.2f}s")
+    spark = start_spark(args.verbose, log_path)
+    vsqs.spark.register(spark)  # (Spark would also find it through pyspark_vsqs)
+    cores = spark.sparkContext.defaultParallelism
+    tasks = args.parallelism or cores
+    progress.done(
+        f"  Spark {spark.version} on {spark.sparkContext.master} ({cores} cores) "
+        f"started in {time.monotonic() - started:.1f}s"
+    )
+    checkpoint = tempfile.mkdtemp(prefix="vsqs-demo-checkpoint-")
+    ok = False
+    try:
+        ok = run(spark, F, args, spool, incoming, results, progress, tasks, began, checkpoint)
+    finally:
+        with output_to(log_path):
+            spark.stop()
+        shutil.rmtree(checkpoint, ignore_errors=True)
+        if log_path and ok:
+            os.remove(log_path)
+        elif log_path:
+            print(f"Spark's log is in {log_path}", file=sys.stderr)
+    return 0 if ok else 1
 
-    with multiprocessing.get_context("spawn").Pool(args.workers) as pool:
-        counts = pool.map(work, [spool] * args.workers)
-    processed = sum(p for p, _ in counts)
-    failed = sum(f for _, f in counts)
-    worked = time.monotonic()
-    print(
-        f"{args.workers} workers processed {processed:,} orders in {worked - published:.2f}s "
-        f"({processed / max(worked - published, 1e-9):,.0f} msg/s), {failed} failed"
+
+def run(spark, F, args, spool, incoming, results, progress, tasks, began, checkpoint) -> bool:  # noqa: N803
+    import vsqs.spark
+
+    # 1. publish: rows -> messages, staged per task attempt, published on commit
+    step = time.monotonic()
+    orders = make_orders(args.orders)
+    frame = spark.createDataFrame([(body,) for body in orders], "body binary").repartition(tasks)
+    with watching(progress, lambda: f"1. publishing: {incoming.stats().total:,} / {len(orders):,}"):
+        frame.write.format("vsqs").mode("append").save(incoming.path)
+    published = time.monotonic() - step
+    progress.done(
+        f"1. published {len(orders):,} orders into incoming with df.write.format('vsqs') "
+        f"in {published:.1f}s ({rate(len(orders), published)})"
     )
 
-    revenue: Counter[str] = Counter()
-    drained = 0
-    while batch := results.receive_batch(100):
-        for m in batch:
-            doc = json.loads(m.body)
-            revenue[doc["product"]] += doc["total"]
-            m.delete()
-            drained += 1
-    print(f"drained {drained:,} results")
-    for product, total in revenue.most_common():
-        print(f"  {product:<10} {total:>12,.2f}")
+    # 2. a snapshot, with SQL
+    snapshot = spark.read.format("vsqs").load(incoming.path)
+    by_state = {r.state: r["count"] for r in snapshot.groupBy("state").count().collect()}
+    size = snapshot.agg(F.sum(F.length("body"))).first()[0] or 0
+    progress.done(
+        f"2. snapshot of incoming (spark.read.format('vsqs')): {by_state}, "
+        f"{size / 1e6:.1f} MB of JSON"
+    )
+
+    # 3. executors as workers, with a crash
+    handler: Callable[[bytes], bytes] = price_order
+    if not args.no_crash:
+        victim = f'"order_id":"o-{len(orders) // 2:07d}"'.encode()
+        handler = crashing_once(price_order, victim, os.path.join(spool, ".demo-crashed"))
+        with contextlib.suppress(FileNotFoundError):
+            os.remove(os.path.join(spool, ".demo-crashed"))
+    total = vsqs.spark.ProcessResult()
+    step = time.monotonic()
+    first_round = 0.0
+    settled_first = 0
+    rounds = 0
+    print(
+        f"3. {tasks} executor tasks consume incoming -> results "
+        f"(vsqs.spark.process_queue, visibility timeout {VISIBILITY_TIMEOUT:g}s"
+        + ("; one worker will be killed mid-order" if not args.no_crash else "")
+        + ")",
+        flush=True,
+    )
+    while True:
+        rounds += 1
+        round_start = time.monotonic()
+
+        def status() -> str:
+            done = results.stats().total
+            return (
+                f"   round {rounds}: {done:,} results, {incoming.stats().total:,} orders left"
+                f"  ({rate(done, time.monotonic() - step)})"
+            )
+
+        with watching(progress, status):
+            got = vsqs.spark.process_queue(
+                spark,
+                incoming,
+                handler,
+                output=results,
+                parallelism=tasks,
+                concurrency=2,
+                visibility_timeout=VISIBILITY_TIMEOUT,
+                wait=0.5,
+                retry_delay=0,
+            )
+        total += got
+        left = incoming.stats()
+        if rounds == 1:
+            first_round = time.monotonic() - round_start
+            settled_first = len(orders) - left.total
+        progress.done(
+            f"   round {rounds}: processed {got.processed:,}, failed {got.failed:,}, "
+            f"re-delivered {got.redelivered:,} in {time.monotonic() - round_start:.1f}s; "
+            f"incoming now {left.ready:,} ready, {left.in_flight:,} in flight, "
+            f"{left.dead_lettered:,} dead-lettered"
+        )
+        if left.total == 0 or rounds == 6:
+            break
+        if left.in_flight:  # held by a worker that died: visible again after the timeout
+            with watching(progress, lambda: f"   waiting for {incoming.stats().in_flight} lease(s) to run out"):
+                deadline = time.monotonic() + VISIBILITY_TIMEOUT * 3
+                while incoming.stats().in_flight and time.monotonic() < deadline:
+                    time.sleep(0.2)
+    processed_in = time.monotonic() - step
+
+    # 4. inspect the results before they are consumed (a snapshot changes nothing)
+    inspected = spark.read.format("vsqs").load(results.path).select(
+        F.get_json_object(F.col("body").cast("string"), "$.order_id").alias("order_id")
+    )
+    out = inspected.count()
+    distinct = inspected.distinct().count()
+    progress.done(f"4. results (snapshot): {out:,} messages for {distinct:,} distinct orders")
+
+    # 5. a streaming query drains results into a summary table
+    step = time.monotonic()
+    schema = "order_id string, country string, items int, revenue_eur double, coupon boolean"
+    query = (
+        spark.readStream.format("vsqs")
+        .option("maxMessagesPerTrigger", "2500")
+        .option("visibilityTimeout", "120")
+        .load(results.path)
+        .select(F.from_json(F.col("body").cast("string"), schema).alias("r"))
+        .select("r.*")
+        .dropDuplicates(["order_id"])  # at-least-once in, effectively once in the table
+        .groupBy("country")
+        .agg(
+            F.count("*").alias("orders"),
+            F.sum("items").alias("items"),
+            F.round(F.sum("revenue_eur"), 2).alias("revenue_eur"),
+            F.round(F.avg("revenue_eur"), 2).alias("avg_order_eur"),
+            F.sum(F.col("coupon").cast("int")).alias("coupons"),
+        )
+        .writeStream.outputMode("complete")
+        .format("memory")
+        .queryName("summary")
+        .option("checkpointLocation", checkpoint)
+        .trigger(availableNow=True)
+        .start()
+    )
+
+    def stream_status() -> str:
+        rows = sum(p["numInputRows"] for p in query.recentProgress)
+        return f"5. streaming: {rows:,} results read, {results.stats().total:,} left in the queue"
+
+    with watching(progress, stream_status):
+        query.awaitTermination()
+    streamed = time.monotonic() - step
+    batches = [p for p in query.recentProgress if p["numInputRows"]]
+    read = sum(p["numInputRows"] for p in batches)
+    progress.done(
+        f"5. streaming query (spark.readStream.format('vsqs'), availableNow) read {read:,} results "
+        f"in {len(batches)} micro-batches, {streamed:.1f}s; summary table:"
+    )
+    summary = spark.table("summary").orderBy(F.desc("revenue_eur")).collect()
+    print(f"   {'country':<8}{'orders':>8}{'items':>8}{'revenue EUR':>15}{'avg EUR':>10}{'coupons':>9}")
+    for row in summary:
+        print(
+            f"   {row.country:<8}{row.orders:>8,}{row['items']:>8,}{row.revenue_eur:>15,.2f}"
+            f"{row.avg_order_eur:>10,.2f}{row.coupons:>9,}"
+        )
+    summarized = sum(row.orders for row in summary)
+    revenue = sum(row.revenue_eur for row in summary)
+    print(f"   {'total':<8}{summarized:>8,}{'':>8}{revenue:>15,.2f}")
+
+    # 6. the figures
     left = incoming.stats()
-    print(f"incoming after the run: {left.ready} ready (malformed orders kept for inspection)")
-    ok = drained == processed and processed + left.total == len(orders)
-    print("OK: every order accounted for" if ok else "MISMATCH: orders lost or duplicated")
-    return 0 if ok else 1
+    dead = left.dead_lettered
+    dlq = incoming.dead_letter_queue()
+    after = results.stats()
+    print("figures:")
+    print(f"  in              {len(orders):>8,}  orders published")
+    print(f"  out             {out:>8,}  results; {out - distinct} duplicate(s) from a retried delivery")
+    print(
+        f"  re-delivered    {total.redelivered:>8,}  messages received again "
+        "(held by the killed worker, or failed and retried)"
+    )
+    print(f"  dead-lettered   {dead:>8,}  malformed orders in {os.path.basename(dlq.path) if dlq else '-'}")
+    print(
+        f"  throughput      {rate(settled_first, first_round):>8}  orders settled in round 1 "
+        f"({tasks} tasks x 2 threads); {rate(len(orders), time.monotonic() - began)} end to end"
+    )
+    print(f"  processing      {processed_in:>7.1f}s  in {rounds} rounds; total wall time "
+          f"{time.monotonic() - began:.1f}s")
+    for name, stats in (("incoming", left), ("results", after)):
+        print(
+            f"  {name:<15} ready {stats.ready}, in flight {stats.in_flight}, "
+            f"delayed {stats.delayed}, dead-lettered {stats.dead_lettered}"
+        )
+    ok = (
+        distinct + dead == len(orders)
+        and summarized == distinct
+        and left.total == 0
+        and after.total == 0
+    )
+    print(
+        "OK: every order is in the summary or the dead-letter queue, and both queues are drained"
+        if ok
+        else "MISMATCH: orders lost, or left behind"
+    )
+    return ok
 
 
 if __name__ == "__main__":
