@@ -4,6 +4,7 @@
     scripts/demo                              # ./spool, 10,000 orders, local Spark
     scripts/demo --spool /mnt/shared/spool    # a spool every executor mounts
     scripts/demo --orders 50000 --verbose     # bigger, with Spark's own logging
+    scripts/demo --master spark://head:7077 --spool /mnt/shared/spool   # on a cluster
 
 1. The driver generates orders (JSON) and publishes them into the `incoming`
    queue with the data source: df.write.format("vsqs").
@@ -37,7 +38,11 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 
+from pyspark.sql import SparkSession
+from pyspark.sql import functions as F
+
 import vsqs
+import vsqs.spark
 
 VISIBILITY_TIMEOUT = 5.0  # short, so the crashed worker's order comes back quickly
 MAX_RECEIVES = 2  # a malformed order is tried twice, then dead-lettered
@@ -207,24 +212,23 @@ def output_to(path: str | None) -> Iterator[None]:
         os.close(saved[1])
 
 
-def start_spark(verbose: bool, log_path: str | None):  # -> SparkSession
+def start_spark(master: str, verbose: bool, log_path: str | None) -> SparkSession:
     os.environ["PYSPARK_PYTHON"] = sys.executable  # executors run this interpreter
-    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-    from pyspark.sql import SparkSession
-
-    with output_to(log_path):  # the JVM keeps these descriptors: its logs go to the file
-        spark = (
-            SparkSession.builder.master("local[*,4]")  # a failed task is retried (up to 4 tries)
-            .appName("vsqs-demo")
-            .config("spark.ui.enabled", "false")
-            .config("spark.ui.showConsoleProgress", "false")
-            .config("spark.driver.host", "127.0.0.1")
-            .config("spark.driver.bindAddress", "127.0.0.1")
-            .config("spark.sql.shuffle.partitions", "2")
-            .config("spark.sql.session.timeZone", "UTC")
-            .config("spark.sql.streaming.noDataMicroBatches.enabled", "false")
-            .getOrCreate()
+    builder = (
+        SparkSession.builder.master(master)
+        .appName("vsqs-demo")
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.sql.shuffle.partitions", "2")
+        .config("spark.sql.session.timeZone", "UTC")
+    )
+    if master.startswith("local"):  # a single host: keep Spark on the loopback interface
+        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+        builder = builder.config("spark.driver.host", "127.0.0.1").config(
+            "spark.driver.bindAddress", "127.0.0.1"
         )
+    with output_to(log_path):  # the JVM keeps these descriptors: its logs go to the file
+        spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("WARN" if verbose else "ERROR")
     return spark
 
@@ -240,6 +244,9 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--spool", default="spool", help="spool directory (default ./spool)")
     parser.add_argument("--orders", type=int, default=10_000, help="orders to generate (default 10,000)")
+    parser.add_argument(
+        "--master", default="local[*,4]", help="Spark master (default local[*,4]: a failed task is retried)"
+    )
     parser.add_argument("--parallelism", type=int, default=None, help="executor tasks (default: Spark's)")
     parser.add_argument("--no-crash", action="store_true", help="do not kill an executor worker")
     parser.add_argument("--keep", action="store_true", help="keep the spool from an earlier run")
@@ -247,9 +254,6 @@ def main() -> int:
     args = parser.parse_args()
     if args.orders < 1:
         parser.error("--orders must be at least 1")
-
-    import vsqs.spark
-    from pyspark.sql import functions as F
 
     spool = os.path.abspath(args.spool)
     if not args.keep and os.path.isdir(spool):
@@ -268,7 +272,7 @@ def main() -> int:
         os.close(fd)
     progress.update("starting Spark ...")
     started = time.monotonic()
-    spark = start_spark(args.verbose, log_path)
+    spark = start_spark(args.master, args.verbose, log_path)
     vsqs.spark.register(spark)  # (Spark would also find it through pyspark_vsqs)
     cores = spark.sparkContext.defaultParallelism
     tasks = args.parallelism or cores
@@ -279,7 +283,7 @@ def main() -> int:
     checkpoint = tempfile.mkdtemp(prefix="vsqs-demo-checkpoint-")
     ok = False
     try:
-        ok = run(spark, F, args, spool, incoming, results, progress, tasks, began, checkpoint)
+        ok = run(spark, args, incoming, results, progress, tasks, began, checkpoint)
     finally:
         with output_to(log_path):
             spark.stop()
@@ -291,9 +295,18 @@ def main() -> int:
     return 0 if ok else 1
 
 
-def run(spark, F, args, spool, incoming, results, progress, tasks, began, checkpoint) -> bool:  # noqa: N803
-    import vsqs.spark
-
+def run(
+    spark: SparkSession,
+    args: argparse.Namespace,
+    incoming: vsqs.Queue,
+    results: vsqs.Queue,
+    progress: Progress,
+    tasks: int,
+    began: float,
+    checkpoint: str,
+) -> bool:
+    """Steps 1 to 5 and the figures; True if every order is accounted for."""
+    spool = os.path.dirname(incoming.path)
     # 1. publish: rows -> messages, staged per task attempt, published on commit
     step = time.monotonic()
     orders = make_orders(args.orders)
@@ -338,10 +351,10 @@ def run(spark, F, args, spool, incoming, results, progress, tasks, began, checkp
         rounds += 1
         round_start = time.monotonic()
 
-        def status() -> str:
+        def status(this_round: int = rounds) -> str:
             done = results.stats().total
             return (
-                f"   round {rounds}: {done:,} results, {incoming.stats().total:,} orders left"
+                f"   round {this_round}: {done:,} results, {incoming.stats().total:,} orders left"
                 f"  ({rate(done, time.monotonic() - step)})"
             )
 

@@ -496,11 +496,11 @@ class StagedStreamWriter(DataSourceStreamWriter):
         chunks = _chunks(row[self.body] for row in iterator)
         return _stage_rows(queue, self._prefix(batch_id if batch_id is not None else "x"), chunks)
 
-    def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:  # type: ignore[override]  # noqa: N803
+    def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:  # type: ignore[override]
         published = _commit_stages(self.options.queue(), self._prefix(batchId), messages)
         log.info("batch %s: published %d messages to %s", batchId, published, self.options.path)
 
-    def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:  # type: ignore[override]  # noqa: N803
+    def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:  # type: ignore[override]
         _drop_stages(self.options.queue(), self._prefix(batchId))
 
 
@@ -534,18 +534,18 @@ class ClaimingStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     # -- offsets (driver) --
 
-    def initialOffset(self) -> dict[str, Any]:  # noqa: N802
+    def initialOffset(self) -> dict[str, Any]:
         return {"seq": 0, "messages": []}
 
-    def getDefaultReadLimit(self) -> ReadLimit:  # noqa: N802
+    def getDefaultReadLimit(self) -> ReadLimit:
         return ReadMaxRows(self.options.max_per_trigger)
 
-    def prepareForTriggerAvailableNow(self) -> None:  # noqa: N802
+    def prepareForTriggerAvailableNow(self) -> None:
         # "what is available now": as many messages as are visible now. The
         # query ends once that many were claimed, even if producers keep going.
         self._budget = self.options.queue().stats().ready
 
-    def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:  # noqa: N802
+    def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
         self._settle(start)  # the batch ending at start is committed: delete it
         if isinstance(limit, ReadMaxRows):
             wanted = limit.max_rows

@@ -188,7 +188,7 @@ class _BatchLoop:
         def loop() -> None:
             try:
                 self._loop()
-            except BaseException as exc:
+            except BaseException as exc:  # noqa: BLE001 - re-raised by run()
                 errors.append(exc)
 
         threads = [threading.Thread(target=loop, daemon=True) for _ in range(self.spec.concurrency)]
@@ -239,7 +239,7 @@ class _BatchLoop:
                         f"for {len(messages)}"
                     )
                 bodies = [body for result in results for body in _results(result)]
-            except Exception as exc:
+            except Exception as exc:  # noqa: BLE001 - fn failed: the batch stays for a retry
                 log.info("batch of %d failed: %s", len(messages), exc)
                 with self.lock:
                     self.parked.extend(messages)
