@@ -376,3 +376,12 @@ def test_publish_group(run, queue):
     run("publish", queue.path, "--lines", "--group", "tenant", input="1\n2\n")
     assert queue.receive().group == "tenant"
     assert queue.receive() is None
+
+
+def test_publish_dedup(run, queue):
+    first = run("publish", queue.path, "x", "--dedup-id", "order-1").output.strip()
+    assert run("publish", queue.path, "y", "--dedup-id", "order-1").output.strip() == first
+    out = run("publish", queue.path, "--lines", "--dedup-content", input="a\na\nb\n").output.split()
+    assert out[0] == out[1] != out[2]
+    assert queue.stats().ready == 3
+    assert run("publish", queue.path, "--lines", "--dedup-id", "z", input="a\n").exit_code == 2

@@ -370,3 +370,20 @@ def test_group_delete(monkeypatch, fresh):
         assert m.body in (b"first", b"second")
 
     crash_everywhere(monkeypatch, setup, lambda s: s[1].delete(), check)
+
+
+def test_dedup_publish(monkeypatch, fresh):
+    from vsqs import _dedup
+
+    monkeypatch.setattr(_dedup, "WRITE_GRACE", LEASE)  # a torn reservation waits this long
+
+    def check(q, completed):
+        q2 = recover(q)  # gc removes the .new of the dead publisher
+        assert_one_file_per_message(q2)
+        # the id is never held by a message that does not exist: publishing again
+        # ends with exactly one message carrying it
+        again = q2.publish(b"payload", dedup_id="order-1")
+        assert [m.id for m in q2.receive_batch(10)] == [again]
+
+    steps = crash_everywhere(monkeypatch, fresh, lambda q: q.publish(b"payload", dedup_id="order-1"), check)
+    assert steps >= 8  # the .new write, the reservation's create, the rename...

@@ -189,6 +189,8 @@ def _attribute(ctx: click.Context, param: click.Parameter, values: tuple[str, ..
               default=None, help="Local time at which the message becomes visible.")
 @click.option("--priority", type=click.IntRange(0, 9), default=0, show_default=True, help="Higher goes first.")
 @click.option("--group", default=None, help="Message group: delivered in order, one at a time (group_concurrency).")
+@click.option("--dedup-id", default=None, help="Store nothing if a message with this id is in the queue.")
+@click.option("--dedup-content", is_flag=True, help="De-duplicate by the SHA-256 of each body.")
 @click.option("-a", "--attribute", "attributes", multiple=True, callback=_attribute, metavar="NAME=VALUE",
               help="A message attribute (repeatable).")
 @click.option("--durable/--no-durable", default=True, show_default=True, help="fsync before returning.")
@@ -204,6 +206,8 @@ def publish(
     priority: int,
     attributes: dict[str, str],
     group: str | None,
+    dedup_id: str | None,
+    dedup_content: bool,
     durable: bool,
     create_queue: bool,
 ) -> None:
@@ -211,16 +215,18 @@ def publish(
     q = _open(ctx, queue, create=create_queue)
     options: dict[str, Any] = {
         "delay": delay, "at": at, "priority": priority, "attributes": attributes,
-        "group": group, "durable": durable,
+        "group": group, "durable": durable, "dedup": "content" if dedup_content else None,
     }
+    if dedup_id is not None and lines:
+        raise click.UsageError("--dedup-id names one message; with --lines use --dedup-content")
     if message is not None:
         if lines:
             raise click.UsageError("--lines reads stdin; give no MESSAGE with it")
-        click.echo(q.publish(message, **options))
+        click.echo(q.publish(message, dedup_id=dedup_id, **options))
         return
     stdin = sys.stdin.buffer
     if not lines:
-        click.echo(q.publish(stdin.read(), **options))
+        click.echo(q.publish(stdin.read(), dedup_id=dedup_id, **options))
         return
     with _Progress(stdin) as progress:
         for chunk in _line_chunks(stdin):

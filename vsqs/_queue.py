@@ -8,6 +8,7 @@ listing cached per handle instead of listing the directory on every call.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import errno
 import heapq
 import math
@@ -32,6 +33,8 @@ from vsqs._errors import (
     VsqsError,
 )
 from vsqs._format import State
+from vsqs import _dedup
+from vsqs._dedup import Reservations
 from vsqs._groups import GroupLeases
 from vsqs._throttle import Throttle
 from vsqs._message import (
@@ -111,6 +114,7 @@ class Queue:
         self._groups = GroupLeases(self._path)
         self._groups_seen = False
         self._groups_swept_at = -math.inf
+        self._reservations = Reservations(self._path)
 
     # -- pickling: path and options only; reopened lazily where unpickled --
 
@@ -265,6 +269,8 @@ class Queue:
         priority: int = _format.DEFAULT_PRIORITY,
         attributes: Mapping[str, str] | None = None,
         group: str | None = None,
+        dedup_id: str | None = None,
+        dedup: str | None = None,
         durable: bool = True,
     ) -> str:
         """Store one message; return its id. ``durable`` fsyncs file and directory first.
@@ -273,8 +279,13 @@ class Queue:
         datetime) keep it hidden until then; ``priority`` 0..9, higher first;
         ``attributes``: small str -> str metadata returned on receive;
         ``group``: messages of one group are delivered in order, at most
-        ``group_concurrency`` (a queue setting, default 1) in flight at once.
+        ``group_concurrency`` (a queue setting, default 1) in flight at once;
+        ``dedup_id`` (or ``dedup="content"``: the SHA-256 of the body): while a
+        message with the same id is in the queue (or was, less than the
+        ``dedup_window`` setting ago), store nothing and return that message's id.
         """
+        if dedup_id is not None and dedup is not None:
+            raise InvalidArgument("give dedup_id or dedup, not both")
         return self.publish_batch(
             [body],
             delay=delay,
@@ -282,7 +293,9 @@ class Queue:
             priority=priority,
             attributes=attributes,
             group=group,
+            dedup=dedup,
             durable=durable,
+            _dedup_id=dedup_id,
         )[0]
 
     def publish_batch(
@@ -294,7 +307,9 @@ class Queue:
         priority: int = _format.DEFAULT_PRIORITY,
         attributes: Mapping[str, str] | None = None,
         group: str | None = None,
+        dedup: str | None = None,
         durable: bool = True,
+        _dedup_id: str | None = None,
     ) -> list[str]:
         """Store several messages sharing one directory fsync; return their ids in order.
 
@@ -315,21 +330,39 @@ class Queue:
             if priority != _format.DEFAULT_PRIORITY:
                 raise InvalidArgument("priority cannot be combined with group: a group is strictly in order")
             header["group"] = group
+        if dedup not in (None, "content"):
+            raise InvalidArgument(f"dedup must be 'content' or None, not {dedup!r}")
         datas = [to_bytes(body) for body in bodies]
         if len(datas) > MAX_BATCH:
             raise InvalidArgument(f"bodies: at most {MAX_BATCH} messages per batch, not {len(datas)}")
         self._check_limits(datas, settings)
         written: list[tuple[str, str]] = []
+        duplicates: dict[int, str] = {}  # position -> id of the message already holding the dedup id
+        reserved: dict[str, str] = {}  # dedup hash -> key, within this batch
         try:
-            for data in datas:
+            for position, data in enumerate(datas):
                 content = _format.encode_envelope(header, data) if header else data
-                written.append(self._write_new(content, durable, priority, group_hash, bool(header)))
+                stem, temp = self._write_new(content, durable, priority, group_hash, bool(header))
+                if _dedup_id is not None or dedup == "content":
+                    # the body is written first, so a reservation always has its message
+                    # (or the .new file of its publisher) behind it
+                    dedup_key = _dedup_id if _dedup_id is not None else hashlib.sha256(data).hexdigest()
+                    digest = _dedup.dedup_hash(dedup_key, group)
+                    holder = reserved.get(digest) or self._reservations.reserve(
+                        digest, stem[: _format.KEY_LENGTH], settings["dedup_window"], self._presence
+                    )
+                    if holder is not None:
+                        _fs.unlink(temp)
+                        duplicates[position] = holder
+                        continue
+                    reserved[digest] = stem[: _format.KEY_LENGTH]
+                written.append((stem, temp))
         except BaseException:
             for _, temp in written:
                 with contextlib.suppress(StorageError):
                     _fs.unlink(temp)
             raise
-        ids = []
+        ids: list[str] = []
         for stem, temp in written:
             if delay:
                 name = _format.hidden_name(stem, _format.now_us() + to_us(delay), 0)
@@ -342,7 +375,23 @@ class Queue:
             _fs.fsync_dir(self._path)
         with self._lock:
             self._count += len(ids)
+        for position in sorted(duplicates):
+            ids.insert(position, duplicates[position])
         return ids
+
+    def _presence(self, key: str) -> str | None:
+        """Whether message ``key`` is in the queue ("live"), being written by a
+        publisher that may still be at work ("writing"), or neither (None), from
+        one fresh listing."""
+        found = None
+        for name in self._parsed():
+            if name.key == key:
+                if name.state is not State.WRITING:
+                    return "live"
+                written = _fs.mtime(self._file(str(name)))
+                if written is None or written > time.time() - _dedup.WRITE_GRACE:
+                    found = "writing"  # at work (gone since the listing: just published)
+        return found
 
     @staticmethod
     def _delay_of(delay: float | None, at: datetime | None, settings: Mapping[str, Any]) -> float:
@@ -1003,6 +1052,7 @@ class Queue:
                     removed += self.abort_stage(_format.parse_stage_dir(entry) or "")
         with self._lock:
             removed += self._groups.sweep()
+        removed += self._reservations.sweep(self._current_settings()["dedup_window"], self._presence)
         return removed
 
 

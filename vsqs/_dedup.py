@@ -1,0 +1,153 @@
+"""De-duplication ids: publishing twice stores one message.
+
+A de-duplication id (per group, if any) is reserved by a chain of files in
+the queue's ``.dedup/`` directory, ``HASH.GEN`` (GEN = 1, 2, ...), each created
+with an exclusive create and never rewritten; the newest says who holds the
+id: ``KEY`` (reserved for message KEY while it is in the queue) or
+``gone TIME KEY`` (KEY left the queue at about TIME; reserved for the
+``dedup_window`` after that). A publisher reads the newest generation; if it
+still reserves the id, it stores nothing and returns KEY; otherwise it creates
+the next generation for its own new key (one racer wins) and publishes.
+
+A publisher writes its message's ``.new`` file first and reserves the id
+after, so a reservation always has a message, or a publisher at work, behind
+it. A publisher that dies half-way leaves a reservation whose message is
+absent (or a stale ``.new`` file): the next publisher takes the id over.
+Nothing stays reserved forever, and ``gc`` removes dead chains.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import time
+from collections import defaultdict
+from collections.abc import Callable
+
+from vsqs import _format, _fs
+from vsqs._errors import InvalidArgument
+
+DEDUP_DIR = ".dedup"
+WRITE_GRACE = 5.0  # a .new file or empty reservation this old lost its writer
+_POLL = 0.01
+MAX_DEDUP_ID = 128
+
+
+def dedup_hash(dedup_id: object, group: str | None) -> str:
+    if not isinstance(dedup_id, str) or not dedup_id or len(dedup_id) > MAX_DEDUP_ID or "\x00" in dedup_id:
+        raise InvalidArgument(f"dedup_id must be a str of 1-{MAX_DEDUP_ID} characters, not {dedup_id!r}")
+    scope = (group or "") + "\x00" + dedup_id
+    return hashlib.sha256(scope.encode("utf-8")).hexdigest()[:32]
+
+
+def _parse(data: bytes) -> tuple[str, float | None] | None:
+    """(key, gone_at or None) of a generation; None if unreadable (being written)."""
+    parts = data.decode("ascii", "replace").split()
+    if len(parts) == 1 and _format.is_key(parts[0]):
+        return parts[0], None
+    if len(parts) == 3 and parts[0] == "gone" and _format.is_key(parts[2]):
+        try:
+            return parts[2], float(parts[1])
+        except ValueError:
+            return None
+    return None
+
+
+class Reservations:
+    """The de-duplication reservations of one queue."""
+
+    def __init__(self, queue_path: str) -> None:
+        self._dir = os.path.join(queue_path, DEDUP_DIR)
+
+    def _path(self, digest: str, gen: int) -> str:
+        return os.path.join(self._dir, f"{digest}.{gen}")
+
+    def _newest(self, digest: str) -> int:
+        """The newest generation (0: none), by galloping stats: chains are contiguous from 1."""
+        if not _fs.exists(self._path(digest, 1)):
+            return 0
+        low, high = 1, 2
+        while _fs.exists(self._path(digest, high)):
+            low, high = high, high * 2
+        while high - low > 1:  # low exists, high does not
+            middle = (low + high) // 2
+            if _fs.exists(self._path(digest, middle)):
+                low = middle
+            else:
+                high = middle
+        return low
+
+    def reserve(
+        self, digest: str, new_key: str, window: float, presence: Callable[[str], str | None]
+    ) -> str | None:
+        """Reserve the id for ``new_key``; or return the key of the message that holds it.
+
+        ``presence(key)`` tells whether a message is in the queue ("live"),
+        being written by a publisher that may be at work ("writing"), or neither.
+        """
+        _fs.make_dirs(self._dir)
+        deadline = time.monotonic() + WRITE_GRACE + 1
+        while True:
+            gen = self._newest(digest)
+            if gen:
+                holder = self._holder(digest, gen, window, presence)
+                if holder == "":  # undecided: a publisher is at work; look again soon
+                    if time.monotonic() < deadline:
+                        time.sleep(_POLL)
+                        continue
+                elif holder is not None:
+                    return holder
+            if _fs.create_exclusive(self._path(digest, gen + 1), new_key.encode() + b"\n", durable=True):
+                return None
+            # another publisher reserved it first: look at theirs
+
+    def _holder(
+        self, digest: str, gen: int, window: float, presence: Callable[[str], str | None]
+    ) -> str | None:
+        """Who holds the id at ``gen``: a key, None (nobody), or "" (can't tell yet)."""
+        path = self._path(digest, gen)
+        data = _fs.read(path)
+        parsed = _parse(data) if data else None
+        if parsed is None:  # being written, or its writer died
+            written = _fs.mtime(path)
+            return "" if written is not None and written > time.time() - WRITE_GRACE else None
+        key, gone_at = parsed
+        now = time.time()
+        if gone_at is not None:
+            return key if gone_at + window > now else None
+        state = presence(key)
+        if state == "live":
+            return key
+        if state == "writing":
+            return ""  # its publisher is at work: wait to see it finish
+        if window > 0:  # mark when it was first seen gone; the window runs from there
+            if _fs.create_exclusive(self._path(digest, gen + 1), f"gone {now:.6f} {key}\n".encode(), durable=False):
+                return key
+            return ""
+        return None
+
+    def sweep(self, window: float, presence: Callable[[str], str | None]) -> int:
+        """Remove chains whose id nobody holds any more, oldest generation first."""
+        if not _fs.is_dir(self._dir):
+            return 0
+        chains: dict[str, list[int]] = defaultdict(list)
+        for name in _fs.list_names(self._dir):
+            digest, _, gen = name.partition(".")
+            if len(digest) == 32 and gen.isdigit():
+                chains[digest].append(int(gen))
+        removed = 0
+        for digest, gens in chains.items():
+            gens.sort()
+            newest = self._path(digest, gens[-1])
+            data = _fs.read(newest)
+            written = _fs.mtime(newest)
+            parsed = _parse(data) if data else None
+            if written is None or written > time.time() - max(WRITE_GRACE, window) - 60:
+                continue  # recent: leave it
+            if parsed is not None and parsed[1] is None and presence(parsed[0]) is not None:
+                continue  # its message is still here
+            if parsed is not None and parsed[1] is not None and parsed[1] + window > time.time():
+                continue
+            for gen in gens:
+                removed += _fs.unlink(self._path(digest, gen))
+        return removed
