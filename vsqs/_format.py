@@ -26,12 +26,14 @@ from __future__ import annotations
 import enum
 import hashlib
 import json
+import os
+import random
 import re
 import secrets
 import threading
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from vsqs._errors import IncompatibleFormat, InvalidArgument, InvalidReceipt
 
@@ -67,15 +69,17 @@ class State(str, enum.Enum):
     WRITING = "writing"
 
 
-@dataclass(frozen=True)
-class Name:
-    """A parsed message file name."""
+class Name(NamedTuple):
+    """A parsed message file name (a tuple: parsing is on every hot path)."""
 
     stem: str  # the part that stays while the message lives in one queue
     state: State
     receive_count: int = 0
     until_us: int = 0  # hidden names only
     tag: str = ""  # hidden names only
+    group_hash: str = ""  # 12 hex digits for a message of a group
+    origin: str = ""  # queue id a dead letter came from
+    envelope: bool = False  # the file holds a header line before the body
 
     @property
     def key(self) -> str:
@@ -83,26 +87,12 @@ class Name:
         return self.stem[:KEY_LENGTH]
 
     @property
-    def group_hash(self) -> str:
-        m = _STEM_RE.fullmatch(self.stem)
-        return (m and m["group"]) or ""
-
-    @property
-    def origin(self) -> str:
-        m = _STEM_RE.fullmatch(self.stem)
-        return (m and m["origin"]) or ""
-
-    @property
-    def envelope(self) -> bool:
-        return self.stem.endswith(ENVELOPE_FLAG)
-
-    @property
     def sent_us(self) -> int:
-        return sent_us_of(self.key)
+        return int(self.stem[2:18])
 
     @property
     def priority(self) -> int:
-        return MAX_PRIORITY - int(self.key[0])
+        return MAX_PRIORITY - int(self.stem[0])
 
     def __str__(self) -> str:
         if self.state is State.READY:
@@ -117,12 +107,16 @@ def parse_name(name: str) -> Name | None:
     m = _NAME_RE.fullmatch(name)
     if m is None:
         return None
-    stem = m["stem"]
-    if m["new"]:
-        return Name(stem, State.WRITING)
-    if m["until"] is not None:
-        return Name(stem, State.HIDDEN, int(m["count"]), int(m["until"]), m["tag"])
-    return Name(stem, State.READY, int(m["ready_count"] or 0))
+    stem, group, origin, envelope, ready_count, until, count, tag, new = m.group(
+        "stem", "group", "origin", "envelope", "ready_count", "until", "count", "tag", "new"
+    )
+    if new:
+        state, receive_count, until_us = State.WRITING, 0, 0
+    elif until is not None:
+        state, receive_count, until_us = State.HIDDEN, int(count), int(until)
+    else:
+        state, receive_count, until_us = State.READY, int(ready_count or 0), 0
+    return Name(stem, state, receive_count, until_us, tag or "", group or "", origin or "", bool(envelope))
 
 
 def make_stem(key: str, *, group_hash: str = "", origin: str = "", envelope: bool = False) -> str:
@@ -165,9 +159,14 @@ def now_us() -> int:
     return time.time_ns() // 1000
 
 
+_tags = random.Random()  # not for secrets: tags only keep names apart
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_tags.seed)  # a forked child must not repeat its parent's tags
+
+
 def new_tag() -> str:
     """A fresh per-move token: makes every claim's destination name unique."""
-    return secrets.token_hex(6)
+    return f"{_tags.getrandbits(48):012x}"
 
 
 class _KeyClock:
@@ -292,9 +291,9 @@ def make_receipt(queue_id: str, hidden: str, slot: SlotRef | None = None) -> str
     return f"{queue_id}{RECEIPT_SEPARATOR}{hidden}{tail}"
 
 
-def parse_receipt(queue_id: str, receipt: object) -> tuple[Name, SlotRef | None]:
-    """Validate a receipt of queue ``queue_id``; return its in-flight name and,
-    for a message of a group, the slot lease it holds.
+def parse_receipt(queue_id: str, receipt: object) -> tuple[Name, str, SlotRef | None]:
+    """Validate a receipt of queue ``queue_id``; return its in-flight name
+    (parsed, and as text) and, for a message of a group, the slot lease it holds.
 
     A receipt can only ever name a hidden message file of this queue: no
     separator, path or foreign name gets through.
@@ -316,7 +315,7 @@ def parse_receipt(queue_id: str, receipt: object) -> tuple[Name, SlotRef | None]
         raise InvalidReceipt(
             f"receipt belongs to another queue (queue id {parts[0]}, this queue is {queue_id})"
         )
-    return parsed, slot
+    return parsed, parts[1], slot
 
 
 # -- message groups: slot leases in .groups/ -----------------------------------

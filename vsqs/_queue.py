@@ -101,6 +101,7 @@ class Queue:
         self._queue_id: str | None = self._open(create)
 
     def _init_runtime(self) -> None:
+        self._prefix = self._path.rstrip(os.sep) + os.sep
         self._skew_us = to_us(self._clock_skew)
         self._lock = threading.Lock()
         self._listing = _Listing()
@@ -148,7 +149,7 @@ class Queue:
         return self._queue_id
 
     def _file(self, name: str) -> str:
-        return os.path.join(self._path, name)
+        return self._prefix + name  # names are single components: no join needed
 
     def _open(self, create: bool) -> str:
         """Check (or make) the queue directory and its metadata; return the queue id."""
@@ -529,16 +530,17 @@ class Queue:
             raise InvalidArgument(f"max_messages must be an int, not {max_messages!r}")
         if not 1 <= max_messages <= MAX_BATCH:
             raise InvalidArgument(f"max_messages must be 1..{MAX_BATCH}, not {max_messages}")
+        settings = self._current_settings()
         if visibility_timeout is None:
-            visibility_timeout = self._current_settings()["visibility_timeout"]
+            visibility_timeout = settings["visibility_timeout"]
         lease_us = to_us(check_seconds(visibility_timeout, "visibility_timeout", MAX_VISIBILITY_TIMEOUT))
         wait = check_seconds(wait, "wait", MAX_WAIT)
         queue_id = self.id
-        self._check_suspended("receive", self._current_settings())
+        self._check_suspended("receive", settings)
         deadline = time.monotonic() + wait
         pause = _POLL_FIRST
         while True:
-            got = self._claim(max_messages, lease_us, queue_id, read_bodies)
+            got = self._claim(max_messages, lease_us, queue_id, read_bodies, self._current_settings())
             left = deadline - time.monotonic()
             if got or left <= 0:
                 return got
@@ -550,9 +552,10 @@ class Queue:
         throttle = self._current_settings()["throttle"]
         return throttle is not None and self._throttle.exhausted(throttle[0], throttle[1], time.time())
 
-    def _claim(self, limit: int, lease_us: int, queue_id: str, read_bodies: bool) -> list[Message]:
+    def _claim(
+        self, limit: int, lease_us: int, queue_id: str, read_bodies: bool, settings: Mapping[str, Any]
+    ) -> list[Message]:
         got: list[Message] = []
-        settings = self._current_settings()
         max_receives, throttle = settings["max_receives"], settings["throttle"]
         while len(got) < limit:
             with self._lock:
@@ -733,9 +736,9 @@ class Queue:
 
     def delete(self, receipt: str) -> None:
         """Delete the message held by ``receipt``; :class:`StaleReceipt` if it no longer is."""
-        name, slot = _format.parse_receipt(self.id, receipt)
+        name, text, slot = _format.parse_receipt(self.id, receipt)
         self._check_suspended("delete", self._current_settings())
-        if not _fs.unlink(self._file(str(name))):
+        if not _fs.unlink(self._file(text)):
             raise StaleReceipt(_stale_message(name.key))
         if slot is not None:
             with self._lock:
@@ -776,11 +779,11 @@ class Queue:
         return self._read_content(receipt)[0]
 
     def _read_content(self, receipt: str) -> tuple[bytes, dict[str, Any] | None]:
-        name, slot = _format.parse_receipt(self.id, receipt)
-        data = _fs.read(self._file(str(name)))
+        name, text, slot = _format.parse_receipt(self.id, receipt)
+        data = _fs.read(self._file(text))
         if data is None:
             raise StaleReceipt(_stale_message(name.key))
-        return self._decode(name, data, self._file(str(name)))
+        return self._decode(name, data, self._file(text))
 
     @staticmethod
     def _decode(name: _format.Name, data: bytes, path: str) -> tuple[bytes, dict[str, Any] | None]:
@@ -796,22 +799,22 @@ class Queue:
     def change_visibility(self, receipt: str, timeout: float) -> str:
         """Hide the message for ``timeout`` seconds from now; return the new receipt."""
         timeout = check_seconds(timeout, "timeout", MAX_VISIBILITY_TIMEOUT)
-        name, slot = _format.parse_receipt(self.id, receipt)
+        name, text, slot = _format.parse_receipt(self.id, receipt)
         until = _format.now_us() + to_us(timeout)
         new = _format.hidden_name(name.stem, until, name.receive_count)
         if slot is not None:  # the slot first: a crash between leaves the group blocked, not open
             with self._lock:
                 slot = self._groups.extend(name.group_hash, slot, until)
-        if not _fs.rename(self._file(str(name)), self._file(new)):
+        if not _fs.rename(self._file(text), self._file(new)):
             raise StaleReceipt(_stale_message(name.key))
         self._remember(new, until)
         return _format.make_receipt(self.id, new, slot)
 
     def release(self, receipt: str) -> None:
         """Make the message visible again now (ready), keeping its receive count."""
-        name, slot = _format.parse_receipt(self.id, receipt)
+        name, text, slot = _format.parse_receipt(self.id, receipt)
         ready = _format.ready_name(name.stem, name.receive_count)
-        if not _fs.rename(self._file(str(name)), self._file(ready)):
+        if not _fs.rename(self._file(text), self._file(ready)):
             raise StaleReceipt(_stale_message(name.key))
         if slot is not None:
             with self._lock:
