@@ -385,3 +385,13 @@ def test_publish_dedup(run, queue):
     assert out[0] == out[1] != out[2]
     assert queue.stats().ready == 3
     assert run("publish", queue.path, "--lines", "--dedup-id", "z", input="a\n").exit_code == 2
+
+
+def test_stats_groups(run, queue):
+    queue.publish_batch([b"1", b"2"], group="tenant-a")
+    assert "group tenant-a: ready 2, in_flight 0, delayed 0" in run("stats", queue.path, "--groups").output
+    assert json.loads(run("stats", queue.path, "--groups", "--json").output)["groups"] == {
+        "tenant-a": {"ready": 2, "in_flight": 0, "delayed": 0}
+    }
+    prom = run("stats", queue.path, "--groups", "--prometheus").output
+    assert 'group="tenant-a",state="ready"} 2' in prom

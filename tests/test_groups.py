@@ -156,3 +156,16 @@ def test_racing_consumers_never_overlap_in_a_group(tmp_path):
         assert [body for *_, body in handled] == list(range(40))  # strictly in order
         for (_, end, _), (start, _, _) in zip(handled, handled[1:], strict=False):
             assert start >= end  # never two of one group at once
+
+
+def test_stats_per_group(queue):
+    queue.publish_batch([b"1", b"2"], group="tenant-a")
+    queue.publish(b"x", group="tenant-b")
+    queue.publish(b"plain")
+    queue.receive_batch(10)
+    s = queue.stats(groups=True)
+    assert s.groups == {
+        "tenant-a": {"ready": 1, "in_flight": 1, "delayed": 0},
+        "tenant-b": {"ready": 0, "in_flight": 1, "delayed": 0},
+    }
+    assert queue.stats().groups is None

@@ -382,9 +382,9 @@ def _prometheus_label(value: str) -> str:
     return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
 
 
-def _stats_fields(q: Queue) -> dict[str, Any]:
-    s = q.stats()
-    return {
+def _stats_fields(q: Queue, groups: bool) -> dict[str, Any]:
+    s = q.stats(groups=groups)
+    fields: dict[str, Any] = {
         "ready": s.ready,
         "in_flight": s.in_flight,
         "delayed": s.delayed,
@@ -392,6 +392,9 @@ def _stats_fields(q: Queue) -> dict[str, Any]:
         "oldest_ready_age": round(s.oldest_ready_age, 6),
         "writing": s.writing,
     }
+    if groups:
+        fields["groups"] = s.groups
+    return fields
 
 
 def _prometheus(q: Queue, fields: dict[str, Any]) -> str:
@@ -407,6 +410,15 @@ def _prometheus(q: Queue, fields: dict[str, Any]) -> str:
         "# TYPE vsqs_oldest_message_age_seconds gauge",
         f"vsqs_oldest_message_age_seconds{{{labels}}} {fields['oldest_ready_age']}",
     ]
+    if fields.get("groups"):
+        lines += [
+            "# HELP vsqs_group_messages Messages of each message group, by state.",
+            "# TYPE vsqs_group_messages gauge",
+        ]
+        for group, tally in sorted(fields["groups"].items()):
+            for state, count in tally.items():
+                group_label = f'group="{_prometheus_label(group)}"'
+                lines.append(f'vsqs_group_messages{{{labels},{group_label},state="{state}"}} {count}')
     return "\n".join(lines)
 
 
@@ -414,11 +426,14 @@ def _prometheus(q: Queue, fields: dict[str, Any]) -> str:
 @_queue_arg
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 @click.option("--prometheus", is_flag=True, help="node-exporter textfile collector format.")
+@click.option("--groups", is_flag=True, help="Also count per message group.")
 @click.option("--watch", is_flag=True, help="Refresh in place until interrupted.")
 @click.option("--interval", type=click.FloatRange(min=0.1), default=2.0, show_default=True,
               help="Seconds between refreshes with --watch.")
 @click.pass_context
-def stats(ctx: click.Context, queue: str, as_json: bool, prometheus: bool, watch: bool, interval: float) -> None:
+def stats(
+    ctx: click.Context, queue: str, as_json: bool, prometheus: bool, groups: bool, watch: bool, interval: float
+) -> None:
     """Print QUEUE's message counts by state and the oldest ready message's age.
 
     For the node-exporter textfile collector, write to a temporary file and
@@ -428,13 +443,19 @@ def stats(ctx: click.Context, queue: str, as_json: bool, prometheus: bool, watch
     q = _open(ctx, queue)
     shown = 0
     while True:
-        fields = _stats_fields(q)
+        fields = _stats_fields(q, groups)
         if as_json:
             text = json.dumps(fields)
         elif prometheus:
             text = _prometheus(q, fields)
         else:
-            text = "\n".join(f"{key:<17} {value}" for key, value in fields.items())
+            group_counts = fields.pop("groups", None) or {}
+            rows = [f"{key:<17} {value}" for key, value in fields.items()]
+            rows += [
+                f"group {name}: " + ", ".join(f"{state} {count}" for state, count in tally.items())
+                for name, tally in sorted(group_counts.items())
+            ]
+            text = "\n".join(rows)
         if watch and shown and sys.stdout.isatty():
             click.echo(f"\x1b[{shown}F\x1b[J", nl=False)  # back to the top of the last print
         click.echo(text)

@@ -65,6 +65,7 @@ class QueueStats:
     oldest_ready_age: float  # seconds since the oldest visible message was sent; 0 if none
     writing: int = 0  # .new files: publishes in progress, or orphans for gc
     dead_lettered: int = 0  # this queue's messages now in its dead-letter queue
+    groups: dict[str, dict[str, int]] | None = None  # group -> counts by state, if asked
 
     @property
     def total(self) -> int:

@@ -874,10 +874,14 @@ class Queue:
             return "delayed" if name.receive_count == 0 else "in_flight"
         return "ready"
 
-    def stats(self) -> QueueStats:
-        """Counts by state and the age of the oldest visible message, from one listing."""
+    def stats(self, *, groups: bool = False) -> QueueStats:
+        """Counts by state and the age of the oldest visible message, from one
+        listing; with ``groups=True`` also counts per message group (reading one
+        message of each group for its name)."""
         now = _format.now_us()
         counts = {"ready": 0, "in_flight": 0, "delayed": 0}
+        per_group: dict[str, dict[str, int]] = {}
+        sample: dict[str, _format.Name] = {}
         writing = 0
         oldest = now
         for name in self._parsed():
@@ -888,12 +892,27 @@ class Queue:
             counts[state] += 1
             if state == "ready":
                 oldest = min(oldest, name.sent_us)
+            if groups and name.group_hash:
+                tally = per_group.setdefault(name.group_hash, {"ready": 0, "in_flight": 0, "delayed": 0})
+                tally[state] += 1
+                sample.setdefault(name.group_hash, name)
         return QueueStats(
             oldest_ready_age=max(0, now - oldest) / 1e6,
             writing=writing,
             dead_lettered=self._count_dead_letters(),
+            groups={self._group_name(sample[h]): tally for h, tally in per_group.items()} if groups else None,
             **counts,
         )
+
+    def _group_name(self, name: _format.Name) -> str:
+        """A group's name, from the envelope of one of its messages (its hash if unreadable)."""
+        try:
+            for info in self.messages(bodies=True, ids=[name.key]):
+                if info.group:
+                    return info.group
+        except StorageError:
+            pass
+        return name.group_hash
 
     def _count_dead_letters(self) -> int:
         """Messages of this queue now in its dead-letter queue (one listing of it)."""
