@@ -145,26 +145,22 @@ def test_write_a_string_body_column(spark, queue):
     assert sorted(m.body for m in _drain(queue)) == sorted(["héllo".encode(), "wörld".encode()])
 
 
-def test_retried_write_task_publishes_each_row_once(spark, queue, tmp_path):
-    """Partition 0 fails on its last row in its first attempt, after some of
-    its rows were staged; Spark retries it. Each row is published once."""
-    marker = tmp_path / "first-attempt-failed"
-    path = queue.path
-    rows_per_partition = 400
-    padding = b"." * 2048  # rows big enough to get past the 64 KiB buffers between the processes
+def _fails_first_attempt_after_staging(path: str, last: int, marker: Path, padding: bytes):
+    """A UDF making a row's body; in the first attempt of its task, the row
+    ``last`` waits (bounded) until that attempt has staged rows in the queue
+    at ``path``, records how many, and fails."""
 
     def body(n):
         from pyspark import TaskContext
 
         context = TaskContext.get()
-        if n == rows_per_partition - 1 and context.attemptNumber() == 0:
-            # wait (bounded) until this attempt's stage holds rows, then fail
+        if n == last and context.attemptNumber() == 0:
             staged = 0
-            prefix = f"-{context.partitionId()}-{context.attemptNumber()}-"
+            mark = f"-{context.partitionId()}-{context.attemptNumber()}-"  # in the stage name
             deadline = time.monotonic() + 60
             while staged == 0 and time.monotonic() < deadline:
                 for stage in vsqs.Queue(path).stages():
-                    if prefix in stage:
+                    if mark in stage:
                         names = os.listdir(os.path.join(path, f".stage.{stage}"))
                         staged = sum(1 for name in names if not name.endswith(".new"))
                 time.sleep(0.05)
@@ -172,19 +168,61 @@ def test_retried_write_task_publishes_each_row_once(spark, queue, tmp_path):
             raise RuntimeError("injected failure of the first attempt")
         return b"row-%d" % n + padding
 
+    return F.udf(body, "binary", useArrow=False)
+
+
+PADDING = b"." * 2048  # rows big enough to get past the 64 KiB buffers between the processes
+
+
+def test_retried_write_task_publishes_each_row_once(spark, queue, tmp_path):
+    """Partition 0 fails on its last row in its first attempt, after some of
+    its rows were staged; Spark retries it. Each row is published once."""
+    marker = tmp_path / "first-attempt-failed"
+    rows = 400
+    udf = _fails_first_attempt_after_staging(queue.path, rows - 1, marker, PADDING)
     spark.conf.set("spark.sql.execution.arrow.maxRecordsPerBatch", "20")
     try:
-        df = spark.range(0, 2 * rows_per_partition, numPartitions=2).select(
-            F.udf(body, "binary", useArrow=False)("id").alias("body")
-        )
-        df.write.format("vsqs").mode("append").save(path)
+        df = spark.range(0, 2 * rows, numPartitions=2).select(udf("id").alias("body"))
+        df.write.format("vsqs").mode("append").save(queue.path)
     finally:
         spark.conf.unset("spark.sql.execution.arrow.maxRecordsPerBatch")
 
     assert int(marker.read_text()) > 0  # the failed attempt had staged rows
     assert queue.stages() == []  # its stage was dropped, not published
     got = Counter(m.body for m in _drain(queue))
-    assert got == Counter(b"row-%d" % n + padding for n in range(2 * rows_per_partition))
+    assert got == Counter(b"row-%d" % n + PADDING for n in range(2 * rows))
+
+
+def test_retried_stream_write_task_publishes_each_row_once(spark, queue, tmp_path):
+    """The same through a streaming write: the driver's commit of the batch
+    (made by another writer object than the tasks') drops the failed stage."""
+    source = vsqs.Queue(tmp_path / "numbers", create=True)
+    rows = 300
+    source.publish_batch([str(n) for n in range(rows)])
+    marker = tmp_path / "first-attempt-failed"
+    udf = _fails_first_attempt_after_staging(queue.path, rows - 1, marker, PADDING)
+    spark.conf.set("spark.sql.execution.arrow.maxRecordsPerBatch", "20")
+    try:
+        query = (
+            spark.readStream.format("vsqs")
+            .option("maxMessagesPerTrigger", str(rows))
+            .option("numPartitions", "1")
+            .load(source.path)
+            .select(udf(F.col("body").cast("string").cast("long")).alias("body"))
+            .writeStream.format("vsqs")
+            .option("checkpointLocation", str(tmp_path / "ck"))
+            .trigger(availableNow=True)
+            .start(queue.path)
+        )
+        query.awaitTermination()
+    finally:
+        spark.conf.unset("spark.sql.execution.arrow.maxRecordsPerBatch")
+
+    assert int(marker.read_text()) > 0
+    assert queue.stages() == []
+    got = Counter(m.body for m in _drain(queue))
+    assert got == Counter(b"row-%d" % n + PADDING for n in range(rows))
+    assert source.stats().total == 0
 
 
 # -- bad input ------------------------------------------------------------------------

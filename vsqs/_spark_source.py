@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import datetime
 import difflib
+import hashlib
 import logging
 import math
 import secrets
@@ -49,6 +50,14 @@ from pyspark.sql.types import (
 )
 
 from vsqs import InvalidArgument, Message, Queue, StaleReceipt
+
+try:  # pyspark >= 4.1: streaming writes get Arrow batches, staged as they come
+    from pyspark.sql.datasource import DataSourceStreamArrowWriter as _StreamWriterBase
+
+    _ARROW_STREAM_WRITES = True
+except ImportError:  # pragma: no cover - pyspark 4.0: rows, staged in chunks
+    _StreamWriterBase = DataSourceStreamWriter  # type: ignore[misc,assignment]
+    _ARROW_STREAM_WRITES = False
 
 try:  # pyspark >= 4.2: admission control and Trigger.AvailableNow for Python sources
     from pyspark.sql.streaming.datasource import (
@@ -324,11 +333,19 @@ class VsqsDataSource(DataSource):
         options = Options.parse(self.options)
         if overwrite:
             raise InvalidArgument(
-                "a vsqs queue cannot be overwritten: use outputMode('append') or 'update'"
+                "a vsqs queue cannot be overwritten: use outputMode('append')"
             )
         body = _body_column(schema)
         options.queue()
-        return StagedStreamWriter(options, body, job=f"s{uuid.uuid4().hex[:16]}")
+        # Spark makes one writer for the tasks and another for the driver's
+        # commit, from the same options: name the query by its checkpoint so
+        # that both agree on the prefix of this query's stages.
+        checkpoint = {k.lower(): v for k, v in self.options.items()}.get("checkpointlocation")
+        if checkpoint:
+            job = "s" + hashlib.sha256(str(checkpoint).encode()).hexdigest()[:16]
+        else:  # no cleanup of failed attempts' stages by the commit; gc drops them later
+            job = f"s{uuid.uuid4().hex[:16]}"
+        return StagedStreamWriter(options, body, job=job)
 
 
 # -- batch read: a snapshot -----------------------------------------------------
@@ -475,9 +492,11 @@ def _arrow_chunks(batches: Iterator[Any], column: str) -> Iterator[list[Any]]:
         yield from _chunks(iter(batch.column(column).to_pylist()))
 
 
-class StagedStreamWriter(DataSourceStreamWriter):
+class StagedStreamWriter(_StreamWriterBase):  # type: ignore[misc,valid-type]
     """Streaming write: each micro-batch is staged per task attempt and
-    published by the driver's commit of that batch."""
+    published by the driver's commit of that batch. Stages are named
+    ``spark-<query>-<batch>-<partition>-<attempt>-...``; the commit of a batch
+    drops the batch's other stages (failed attempts, or a dead run's)."""
 
     def __init__(self, options: Options, body: str, job: str) -> None:
         self.options = options
@@ -493,7 +512,10 @@ class StagedStreamWriter(DataSourceStreamWriter):
         context = TaskContext.get()
         batch_id = context.getLocalProperty("streaming.sql.batchId") if context else None
         queue = self.options.queue()
-        chunks = _chunks(row[self.body] for row in iterator)
+        if _ARROW_STREAM_WRITES:
+            chunks = _arrow_chunks(iterator, self.body)
+        else:  # pragma: no cover - pyspark 4.0
+            chunks = _chunks(row[self.body] for row in iterator)
         return _stage_rows(queue, self._prefix(batch_id if batch_id is not None else "x"), chunks)
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:  # type: ignore[override]
@@ -529,7 +551,7 @@ class ClaimingStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def __init__(self, options: Options, columns: list[str]) -> None:
         self.options = options
         self.columns = columns
-        self._settled: set[int] = set()  # seqs whose messages this process deleted
+        self._settled: dict[int, None] = {}  # recent seqs whose messages this process deleted
         self._budget: int | None = None  # Trigger.AvailableNow: messages left to claim
 
     # -- offsets (driver) --
@@ -611,7 +633,9 @@ class ClaimingStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 queue.delete(receipt)
             except StaleReceipt:
                 stale += 1  # already deleted (replay), or the lease ran out and it was re-received
-        self._settled.add(seq)
+        self._settled[seq] = None
+        while len(self._settled) > 64:  # forgetting one only costs a repeated, harmless delete
+            del self._settled[next(iter(self._settled))]
         if stale:
             log.info(
                 "batch %d: %d of %d messages were no longer held by their receipt "
