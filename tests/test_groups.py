@@ -113,7 +113,7 @@ def test_lease_files_are_swept(queue):
     for name in os.listdir(leases):
         os.utime(os.path.join(leases, name), (old, old))
     queue.collect_garbage()
-    assert os.listdir(leases) == ["%s.0.10" % _format.group_hash("g")]
+    assert os.listdir(leases) == [f"{_format.group_hash('g')}.0.10"]
     queue.publish(b"y", group="g")
     assert vsqs.Queue(queue.path).receive().body == b"y"  # the chain goes on from the newest
 

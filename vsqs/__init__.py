@@ -22,7 +22,8 @@ from vsqs._errors import (
     VsqsError,
 )
 from vsqs._format import FORMAT_VERSION
-from vsqs._queue import Message, MessageInfo, Queue, QueueStats
+from vsqs._message import Message, MessageInfo, QueueStats
+from vsqs._queue import Queue
 from vsqs._spool import Spool
 from vsqs._version import __version__
 from vsqs._worker import Worker, WorkerStats

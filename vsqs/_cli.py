@@ -360,7 +360,7 @@ def delete(ctx: click.Context, queue: str, receipts: tuple[str, ...]) -> None:
         q.delete(receipts[0])
         return
     failed = 0
-    for receipt, outcome in zip(receipts, q.delete_batch(receipts), strict=True):
+    for outcome in q.delete_batch(receipts):
         if outcome is not None:
             failed += 1
             click.echo(f"vsqs: error: {outcome}", err=True)

@@ -126,15 +126,16 @@ class Reservations:
             return ""
         return None
 
-    def sweep(self, window: float, presence: Callable[[str], str | None]) -> int:
-        """Remove chains whose id nobody holds any more, oldest generation first."""
+    def sweep(self, window: float, present: set[str]) -> int:
+        """Remove chains whose id nobody holds any more, oldest generation first.
+        ``present``: the keys of every message in the queue (one listing)."""
         if not _fs.is_dir(self._dir):
             return 0
         chains: dict[str, list[int]] = defaultdict(list)
         for name in _fs.list_names(self._dir):
-            digest, _, gen = name.partition(".")
-            if len(digest) == 32 and gen.isdigit():
-                chains[digest].append(int(gen))
+            digest, _, number = name.partition(".")
+            if len(digest) == 32 and number.isdigit():
+                chains[digest].append(int(number))
         removed = 0
         for digest, gens in chains.items():
             gens.sort()
@@ -144,7 +145,7 @@ class Reservations:
             parsed = _parse(data) if data else None
             if written is None or written > time.time() - max(WRITE_GRACE, window) - 60:
                 continue  # recent: leave it
-            if parsed is not None and parsed[1] is None and presence(parsed[0]) is not None:
+            if parsed is not None and parsed[1] is None and parsed[0] in present:
                 continue  # its message is still here
             if parsed is not None and parsed[1] is not None and parsed[1] + window > time.time():
                 continue

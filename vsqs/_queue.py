@@ -8,8 +8,8 @@ listing cached per handle instead of listing the directory on every call.
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import errno
+import hashlib
 import heapq
 import math
 import os
@@ -20,7 +20,8 @@ from datetime import datetime
 from types import MappingProxyType
 from typing import Any
 
-from vsqs import _format, _fs, _settings
+from vsqs import _dedup, _format, _fs, _settings
+from vsqs._dedup import Reservations
 from vsqs._errors import (
     InvalidArgument,
     InvalidReceipt,
@@ -33,10 +34,7 @@ from vsqs._errors import (
     VsqsError,
 )
 from vsqs._format import State
-from vsqs import _dedup
-from vsqs._dedup import Reservations
 from vsqs._groups import GroupLeases
-from vsqs._throttle import Throttle
 from vsqs._message import (
     Body,
     Message,
@@ -46,6 +44,7 @@ from vsqs._message import (
     to_bytes,
     to_us,
 )
+from vsqs._throttle import Throttle
 
 MAX_VISIBILITY_TIMEOUT = _settings.MAX_VISIBILITY_TIMEOUT
 MAX_DELAY = _settings.MAX_DELAY
@@ -115,6 +114,7 @@ class Queue:
         self._groups = GroupLeases(self._path)
         self._groups_seen = False
         self._groups_swept_at = -math.inf
+        self._orphans_swept_at = -math.inf
         self._reservations = Reservations(self._path)
 
     # -- pickling: path and options only; reopened lazily where unpickled --
@@ -638,9 +638,13 @@ class Queue:
         started = time.monotonic()
         visible, hidden = [], []
         groups: dict[str, list[_format.Name]] = {}
+        orphans = []
         for name in _fs.list_names(self._path):
             parsed = _format.parse_name(name)
-            if parsed is None or parsed.state is State.WRITING:
+            if parsed is None:
+                continue
+            if parsed.state is State.WRITING:
+                orphans.append(name)
                 continue
             if parsed.group_hash:
                 groups.setdefault(parsed.group_hash, []).append(parsed)
@@ -652,6 +656,12 @@ class Queue:
         heapq.heapify(visible)
         heapq.heapify(grouped)
         heapq.heapify(hidden)
+        if orphans and time.monotonic() - self._orphans_swept_at > _SWEEP_EVERY:
+            # a bulk pass at most once a minute: .new files of publishers that died
+            self._orphans_swept_at = time.monotonic()
+            cutoff = time.time() - DEFAULT_GC_GRACE
+            for orphan in orphans:
+                self._remove_orphan(orphan, cutoff)
         if groups or self._groups_seen:
             if time.monotonic() - self._groups_swept_at > _SWEEP_EVERY:
                 self._groups.sweep()  # a bulk pass, at most once a minute per handle
@@ -1052,30 +1062,38 @@ class Queue:
     ) -> int:
         """Remove ``.new`` files older than ``grace`` seconds (left by publishers
         that died mid-write), stages untouched for ``stage_grace`` seconds
-        (left by jobs that died before commit), and messages sent longer ago
-        than the queue's ``retention``; return how many files went."""
+        (left by jobs that died before commit), messages sent longer ago than
+        the queue's ``retention``, and spent group leases and de-duplication
+        reservations; return how many files went."""
         grace = check_seconds(grace, "grace", math.inf)
         stage_grace = check_seconds(stage_grace, "stage_grace", math.inf)
         retention = self._current_settings()["retention"]
         now = time.time()
         removed = 0
+        present: set[str] = set()
         for entry in _fs.list_names(self._path):
             name = _format.parse_name(entry)
-            if name is not None and retention is not None and name.state is not State.WRITING:
-                if name.sent_us / 1e6 < now - retention and _fs.unlink(self._file(entry)):
-                    removed += 1
-            elif name is not None and name.state is State.WRITING:
-                modified = _fs.mtime(self._file(entry))
-                if modified is not None and modified <= now - grace and _fs.unlink(self._file(entry)):
-                    removed += 1
+            if name is not None and name.state is not State.WRITING:
+                if retention is not None and name.sent_us / 1e6 < now - retention:
+                    removed += _fs.unlink(self._file(entry))
+                else:
+                    present.add(name.key)
+            elif name is not None:
+                present.add(name.key)
+                removed += self._remove_orphan(entry, now - grace)
             elif _format.parse_stage_dir(entry) is not None:
                 modified = _fs.mtime(self._file(entry))
                 if modified is not None and modified <= now - stage_grace:
                     removed += self.abort_stage(_format.parse_stage_dir(entry) or "")
         with self._lock:
             removed += self._groups.sweep()
-        removed += self._reservations.sweep(self._current_settings()["dedup_window"], self._presence)
+        removed += self._reservations.sweep(self._current_settings()["dedup_window"], present)
         return removed
+
+    def _remove_orphan(self, entry: str, cutoff: float) -> int:
+        """Remove the .new file ``entry`` if it was last written before ``cutoff``."""
+        modified = _fs.mtime(self._file(entry))
+        return int(modified is not None and modified <= cutoff and _fs.unlink(self._file(entry)))
 
 
 def _check_priority(priority: object) -> int:
