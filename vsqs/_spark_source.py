@@ -29,6 +29,13 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+try:
+    import pyspark  # noqa: F401
+except ImportError as exc:  # pragma: no cover - depends on the install
+    raise ImportError(
+        "vsqs.spark needs pyspark >= 4.0 and pyarrow: pip install 'vsqs[spark]'"
+    ) from exc
+
 from pyspark.sql.datasource import (
     DataSource,
     DataSourceArrowWriter,
@@ -478,11 +485,11 @@ class StagedWriter(DataSourceArrowWriter):
         queue = self.options.queue()
         return _stage_rows(queue, f"spark-{self.job}", _arrow_chunks(iterator, self.body))
 
-    def commit(self, messages: list[WriterCommitMessage | None]) -> None:  # type: ignore[override]
+    def commit(self, messages: list[WriterCommitMessage | None]) -> None:
         published = _commit_stages(self.options.queue(), f"spark-{self.job}", messages)
         log.info("published %d messages to %s", published, self.options.path)
 
-    def abort(self, messages: list[WriterCommitMessage | None]) -> None:  # type: ignore[override]
+    def abort(self, messages: list[WriterCommitMessage | None]) -> None:
         _drop_stages(self.options.queue(), f"spark-{self.job}")
 
 
@@ -492,7 +499,7 @@ def _arrow_chunks(batches: Iterator[Any], column: str) -> Iterator[list[Any]]:
         yield from _chunks(iter(batch.column(column).to_pylist()))
 
 
-class StagedStreamWriter(_StreamWriterBase):  # type: ignore[misc,valid-type]
+class StagedStreamWriter(_StreamWriterBase):
     """Streaming write: each micro-batch is staged per task attempt and
     published by the driver's commit of that batch. Stages are named
     ``spark-<query>-<batch>-<partition>-<attempt>-...``; the commit of a batch
@@ -518,11 +525,11 @@ class StagedStreamWriter(_StreamWriterBase):  # type: ignore[misc,valid-type]
             chunks = _chunks(row[self.body] for row in iterator)
         return _stage_rows(queue, self._prefix(batch_id if batch_id is not None else "x"), chunks)
 
-    def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:  # type: ignore[override]
+    def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         published = _commit_stages(self.options.queue(), self._prefix(batchId), messages)
         log.info("batch %s: published %d messages to %s", batchId, published, self.options.path)
 
-    def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:  # type: ignore[override]
+    def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         _drop_stages(self.options.queue(), self._prefix(batchId))
 
 
@@ -536,7 +543,7 @@ class ClaimedPartition(InputPartition):
         self.messages = messages
 
 
-class ClaimingStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):  # type: ignore[misc]
+class ClaimingStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     """Each micro-batch claims messages on the driver in ``latestOffset``.
 
     An offset is ``{"seq": n, "messages": [[id, receipt, receive_count,
@@ -586,7 +593,7 @@ class ClaimingStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def _claim(self, wanted: int) -> list[list[Any]]:
         queue = self.options.queue()
-        got = []
+        got: list[Message] = []
         while len(got) < wanted:
             batch = queue.receive_batch(
                 min(wanted - len(got), _CLAIM_CHUNK),

@@ -357,7 +357,7 @@ def process_queue(
         max_messages=share,
     )
 
-    def task(_partition: Iterator[int]) -> Iterator[ProcessResult]:
+    def task(_partition: Iterable[int]) -> Iterator[ProcessResult]:
         yield _run_task(spec)
 
     context.setJobDescription(f"vsqs.process_queue {queue.path}")
