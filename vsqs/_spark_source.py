@@ -560,6 +560,12 @@ class ClaimingStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.columns = columns
         self._settled: dict[int, None] = {}  # recent seqs whose messages this process deleted
         self._budget: int | None = None  # Trigger.AvailableNow: messages left to claim
+        self._queue: Queue | None = None  # the driver's handle (keeps its cached listing)
+
+    def _driver_queue(self) -> Queue:
+        if self._queue is None:
+            self._queue = self.options.queue()
+        return self._queue
 
     # -- offsets (driver) --
 
@@ -572,7 +578,7 @@ class ClaimingStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def prepareForTriggerAvailableNow(self) -> None:
         # "what is available now": as many messages as are visible now. The
         # query ends once that many were claimed, even if producers keep going.
-        self._budget = self.options.queue().stats().ready
+        self._budget = self._driver_queue().stats().ready
 
     def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
         self._settle(start)  # the batch ending at start is committed: delete it
@@ -592,7 +598,7 @@ class ClaimingStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return {"seq": int(start["seq"]) + 1, "messages": claimed}
 
     def _claim(self, wanted: int) -> list[list[Any]]:
-        queue = self.options.queue()
+        queue = self._driver_queue()
         got: list[Message] = []
         while len(got) < wanted:
             batch = queue.receive_batch(
@@ -633,7 +639,7 @@ class ClaimingStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         messages = offset.get("messages") or []
         if seq in self._settled or not messages:
             return
-        queue = self.options.queue()
+        queue = self._driver_queue()
         stale = 0
         for _id, receipt, *_ in messages:
             try:
