@@ -106,8 +106,9 @@ def test_gc_sweeps_dead_reservations(queue):
     old = time.time() - 3600
     for name in os.listdir(directory):
         os.utime(os.path.join(directory, name), (old, old))
-    assert queue.collect_garbage() == 1
-    assert os.listdir(directory) == [f"{_dedup.dedup_hash('kept', None)}.1"]
+    assert queue.collect_garbage() == 2  # the gone id's chain: pending, then published
+    kept = _dedup.dedup_hash("kept", None)
+    assert sorted(os.listdir(directory)) == [f"{kept}.1", f"{kept}.2"]
 
 
 def _publish_same(path: str, barrier, out) -> None:
@@ -129,3 +130,39 @@ def test_racing_publishers_store_each_id_once(tmp_path):
     for i in range(30):
         assert len({r[i] for r in results}) == 1  # all four were told the same id
     assert q.stats().ready == 30
+
+
+def test_failed_batch_leaves_the_id_free(queue, monkeypatch):
+    from vsqs import _fs
+
+    queue.configure(dedup_window=60)
+    real_rename = _fs.rename
+
+    def no_rename(src, dst):
+        raise vsqs.StorageError(5, "I/O error", src)
+
+    monkeypatch.setattr(_fs, "rename", no_rename)
+    with pytest.raises(vsqs.StorageError):
+        queue.publish(b"a", dedup_id="x")
+    monkeypatch.setattr(_fs, "rename", real_rename)
+    queue.collect_garbage(grace=0)  # the failed publisher's .new
+    again = queue.publish(b"a", dedup_id="x")  # never published, so not held by the window
+    assert [m.id for m in queue.receive_batch(5)] == [again]
+
+
+def test_ambiguous_reservation_create_is_recognised_as_ours(queue, monkeypatch):
+    from vsqs import _fs
+
+    real_create = _fs.create_exclusive
+    calls = []
+
+    def reports_eio_after_success(path, data, *, durable):
+        created = real_create(path, data, durable=durable)
+        if "/.dedup/" in path and not calls:
+            calls.append(path)
+            return False  # as if EIO made it look lost (the file exists: it is ours)
+        return created
+
+    monkeypatch.setattr(_fs, "create_exclusive", reports_eio_after_success)
+    message_id = queue.publish(b"a", dedup_id="x")
+    assert calls and [m.id for m in queue.receive_batch(5)] == [message_id]

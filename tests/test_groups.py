@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import multiprocessing
+import threading
 import os
 import time
 
@@ -169,3 +170,16 @@ def test_stats_per_group(queue):
         "tenant-b": {"ready": 0, "in_flight": 1, "delayed": 0},
     }
     assert queue.stats().groups is None
+
+
+def test_relist_while_settings_expire_does_not_deadlock(queue, monkeypatch):
+    # the settings cache runs out in the middle of a listing of a grouped queue
+    import vsqs._queue as queue_module
+
+    queue.publish_batch([b"1", b"2"], group="g")
+    monkeypatch.setattr(queue_module, "_SETTINGS_TTL", 0.0)
+    got = []
+    worker = threading.Thread(target=lambda: got.append(queue.receive()), daemon=True)
+    worker.start()
+    worker.join(10)
+    assert not worker.is_alive() and got[0].body == b"1"

@@ -11,8 +11,9 @@ the next generation for its own new key (one racer wins) and publishes.
 
 A publisher writes its message's ``.new`` file first and reserves the id
 after, so a reservation always has a message, or a publisher at work, behind
-it. A publisher that dies half-way leaves a reservation whose message is
-absent (or a stale ``.new`` file): the next publisher takes the id over.
+it. A publisher that fails or dies half-way leaves a pending reservation
+whose message is absent (or a stale ``.new`` file): the next publisher takes
+the id over; a pending id never counts as published, so no window keeps it.
 Nothing stays reserved forever, and ``gc`` removes dead chains.
 """
 
@@ -40,14 +41,17 @@ def dedup_hash(dedup_id: object, group: str | None) -> str:
     return hashlib.sha256(scope.encode("utf-8")).hexdigest()[:32]
 
 
-def _parse(data: bytes) -> tuple[str, float | None] | None:
-    """(key, gone_at or None) of a generation; None if unreadable (being written)."""
+def _parse(data: bytes) -> tuple[str, str, float] | None:
+    """(kind, key, gone_at) of a generation: kind "pending", "published" or
+    "gone"; None if unreadable (being written, or torn)."""
     parts = data.decode("ascii", "replace").split()
     if len(parts) == 1 and _format.is_key(parts[0]):
-        return parts[0], None
+        return "published", parts[0], 0.0
+    if len(parts) == 2 and parts[0] == "pending" and _format.is_key(parts[1]):
+        return "pending", parts[1], 0.0
     if len(parts) == 3 and parts[0] == "gone" and _format.is_key(parts[2]):
         try:
-            return parts[2], float(parts[1])
+            return "gone", parts[2], float(parts[1])
         except ValueError:
             return None
     return None
@@ -79,52 +83,85 @@ class Reservations:
 
     def reserve(
         self, digest: str, new_key: str, window: float, presence: Callable[[str], str | None]
-    ) -> str | None:
-        """Reserve the id for ``new_key``; or return the key of the message that holds it.
+    ) -> tuple[str | None, int]:
+        """Reserve the id for ``new_key`` (as pending): (None, generation made);
+        or, if a message holds it, (its key, 0).
 
         ``presence(key)`` tells whether a message is in the queue ("live"),
         being written by a publisher that may be at work ("writing"), or neither.
         """
         _fs.make_dirs(self._dir)
         deadline = time.monotonic() + WRITE_GRACE + 1
+        pause = _POLL
         while True:
             gen = self._newest(digest)
             if gen:
-                holder = self._holder(digest, gen, window, presence)
+                holder = self._holder(digest, gen, new_key, window, presence)
+                if holder == new_key:
+                    return None, gen  # ours: a create that reported an error had succeeded
                 if holder == "":  # undecided: a publisher is at work; look again soon
                     if time.monotonic() < deadline:
-                        time.sleep(_POLL)
+                        time.sleep(pause)
+                        pause = min(pause * 2, 0.2)
                         continue
                 elif holder is not None:
-                    return holder
-            if _fs.create_exclusive(self._path(digest, gen + 1), new_key.encode() + b"\n", durable=True):
-                return None
-            # another publisher reserved it first: look at theirs
+                    return holder, 0
+            pending = f"pending {new_key}\n".encode()
+            if _fs.create_exclusive(self._path(digest, gen + 1), pending, durable=True):
+                return None, gen + 1
+            # another publisher reserved it first (or our create was ambiguous): look again
+
+    def confirm(self, digest: str, gen: int, key: str) -> None:
+        """Mark the reservation made at ``gen`` published (its message is in the queue)."""
+        _fs.create_exclusive(self._path(digest, gen + 1), key.encode() + b"\n", durable=False)
 
     def _holder(
-        self, digest: str, gen: int, window: float, presence: Callable[[str], str | None]
+        self,
+        digest: str,
+        gen: int,
+        new_key: str,
+        window: float,
+        presence: Callable[[str], str | None],
     ) -> str | None:
-        """Who holds the id at ``gen``: a key, None (nobody), or "" (can't tell yet)."""
-        path = self._path(digest, gen)
-        data = _fs.read(path)
-        parsed = _parse(data) if data else None
-        if parsed is None:  # being written, or its writer died
-            written = _fs.mtime(path)
-            return "" if written is not None and written > time.time() - WRITE_GRACE else None
-        key, gone_at = parsed
+        """Who holds the id, ``gen`` being the newest generation: a key, None
+        (nobody), or "" (can't tell yet). A generation its writer left empty
+        does not count: the one before it does."""
+        parsed, writing = self._readable(digest, gen)
+        if writing:
+            return ""
+        if parsed is None:
+            return None
+        kind, key, gone_at = parsed
+        if key == new_key:
+            return key
         now = time.time()
-        if gone_at is not None:
+        if kind == "gone":
             return key if gone_at + window > now else None
         state = presence(key)
         if state == "live":
             return key
         if state == "writing":
             return ""  # its publisher is at work: wait to see it finish
-        if window > 0:  # mark when it was first seen gone; the window runs from there
-            if _fs.create_exclusive(self._path(digest, gen + 1), f"gone {now:.6f} {key}\n".encode(), durable=False):
-                return key
-            return ""
-        return None
+        if kind == "pending" or window <= 0:
+            return None  # never published (its publisher failed), or no window to keep
+        # published, now gone: mark when it was first seen gone; the window runs from there
+        if _fs.create_exclusive(self._path(digest, gen + 1), f"gone {now:.6f} {key}\n".encode(), durable=False):
+            return key
+        return ""
+
+    def _readable(self, digest: str, gen: int) -> tuple[tuple[str, str, float] | None, bool]:
+        """The newest generation that parses, at or below ``gen``; and whether
+        a newer one is still being written."""
+        for older in range(gen, 0, -1):
+            path = self._path(digest, older)
+            data = _fs.read(path)
+            parsed = _parse(data) if data else None
+            if parsed is not None:
+                return parsed, False
+            written = _fs.mtime(path)
+            if written is not None and written > time.time() - WRITE_GRACE:
+                return None, True
+        return None, False
 
     def sweep(self, window: float, present: set[str]) -> int:
         """Remove chains whose id nobody holds any more, oldest generation first.
@@ -139,15 +176,13 @@ class Reservations:
         removed = 0
         for digest, gens in chains.items():
             gens.sort()
-            newest = self._path(digest, gens[-1])
-            data = _fs.read(newest)
-            written = _fs.mtime(newest)
-            parsed = _parse(data) if data else None
+            written = _fs.mtime(self._path(digest, gens[-1]))
+            parsed, _ = self._readable(digest, gens[-1])
             if written is None or written > time.time() - max(WRITE_GRACE, window) - 60:
                 continue  # recent: leave it
-            if parsed is not None and parsed[1] is None and parsed[0] in present:
+            if parsed is not None and parsed[0] != "gone" and parsed[1] in present:
                 continue  # its message is still here
-            if parsed is not None and parsed[1] is not None and parsed[1] + window > time.time():
+            if parsed is not None and parsed[0] == "gone" and parsed[2] + window > time.time():
                 continue
             for gen in gens:
                 removed += _fs.unlink(self._path(digest, gen))

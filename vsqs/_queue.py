@@ -102,7 +102,8 @@ class Queue:
     def _init_runtime(self) -> None:
         self._prefix = self._path.rstrip(os.sep) + os.sep
         self._skew_us = to_us(self._clock_skew)
-        self._lock = threading.Lock()
+        self._lock = threading.Lock()  # the listing cache, group leases, throttle tokens
+        self._settings_lock = threading.Lock()
         self._listing = _Listing()
         self._settings_read_at = -math.inf
         self._settings_version = 0
@@ -213,7 +214,7 @@ class Queue:
             path = os.path.join(directory, _settings.version_name(version + 1))
             if _fs.create_exclusive(path, data, durable=True):
                 _fs.fsync_dir(directory)
-                with self._lock:
+                with self._settings_lock:
                     self._settings_version, self._settings = version + 1, merged
                     self._settings_read_at = time.monotonic()
                 return MappingProxyType(dict(merged))
@@ -238,7 +239,7 @@ class Queue:
     def _current_settings(self) -> dict[str, Any]:
         if time.monotonic() - self._settings_read_at >= _SETTINGS_TTL:
             version, settings = self._read_settings()
-            with self._lock:
+            with self._settings_lock:  # not self._lock: settings are read while it is held
                 self._settings_version, self._settings = version, settings
                 self._settings_read_at = time.monotonic()
         return self._settings
@@ -339,7 +340,7 @@ class Queue:
         self._check_limits(datas, settings)
         written: list[tuple[str, str]] = []
         duplicates: dict[int, str] = {}  # position -> id of the message already holding the dedup id
-        reserved: dict[str, str] = {}  # dedup hash -> key, within this batch
+        reserved: dict[str, tuple[str, int]] = {}  # dedup hash -> (key, generation), this batch
         try:
             for position, data in enumerate(datas):
                 content = _format.encode_envelope(header, data) if header else data
@@ -349,14 +350,16 @@ class Queue:
                     # (or the .new file of its publisher) behind it
                     dedup_key = _dedup_id if _dedup_id is not None else hashlib.sha256(data).hexdigest()
                     digest = _dedup.dedup_hash(dedup_key, group)
-                    holder = reserved.get(digest) or self._reservations.reserve(
-                        digest, stem[: _format.KEY_LENGTH], settings["dedup_window"], self._presence
-                    )
+                    holder = reserved[digest][0] if digest in reserved else None
+                    if holder is None:
+                        holder, gen = self._reservations.reserve(
+                            digest, stem[: _format.KEY_LENGTH], settings["dedup_window"], self._presence
+                        )
                     if holder is not None:
                         _fs.unlink(temp)
                         duplicates[position] = holder
                         continue
-                    reserved[digest] = stem[: _format.KEY_LENGTH]
+                    reserved[digest] = (stem[: _format.KEY_LENGTH], gen)
                 written.append((stem, temp))
         except BaseException:
             for _, temp in written:
@@ -374,6 +377,8 @@ class Queue:
             ids.append(stem[: _format.KEY_LENGTH])
         if durable and ids:
             _fs.fsync_dir(self._path)
+        for digest, (key, gen) in reserved.items():
+            self._reservations.confirm(digest, gen, key)
         with self._lock:
             self._count += len(ids)
         for position in sorted(duplicates):
