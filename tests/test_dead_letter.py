@@ -142,3 +142,17 @@ def test_stats_count_dead_letters_per_source(spool):
         q.requeue_expired()
     assert jobs.stats().dead_lettered == 2 and other.stats().dead_lettered == 1
     assert spool.create_queue("plain").stats().dead_lettered == 0
+
+
+@pytest.mark.parametrize("target", ["jobs", "..", "../x", "a/b", ".hidden", "relative/path"])
+def test_bad_dead_letter_targets(spool, target):
+    q = spool.create_queue("jobs")
+    with pytest.raises(vsqs.InvalidArgument, match="dead_letter"):
+        q.configure(dead_letter=target, max_receives=1)
+
+
+def test_dead_letter_to_an_ancestor_path_is_refused(spool):
+    q = spool.create_queue("jobs")
+    with pytest.raises(vsqs.InvalidArgument, match="directory above it"):
+        q.configure(dead_letter=spool.root, max_receives=1)
+    q.configure(dead_letter=os.path.join(spool.root, "elsewhere"), max_receives=1)

@@ -195,3 +195,53 @@ def test_retention_drops_old_messages_in_gc(queue):
     queue.configure(retention=0.2)
     assert queue.collect_garbage() == 1
     assert [m.body for m in queue.receive_batch(5)] == [b"new"]
+
+
+def test_corrupt_message_does_not_strand_the_rest_of_a_batch(queue):
+    queue.publish(b"bad", attributes={"k": "v"})
+    queue.publish_batch([b"good-1", b"good-2"])
+    [name] = [n for n in os.listdir(queue.path) if n.endswith("-e")]
+    with open(os.path.join(queue.path, name), "wb") as f:
+        f.write(b"no header line")
+    assert [m.body for m in queue.receive_batch(10)] == [b"good-1", b"good-2"]
+
+
+def test_worker_survives_a_corrupt_message(queue):
+    queue.publish(b"bad", attributes={"k": "v"})
+    [name] = [n for n in os.listdir(queue.path) if n.endswith("-e")]
+    with open(os.path.join(queue.path, name), "wb") as f:
+        f.write(b"no header line")
+    queue.publish_batch([b"good-1", b"good-2"])
+    seen = []
+    stats = vsqs.Worker(queue, lambda m: seen.append(m.body), burst=True, wait=0.1).work()
+    assert sorted(seen) == [b"good-1", b"good-2"] and stats.processed == 2
+
+
+def test_long_poll_notices_a_suspension(queue):
+    import threading
+
+    threading.Timer(0.2, lambda: vsqs.Queue(queue.path).suspend("receive")).start()
+    with pytest.raises(vsqs.QueueSuspended):
+        queue.receive(wait=5)
+
+
+def test_stages_respect_limits_and_suspension(queue):
+    queue.configure(max_message_bytes=4)
+    with pytest.raises(vsqs.MessageTooLarge):
+        queue.publish_staged([b"12345"], stage="s")
+    queue.suspend("publish")
+    with pytest.raises(vsqs.QueueSuspended):
+        queue.publish_staged([b"1"], stage="s")
+
+
+def test_throttle_window_has_a_floor(queue):
+    with pytest.raises(vsqs.InvalidArgument, match="at least 0.001"):
+        queue.configure(throttle=(5, 1e-6))
+
+
+def test_future_settings_format_is_refused(queue):
+    os.makedirs(os.path.join(queue.path, ".settings"), exist_ok=True)
+    with open(os.path.join(queue.path, ".settings", "000000001.json"), "w") as f:
+        f.write('{"format": 9, "settings": {}}')
+    with pytest.raises(vsqs.IncompatibleFormat, match="format 9"):
+        vsqs.Queue(queue.path).settings

@@ -114,7 +114,8 @@ def test_lease_files_are_swept(queue):
     for name in os.listdir(leases):
         os.utime(os.path.join(leases, name), (old, old))
     queue.collect_garbage()
-    assert os.listdir(leases) == [f"{_format.group_hash('g')}.0.10"]
+    group = _format.group_hash("g")
+    assert sorted(os.listdir(leases)) == [f"{group}.0.1", f"{group}.0.10"]  # first and newest
     queue.publish(b"y", group="g")
     assert vsqs.Queue(queue.path).receive().body == b"y"  # the chain goes on from the newest
 
@@ -183,3 +184,43 @@ def test_relist_while_settings_expire_does_not_deadlock(queue, monkeypatch):
     worker.start()
     worker.join(10)
     assert not worker.is_alive() and got[0].body == b"1"
+
+
+def test_receipt_of_a_grouped_message_needs_its_slot(queue):
+    queue.publish(b"x", group="g")
+    m = queue.receive()
+    without_slot = m.receipt.rsplit(":", 1)[0]
+    with pytest.raises(vsqs.InvalidReceipt):
+        queue.delete(without_slot)
+    m.delete()
+
+
+def test_extend_after_the_slot_was_taken_is_stale(queue):
+    queue.publish_batch([b"1", b"2"], group="g")
+    m = queue.receive(visibility_timeout=0.1)
+    time.sleep(0.15)
+    again = vsqs.Queue(queue.path).receive(visibility_timeout=30)  # takes slot and message
+    assert again.id == m.id
+    with pytest.raises(vsqs.StaleReceipt):
+        m.change_visibility(30)
+    assert vsqs.Queue(queue.path).receive() is None  # still one in flight, held by `again`
+
+
+def test_a_handle_with_an_old_view_cannot_restart_a_swept_chain(queue):
+    from vsqs import _groups
+
+    queue.publish_batch([b"1", b"2"], group="g")
+    group = _format.group_hash("g")
+    old_view = _groups.GroupLeases(queue.path)  # saw nothing
+    holder = queue.receive(visibility_timeout=30)  # generation 1
+    holder.change_visibility(30)  # generation 2
+    holder.change_visibility(30)  # generation 3
+    leases = os.path.join(queue.path, _format.GROUPS_DIR)
+    os.unlink(os.path.join(leases, f"{group}.0.2"))  # as if swept
+    now = _format.now_us()
+    assert old_view.claim(group, 1, now + 10**6, now, 0) is None  # generation 1 is still there
+    old_view._newest[(group, 0)] = 1  # a view from before the sweep...
+    with open(os.path.join(leases, f"{group}.0.1"), "wb") as f:
+        f.write(b"free\n")  # ...in which the slot looked free
+    assert old_view.claim(group, 1, now + 10**6, now, 0) is None  # re-made 2, saw 3, backed off
+    assert not os.path.exists(os.path.join(leases, f"{group}.0.2"))

@@ -526,3 +526,23 @@ def test_receive_collects_old_orphans_on_its_own(queue):
     open(young, "wb").close()
     queue.receive()  # its listing notices the orphan: a bulk pass, at most once a minute
     assert not os.path.exists(orphan) and os.path.exists(young)
+
+
+def test_a_planted_stage_symlink_is_never_followed(tmp_path):
+    a = vsqs.Queue(tmp_path / "a", create=True)
+    b = vsqs.Queue(tmp_path / "b", create=True)
+    b.publish_batch([b"1", b"2"])
+    os.symlink(b.path, os.path.join(a.path, ".stage.evil"))
+    old = time.time() - 10**7
+    os.utime(os.path.join(a.path, ".stage.evil"), (old, old), follow_symlinks=False)
+    assert a.stages() == []
+    assert a.commit_stage("evil") == 0 and a.abort_stage("evil") == 0
+    a.collect_garbage(stage_grace=0)
+    assert b.stats().ready == 2  # b's messages were neither moved nor removed
+
+
+def test_abort_removes_foreign_files_in_a_stage(queue):
+    queue.publish_staged([b"1"], stage="s")
+    open(os.path.join(queue.path, ".stage.s", "junk"), "w").close()
+    assert queue.abort_stage("s") == 1
+    assert queue.stages() == []

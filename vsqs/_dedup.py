@@ -166,7 +166,7 @@ class Reservations:
     def sweep(self, window: float, present: set[str]) -> int:
         """Remove chains whose id nobody holds any more, oldest generation first.
         ``present``: the keys of every message in the queue (one listing)."""
-        if not _fs.is_dir(self._dir):
+        if not _fs.is_private_dir(self._dir):
             return 0
         chains: dict[str, list[int]] = defaultdict(list)
         for name in _fs.list_names(self._dir):

@@ -308,6 +308,8 @@ def parse_receipt(queue_id: str, receipt: object) -> tuple[Name, str, SlotRef | 
         slot = SlotRef(int(m[1]), int(m[2])) if m and parsed.group_hash else None
         if slot is None:
             parsed = None
+    if parsed is not None and parsed.group_hash and slot is None:
+        parsed = None  # a message of a group is always received with a slot
     if parsed is None or parsed.state is not State.HIDDEN or not _QUEUE_ID_RE.fullmatch(parts[0]):
         shown = receipt if len(receipt) <= 80 else receipt[:77] + "..."
         raise InvalidReceipt(f"malformed receipt: {shown!r}")

@@ -20,6 +20,7 @@ from __future__ import annotations
 import errno
 import os
 import shutil
+import stat
 
 from vsqs._errors import QueueNotFound, StorageError
 
@@ -83,11 +84,12 @@ def create_exclusive(path: str, data: bytes, *, durable: bool) -> bool:
     try:
         fd = os.open(path, flags, 0o666)
     except OSError as exc:
-        if exc.errno in _CREATE_LOST and exists(path):
-            return False
+        if exc.errno == errno.EEXIST or (exc.errno in _CREATE_LOST and exists(path)):
+            return False  # taken (even if gone again since: someone else's race)
         if exc.errno == errno.ENOENT and not exists(os.path.dirname(path)):
             raise QueueNotFound(f"queue directory is gone: {os.path.dirname(path)}") from exc
-        _unlink_quietly(path)  # some filesystems leave the entry behind (ENOSPC); the name is ours
+        if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+            _unlink_quietly(path)  # some filesystems leave the entry behind; only then is it ours
         raise storage_error(exc, "cannot create message file") from exc
     try:
         view = memoryview(data)
@@ -220,6 +222,15 @@ def remove_tree_quietly(directory: str, names: list[str]) -> None:
 def remove_tree(directory: str) -> None:
     """Remove a private directory and everything in it (symlinks are not followed)."""
     shutil.rmtree(directory, ignore_errors=True)
+
+
+def is_private_dir(path: str) -> bool:
+    """Whether ``path`` is a directory itself, not a symlink to one: vsqs's own
+    subdirectories are never followed out of the queue."""
+    try:
+        return stat.S_ISDIR(os.lstat(path).st_mode)
+    except OSError:
+        return False
 
 
 def is_dir(path: str) -> bool:

@@ -42,7 +42,7 @@ class GroupLeases:
     def refresh(self) -> None:
         """Re-read the newest generations (with every listing of the queue)."""
         newest: dict[tuple[str, int], int] = {}
-        if _fs.is_dir(self._dir):
+        if _fs.is_private_dir(self._dir):
             self._ready = True
             for name in _fs.list_names(self._dir):
                 parsed = _format.parse_lease_name(name)
@@ -79,9 +79,14 @@ class GroupLeases:
             _fs.make_dirs(self._dir)
             self._ready = True
         self._newest[(group, index)] = gen + 1  # ours, or theirs: either way the newest we know
-        if _fs.create_exclusive(self._path(group, index, gen + 1), content, durable=False):
-            return SlotRef(index, gen + 1)
-        return None
+        path = self._path(group, index, gen + 1)
+        if not _fs.create_exclusive(path, content, durable=False):
+            return None
+        if _fs.exists(self._path(group, index, gen + 2)):
+            # our view was so old that gen+1 had been swept: the chain is further on
+            _fs.unlink(path)
+            return None
+        return SlotRef(index, gen + 1)
 
     def extend(self, group: str, slot: SlotRef, until_us: int) -> SlotRef | None:
         """Hold the slot until ``until_us``; None if it was lost (its lease ran out and was taken)."""
@@ -93,8 +98,8 @@ class GroupLeases:
 
     def sweep(self, grace: float = SWEEP_GRACE) -> int:
         """Remove generations superseded more than ``grace`` seconds ago, oldest
-        first, so the files left of a slot are always its newest ones."""
-        if not _fs.is_dir(self._dir):
+        first, so the files left of a slot are its first and its newest ones."""
+        if not _fs.is_private_dir(self._dir):
             return 0
         chains: dict[tuple[str, int], list[int]] = defaultdict(list)
         for name in _fs.list_names(self._dir):
@@ -105,7 +110,8 @@ class GroupLeases:
         removed = 0
         for (group, index), gens in chains.items():
             gens.sort()
-            for gen, successor in zip(gens, gens[1:], strict=False):
+            # generation 1 stays: a handle that never saw the chain cannot start it again
+            for gen, successor in zip(gens[1:], gens[2:], strict=False):
                 superseded = _fs.mtime(self._path(group, index, successor))
                 if superseded is None or superseded > cutoff:
                     break

@@ -11,6 +11,7 @@ import contextlib
 import errno
 import hashlib
 import heapq
+import logging
 import math
 import os
 import threading
@@ -45,6 +46,8 @@ from vsqs._message import (
     to_us,
 )
 from vsqs._throttle import Throttle
+
+log = logging.getLogger("vsqs")
 
 MAX_VISIBILITY_TIMEOUT = _settings.MAX_VISIBILITY_TIMEOUT
 MAX_DELAY = _settings.MAX_DELAY
@@ -205,6 +208,8 @@ class Queue:
         dedup_window, throttle.
         """
         clean = _settings.validate(changes)
+        if clean.get("dead_letter"):
+            self._dead_letter_path({**self._current_settings(), **clean})  # refuses itself, ancestors
         directory = self._file(_settings.SETTINGS_DIR)
         _fs.make_dirs(directory)
         for _attempt in range(50):
@@ -247,7 +252,7 @@ class Queue:
     def _read_settings(self) -> tuple[int, dict[str, Any]]:
         """(newest version number, newest settings that parse) from one small listing."""
         directory = self._file(_settings.SETTINGS_DIR)
-        if not _fs.is_dir(directory):
+        if not _fs.is_private_dir(directory):
             return 0, dict(_settings.DEFAULTS)
         versions = sorted(
             (v for v in map(_settings.parse_version, _fs.list_names(directory)) if v is not None),
@@ -255,7 +260,7 @@ class Queue:
         )
         for version in versions:
             data = _fs.read(os.path.join(directory, _settings.version_name(version)))
-            settings = _settings.decode(data) if data else None
+            settings = _settings.decode(data, _format.FORMAT_VERSION) if data else None
             if settings is not None:
                 return versions[0], settings
         return (versions[0] if versions else 0), dict(_settings.DEFAULTS)
@@ -451,6 +456,9 @@ class Queue:
         writes its own, and only the committed attempt's messages are published."""
         directory = self._file(_format.stage_dir_name(stage))
         datas = [to_bytes(body) for body in bodies]
+        settings = self._current_settings()
+        self._check_suspended("publish", settings)
+        self._check_limits(datas, settings)
         _fs.make_dirs(directory)
         ids = []
         for data in datas:
@@ -471,7 +479,7 @@ class Queue:
         """Publish every message of ``stage`` (each by one rename) and remove the
         stage; return how many moved. Safe to repeat after a crash: it moves the rest."""
         directory = self._file(_format.stage_dir_name(stage))
-        if not _fs.is_dir(directory):
+        if not _fs.is_private_dir(directory):
             return 0
         moved = 0
         leftovers = []
@@ -490,19 +498,21 @@ class Queue:
     def abort_stage(self, stage: str) -> int:
         """Drop ``stage`` and its messages unpublished; return how many were dropped."""
         directory = self._file(_format.stage_dir_name(stage))
-        if not _fs.is_dir(directory):
+        if not _fs.is_private_dir(directory):
             return 0
         names = _fs.list_names(directory)
-        dropped = sum(
-            1 for name in names if _format.parse_name(name) is not None and _fs.unlink(os.path.join(directory, name))
-        )
-        _fs.remove_tree_quietly(directory, [])
+        dropped = sum(1 for name in names if _format.parse_name(name) is not None)
+        _fs.remove_tree_quietly(directory, names)  # all of it: the directory is ours
         return dropped
 
     def stages(self) -> list[str]:
         """The names of the stages not yet committed or aborted."""
-        names = (_format.parse_stage_dir(name) for name in _fs.list_names(self._path))
-        return sorted(name for name in names if name is not None)
+        found = []
+        for entry in _fs.list_names(self._path):
+            name = _format.parse_stage_dir(entry)
+            if name is not None and _fs.is_private_dir(self._file(entry)):
+                found.append(name)
+        return sorted(found)
 
     # -- receive -----------------------------------------------------------
 
@@ -545,7 +555,9 @@ class Queue:
         deadline = time.monotonic() + wait
         pause = _POLL_FIRST
         while True:
-            got = self._claim(max_messages, lease_us, queue_id, read_bodies, self._current_settings())
+            settings = self._current_settings()
+            self._check_suspended("receive", settings)  # a long poll notices a suspension too
+            got = self._claim(max_messages, lease_us, queue_id, read_bodies, settings)
             left = deadline - time.monotonic()
             if got or left <= 0:
                 return got
@@ -561,6 +573,7 @@ class Queue:
         self, limit: int, lease_us: int, queue_id: str, read_bodies: bool, settings: Mapping[str, Any]
     ) -> list[Message]:
         got: list[Message] = []
+        failure: StorageError | None = None  # raised only if nothing else was claimed
         max_receives, throttle = settings["max_receives"], settings["throttle"]
         while len(got) < limit:
             with self._lock:
@@ -570,7 +583,10 @@ class Queue:
             parsed = _format.parse_name(name)
             assert parsed is not None and parsed.state is not State.WRITING
             if max_receives is not None and parsed.receive_count >= max_receives:
-                self._dead_letter(parsed)
+                try:
+                    self._dead_letter(parsed)
+                except StorageError as exc:  # e.g. a dead-letter queue on another filesystem
+                    failure = failure or exc
                 continue
             if throttle is not None:
                 with self._lock:
@@ -602,11 +618,20 @@ class Queue:
                 data = _fs.read(self._file(new))
                 if data is None:
                     continue  # only if another host's clock is far ahead: it took our lease
-                data, header = self._decode(parsed, data, self._file(new))
+                try:
+                    data, header = self._decode(parsed, data, self._file(new))
+                except StorageError as exc:
+                    # a corrupt file stays in flight and comes back with its lease (and
+                    # goes to the dead-letter queue after max_receives); the rest go on
+                    log.warning("%s", exc)
+                    failure = failure or exc
+                    continue
             else:
                 data = None
             receipt = _format.make_receipt(queue_id, new, slot)
             got.append(Message(self, parsed.key, data, receipt, count, parsed.sent_us / 1e6, header))
+        if failure is not None and not got:
+            raise failure
         return got
 
     def _next_candidate(self) -> str | None:
@@ -753,11 +778,12 @@ class Queue:
         """Delete the message held by ``receipt``; :class:`StaleReceipt` if it no longer is."""
         name, text, slot = _format.parse_receipt(self.id, receipt)
         self._check_suspended("delete", self._current_settings())
-        if not _fs.unlink(self._file(text)):
-            raise StaleReceipt(_stale_message(name.key))
-        if slot is not None:
+        deleted = _fs.unlink(self._file(text))
+        if slot is not None:  # harmless if the slot moved on: the next generation exists then
             with self._lock:
                 self._groups.free(name.group_hash, slot)
+        if not deleted:
+            raise StaleReceipt(_stale_message(name.key))
 
     def delete_batch(self, receipts: Iterable[str]) -> list[VsqsError | None]:
         """Delete several messages; one outcome per receipt, in order: ``None``
@@ -819,8 +845,14 @@ class Queue:
         new = _format.hidden_name(name.stem, until, name.receive_count)
         if slot is not None:  # the slot first: a crash between leaves the group blocked, not open
             with self._lock:
-                slot = self._groups.extend(name.group_hash, slot, until)
+                extended = self._groups.extend(name.group_hash, slot, until)
+            if extended is None:  # the lease ran out and the slot was taken: so was the message
+                raise StaleReceipt(_stale_message(name.key))
+            slot = extended
         if not _fs.rename(self._file(text), self._file(new)):
+            if slot is not None:
+                with self._lock:
+                    self._groups.free(name.group_hash, slot)
             raise StaleReceipt(_stale_message(name.key))
         self._remember(new, until)
         return _format.make_receipt(self.id, new, slot)
@@ -829,11 +861,12 @@ class Queue:
         """Make the message visible again now (ready), keeping its receive count."""
         name, text, slot = _format.parse_receipt(self.id, receipt)
         ready = _format.ready_name(name.stem, name.receive_count)
-        if not _fs.rename(self._file(text), self._file(ready)):
-            raise StaleReceipt(_stale_message(name.key))
+        released = _fs.rename(self._file(text), self._file(ready))
         if slot is not None:
             with self._lock:
                 self._groups.free(name.group_hash, slot)
+        if not released:
+            raise StaleReceipt(_stale_message(name.key))
         self._remember(ready)
 
     # -- inspection and maintenance ------------------------------------------
@@ -921,13 +954,12 @@ class Queue:
 
     def _group_name(self, name: _format.Name) -> str:
         """A group's name, from the envelope of one of its messages (its hash if unreadable)."""
+        data = _fs.read(self._file(str(name)))
         try:
-            for info in self.messages(bodies=True, ids=[name.key]):
-                if info.group:
-                    return info.group
+            header = self._decode(name, data, str(name))[1] if data else None
         except StorageError:
-            pass
-        return name.group_hash
+            header = None
+        return str((header or {}).get("group") or name.group_hash)
 
     def _count_dead_letters(self) -> int:
         """Messages of this queue now in its dead-letter queue (one listing of it)."""
@@ -987,12 +1019,15 @@ class Queue:
             self._dlq = dlq
         return dlq
 
-    def _dead_letter_path(self) -> str | None:
-        settings = self._current_settings()
+    def _dead_letter_path(self, settings: Mapping[str, Any] | None = None) -> str | None:
+        settings = settings or self._current_settings()
         if settings["max_receives"] is None and not settings["dead_letter"]:
             return None
         target = settings["dead_letter"] or os.path.basename(self._path) + ".dlq"
-        return os.path.abspath(os.path.join(os.path.dirname(self._path), target))  # absolute wins
+        path = os.path.abspath(os.path.join(os.path.dirname(self._path), target))  # absolute wins
+        if path == self._path or self._path.startswith(path.rstrip(os.sep) + os.sep):
+            raise InvalidArgument(f"dead_letter {target!r} is this queue or a directory above it")
+        return path
 
     def _register_source(self, source: Queue) -> None:
         """Remember where dead letters marked with ``source.id`` came from, for redrive."""
@@ -1004,7 +1039,7 @@ class Queue:
 
     def _sources(self) -> dict[str, str]:
         directory = self._file(_format.SOURCES_DIR)
-        if not _fs.is_dir(directory):
+        if not _fs.is_private_dir(directory):
             return {}
         found = {}
         for entry in _fs.list_names(directory):
@@ -1086,7 +1121,7 @@ class Queue:
             elif name is not None:
                 present.add(name.key)
                 removed += self._remove_orphan(entry, now - grace)
-            elif _format.parse_stage_dir(entry) is not None:
+            elif _format.parse_stage_dir(entry) is not None and _fs.is_private_dir(self._file(entry)):
                 modified = _fs.mtime(self._file(entry))
                 if modified is not None and modified <= now - stage_grace:
                     removed += self.abort_stage(_format.parse_stage_dir(entry) or "")

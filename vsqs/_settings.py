@@ -15,7 +15,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from vsqs._errors import InvalidArgument
+from vsqs._errors import IncompatibleFormat, InvalidArgument
 
 SETTINGS_DIR = ".settings"
 _VERSION_RE = re.compile(r"([0-9]{9})\.json")
@@ -54,10 +54,19 @@ def _count(minimum: int, maximum: int) -> Any:
     return check
 
 
-def _name(name: str, value: object) -> str:
-    if not isinstance(value, str) or not value or "\x00" in value or len(value) > 4096:
-        raise InvalidArgument(f"{name} must be a queue name or path, not {value!r}")
-    return value
+_QUEUE_NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,79}")
+
+
+def _queue_ref(name: str, value: object) -> str:
+    """A queue beside this one (a plain name) or an absolute path."""
+    if isinstance(value, str) and "\x00" not in value and len(value) <= 4096:
+        if _QUEUE_NAME_RE.fullmatch(value) and ".." not in value:
+            return value
+        if value.startswith("/") and ".." not in value.split("/"):
+            return value
+    raise InvalidArgument(
+        f"{name} must be the name of a queue beside this one or an absolute path, not {value!r}"
+    )
 
 
 def _throttle(name: str, value: object) -> list[float]:
@@ -68,6 +77,8 @@ def _throttle(name: str, value: object) -> list[float]:
         raise InvalidArgument(f"{name} must be (receives, seconds), e.g. (100, 1), not {value!r}")
     count = _count(1, 10**9)(name, value[0])
     window = _seconds(86400.0, positive=True)(name, value[1])
+    if window < 0.001:
+        raise InvalidArgument(f"{name}: the window must be at least 0.001 seconds, not {window!r}")
     return [count, window]
 
 
@@ -100,7 +111,7 @@ SCHEMA: dict[str, tuple[Any, Any]] = {
     "max_messages": (None, _count(1, 10**12)),
     "max_message_bytes": (None, _count(1, 2**40)),
     "max_receives": (None, _count(1, 10**6)),
-    "dead_letter": (None, _name),
+    "dead_letter": (None, _queue_ref),
     "group_concurrency": (1, _count(1, 10**6)),
     "dedup_window": (0.0, _seconds(366 * 86400.0)),
     "throttle": (None, _throttle),
@@ -138,10 +149,14 @@ def encode(settings: Mapping[str, Any], format_version: int) -> bytes:
     return (json.dumps(doc, sort_keys=True) + "\n").encode()
 
 
-def decode(data: bytes) -> dict[str, Any] | None:
+def decode(data: bytes, format_version: int) -> dict[str, Any] | None:
     """The settings in a version file; ``None`` if it is unreadable (being written, or torn)."""
     try:
         doc = json.loads(data)
+        if isinstance(doc.get("format"), int) and doc["format"] > format_version:
+            raise IncompatibleFormat(
+                f"queue settings of format {doc['format']}, this vsqs reads format {format_version}"
+            )
         stored = doc["settings"]
         if not isinstance(stored, dict):
             return None

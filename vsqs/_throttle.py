@@ -47,7 +47,7 @@ class Throttle:
         return _fs.exists(os.path.join(self._dir, _format.throttle_token(window, count - 1)))
 
     def _sweep(self, window: int) -> None:
-        if not _fs.is_dir(self._dir):
+        if not _fs.is_private_dir(self._dir):
             return
         for name in _fs.list_names(self._dir):
             parsed = _format.parse_throttle_token(name)

@@ -15,13 +15,14 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from vsqs._errors import InvalidArgument, StaleReceipt, VsqsError
+from vsqs._errors import InvalidArgument, StaleReceipt, StorageError, VsqsError
 from vsqs._message import Message, check_seconds
 from vsqs._queue import MAX_VISIBILITY_TIMEOUT, Queue
 
 log = logging.getLogger("vsqs.worker")
 
 _POLL_SLICE = 1.0  # a stop request is noticed within this many seconds
+_ERROR_PAUSE = 1.0  # after a failed receive
 
 
 @dataclass
@@ -39,18 +40,18 @@ class _LeaseKeeper(threading.Thread):
     def __init__(self, visibility_timeout: float) -> None:
         super().__init__(name="vsqs-lease-keeper", daemon=True)
         self._timeout = visibility_timeout
-        self._held: dict[str, tuple[Message, float]] = {}  # id -> (message, renew at)
+        self._held: dict[int, tuple[Message, float]] = {}  # id(message) -> (message, renew at)
         self._lock = threading.Lock()
         self._stop_event = threading.Event()
 
     def hold(self, message: Message) -> None:
         with self._lock:
-            self._held[message.id] = (message, time.monotonic() + self._timeout / 2)
+            self._held[id(message)] = (message, time.monotonic() + self._timeout / 2)
 
     def settle(self, message: Message, action: Callable[[], object]) -> bool:
         """Run ``action`` (delete or release) under the lock; False if the lease was lost."""
         with self._lock:
-            self._held.pop(message.id, None)
+            self._held.pop(id(message), None)
             try:
                 action()
                 return True
@@ -71,7 +72,9 @@ class _LeaseKeeper(threading.Thread):
                     try:
                         message.change_visibility(self._timeout)
                         self._held[key] = (message, now + self._timeout / 2)
-                    except VsqsError as exc:
+                    except StorageError as exc:  # passing trouble: try again next period
+                        log.warning("cannot extend lease of %s yet: %s", message.id, exc)
+                    except VsqsError as exc:  # the lease is lost: the final settle will say so
                         log.warning("cannot extend lease of %s: %s", message.id, exc)
                         self._held.pop(key)
 
@@ -187,7 +190,13 @@ class Worker:
         while not self._stopping.is_set():
             if not self._reserve():
                 return
-            message = self._receive()
+            try:
+                message = self._receive()
+            except StorageError as exc:  # a bad file or a passing I/O error: not the end
+                self._unreserve()
+                log.warning("receive failed: %s", exc)
+                self._stopping.wait(_ERROR_PAUSE)
+                continue
             if message is None:
                 self._unreserve()
                 if self.burst:
