@@ -245,3 +245,70 @@ def test_future_settings_format_is_refused(queue):
         f.write('{"format": 9, "settings": {}}')
     with pytest.raises(vsqs.IncompatibleFormat, match="format 9"):
         vsqs.Queue(queue.path).settings
+
+
+# -- per-message options in batches and stages -------------------------------------
+
+
+def test_publish_batch_with_outgoing_entries(queue):
+    ids = queue.publish_batch(
+        [
+            b"plain",
+            vsqs.Outgoing(b"urgent", priority=9),
+            vsqs.Outgoing(b"later", delay=60),
+            vsqs.Outgoing(b"tagged", attributes={"k": "v"}),
+            vsqs.Outgoing(b"grouped", group="g"),
+        ],
+        attributes={"batch": "1"},
+    )
+    assert len(set(ids)) == 5
+    got = {m.body: m for m in queue.receive_batch(10)}
+    assert list(got)[0] == b"urgent"
+    assert got[b"plain"].attributes == {"batch": "1"}
+    assert got[b"tagged"].attributes == {"k": "v"}
+    assert got[b"grouped"].group == "g"
+    assert b"later" not in got and queue.stats().delayed == 1
+
+
+def test_outgoing_options_are_checked(queue):
+    with pytest.raises(vsqs.InvalidArgument, match="priority"):
+        queue.publish_batch([b"ok", vsqs.Outgoing(b"x", priority=42)])
+    assert queue.stats().total == 0  # nothing of the batch was published
+
+
+def test_batch_dedup_ids_per_entry(queue):
+    first = queue.publish_batch([vsqs.Outgoing(b"a", dedup_id="1"), vsqs.Outgoing(b"b", dedup_id="2")])
+    again = queue.publish_batch([vsqs.Outgoing(b"a2", dedup_id="1"), vsqs.Outgoing(b"c", dedup_id="3")])
+    assert again[0] == first[0] and again[1] not in first
+    assert queue.stats().ready == 3
+
+
+def test_stage_with_options_and_dedup_at_commit(queue):
+    queue.publish(b"already", dedup_id="order-1")
+    queue.publish_staged(
+        [
+            vsqs.Outgoing(b"dup", dedup_id="order-1"),
+            vsqs.Outgoing(b"new", dedup_id="order-2", attributes={"k": "v"}),
+            vsqs.Outgoing(b"urgent", priority=9),
+            vsqs.Outgoing(b"later", delay=60),
+        ],
+        stage="s",
+    )
+    assert queue.commit_stage("s") == 3  # the duplicate was taken back
+    bodies = [m.body for m in queue.receive_batch(10)]
+    assert bodies[0] == b"urgent" and sorted(bodies) == [b"already", b"new", b"urgent"]
+    assert queue.stats().delayed == 1
+    # the committed dedup id holds from now on
+    queue.publish_staged([vsqs.Outgoing(b"new again", dedup_id="order-2")], stage="t")
+    assert queue.commit_stage("t") == 0
+
+
+def test_read_message_by_receipt_and_priority(queue):
+    queue.publish(b"x", priority=7, attributes={"k": "v"})
+    [claimed] = queue.receive_batch(1, read_bodies=False)
+    m = vsqs.Queue(queue.path).read_message(claimed.receipt)
+    assert (m.id, m.body, m.attributes, m.receive_count, m.priority) == (claimed.id, b"x", {"k": "v"}, 1, 7)
+    assert m.sent_at == claimed.sent_at
+    m.delete()
+    with pytest.raises(vsqs.StaleReceipt):
+        queue.read_message(claimed.receipt)

@@ -15,6 +15,7 @@ def test_exported_names():
             "Message",
             "MessageInfo",
             "MessageTooLarge",
+            "Outgoing",
             "Queue",
             "QueueFull",
             "QueueNotFound",

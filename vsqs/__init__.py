@@ -22,7 +22,7 @@ from vsqs._errors import (
     VsqsError,
 )
 from vsqs._format import FORMAT_VERSION
-from vsqs._message import Message, MessageInfo, QueueStats
+from vsqs._message import Message, MessageInfo, Outgoing, QueueStats
 from vsqs._queue import Queue
 from vsqs._spool import Spool
 from vsqs._version import __version__
@@ -36,6 +36,7 @@ __all__ = [
     "Message",
     "MessageInfo",
     "MessageTooLarge",
+    "Outgoing",
     "Queue",
     "QueueFull",
     "QueueNotFound",

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import hashlib
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from vsqs._errors import InvalidArgument
@@ -38,6 +40,20 @@ def to_bytes(body: object) -> bytes:
     if isinstance(body, (bytearray, memoryview)):
         return bytes(body)
     raise TypeError(f"body must be bytes or str, not {type(body).__name__}")
+
+
+@dataclass(frozen=True)
+class Outgoing:
+    """One message of a batch with options of its own; a None option takes the
+    batch's (``publish_batch(..., priority=5)``) or the queue's default."""
+
+    body: Body
+    delay: float | None = None
+    at: datetime | None = None
+    priority: int | None = None
+    attributes: Mapping[str, str] | None = None
+    group: str | None = None
+    dedup_id: str | None = None
 
 
 @dataclass(frozen=True)
@@ -131,6 +147,11 @@ class Message:
         """The message group given at publish, or None."""
         self.body  # noqa: B018
         return (self._header or {}).get("group")
+
+    @property
+    def priority(self) -> int:
+        """0..9, higher first (it is the first digit of the id, inverted)."""
+        return 9 - int(self.id[0])
 
     @property
     def md5(self) -> str:

@@ -19,7 +19,7 @@ import time
 from collections.abc import Iterable, Iterator, Mapping
 from datetime import datetime
 from types import MappingProxyType
-from typing import Any
+from typing import Any, NamedTuple
 
 from vsqs import _dedup, _format, _fs, _settings
 from vsqs._dedup import Reservations
@@ -39,6 +39,7 @@ from vsqs._groups import GroupLeases
 from vsqs._message import (
     Body,
     Message,
+    Outgoing,
     MessageInfo,
     QueueStats,
     check_seconds,
@@ -68,6 +69,29 @@ _METADATA_WAIT = 5.0  # how long to wait for a racing creator to write metadata
 _SETTINGS_TTL = 1.0  # other processes' setting changes are seen within this many seconds
 _COUNT_TTL = 1.0  # max_messages is checked against a count at most this old
 _SWEEP_EVERY = 60.0  # seconds between sweeps of superseded group leases
+
+
+class _Defaults(NamedTuple):
+    """A batch's options, for the messages that do not bring their own."""
+
+    delay: float | None
+    at: datetime | None
+    priority: int
+    attributes: Mapping[str, str] | None
+    group: str | None
+    dedup_id: str | None
+    dedup_content: bool
+
+
+class _Prepared(NamedTuple):
+    """One message ready to write."""
+
+    body: bytes
+    header: dict[str, Any]  # the envelope header; empty: a bare body
+    priority: int
+    group_hash: str
+    delay: float  # seconds
+    digest: str  # de-duplication hash, or ""
 
 
 class _Listing:
@@ -307,7 +331,7 @@ class Queue:
 
     def publish_batch(
         self,
-        bodies: Iterable[Body],
+        bodies: Iterable[Body | Outgoing],
         *,
         delay: float | None = None,
         at: datetime | None = None,
@@ -320,64 +344,44 @@ class Queue:
     ) -> list[str]:
         """Store several messages sharing one directory fsync; return their ids in order.
 
-        If writing any file fails, none is published. If it fails while the
-        files are being made visible (rare: an I/O error between renames), the
-        earlier ones are published and the rest are left for gc.
+        Each item is a body, or an :class:`Outgoing` with options of its own
+        (the keyword arguments are the batch's defaults). If writing any file
+        fails, none is published. If it fails while the files are being made
+        visible (rare: an I/O error between renames), the earlier ones are
+        published and the rest are left for gc.
         """
         settings = self._current_settings()
         self._check_suspended("publish", settings)
-        delay = self._delay_of(delay, at, settings)
-        priority = _check_priority(priority)
-        header: dict[str, Any] = {}
-        if attributes:
-            header["attributes"] = _format.check_attributes(attributes)
-        group_hash = ""
-        if group is not None:
-            group_hash = _format.group_hash(group)
-            if priority != _format.DEFAULT_PRIORITY:
-                raise InvalidArgument("priority cannot be combined with group: a group is strictly in order")
-            header["group"] = group
         if dedup not in (None, "content"):
             raise InvalidArgument(f"dedup must be 'content' or None, not {dedup!r}")
-        datas = [to_bytes(body) for body in bodies]
-        if len(datas) > MAX_BATCH:
-            raise InvalidArgument(f"bodies: at most {MAX_BATCH} messages per batch, not {len(datas)}")
-        self._check_limits(datas, settings)
-        written: list[tuple[str, str]] = []
+        defaults = _Defaults(delay, at, priority, attributes, group, _dedup_id, dedup == "content")
+        entries = [self._prepare(item, defaults, settings) for item in bodies]
+        if len(entries) > MAX_BATCH:
+            raise InvalidArgument(f"bodies: at most {MAX_BATCH} messages per batch, not {len(entries)}")
+        self._check_limits([entry.body for entry in entries], settings)
+        written: list[tuple[_Prepared, str, str]] = []
         duplicates: dict[int, str] = {}  # position -> id of the message already holding the dedup id
         reserved: dict[str, tuple[str, int]] = {}  # dedup hash -> (key, generation), this batch
         try:
-            for position, data in enumerate(datas):
-                content = _format.encode_envelope(header, data) if header else data
-                stem, temp = self._write_new(content, durable, priority, group_hash, bool(header))
-                if _dedup_id is not None or dedup == "content":
+            for position, entry in enumerate(entries):
+                stem, temp = self._write_new(entry, durable, self._prefix)
+                if entry.digest:
                     # the body is written first, so a reservation always has its message
                     # (or the .new file of its publisher) behind it
-                    dedup_key = _dedup_id if _dedup_id is not None else hashlib.sha256(data).hexdigest()
-                    digest = _dedup.dedup_hash(dedup_key, group)
-                    holder = reserved[digest][0] if digest in reserved else None
-                    if holder is None:
-                        holder, gen = self._reservations.reserve(
-                            digest, stem[: _format.KEY_LENGTH], settings["dedup_window"], self._presence
-                        )
+                    holder = self._reserve(entry.digest, stem, settings, reserved)
                     if holder is not None:
                         _fs.unlink(temp)
                         duplicates[position] = holder
                         continue
-                    reserved[digest] = (stem[: _format.KEY_LENGTH], gen)
-                written.append((stem, temp))
+                written.append((entry, stem, temp))
         except BaseException:
-            for _, temp in written:
+            for _, _, temp in written:
                 with contextlib.suppress(StorageError):
                     _fs.unlink(temp)
             raise
         ids: list[str] = []
-        for stem, temp in written:
-            if delay:
-                name = _format.hidden_name(stem, _format.now_us() + to_us(delay), 0)
-            else:
-                name = _format.ready_name(stem)
-            if not _fs.rename(temp, self._file(name)):
+        for entry, stem, temp in written:
+            if not _fs.rename(temp, self._file(self._final_name(stem, entry.delay))):
                 raise StorageError(2, "message file vanished before it was published", temp)
             ids.append(stem[: _format.KEY_LENGTH])
         if durable and ids:
@@ -389,6 +393,59 @@ class Queue:
         for position in sorted(duplicates):
             ids.insert(position, duplicates[position])
         return ids
+
+    def _prepare(self, item: Body | Outgoing, defaults: _Defaults, settings: Mapping[str, Any]) -> _Prepared:
+        """Check one message's options and build what goes on disk."""
+        if isinstance(item, Outgoing):
+            own_time = item.delay is not None or item.at is not None
+            delay = item.delay if own_time else defaults.delay
+            at = item.at if own_time else defaults.at
+            priority = defaults.priority if item.priority is None else item.priority
+            attributes = defaults.attributes if item.attributes is None else item.attributes
+            group = defaults.group if item.group is None else item.group
+            dedup_id = defaults.dedup_id if item.dedup_id is None else item.dedup_id
+            body = item.body
+        else:
+            delay, at, priority = defaults.delay, defaults.at, defaults.priority
+            attributes, group, dedup_id, body = defaults.attributes, defaults.group, defaults.dedup_id, item
+        data = to_bytes(body)
+        seconds = self._delay_of(delay, at, settings)
+        priority = _check_priority(priority)
+        header: dict[str, Any] = {}
+        if attributes:
+            header["attributes"] = _format.check_attributes(attributes)
+        group_hash = ""
+        if group is not None:
+            group_hash = _format.group_hash(group)
+            if priority != _format.DEFAULT_PRIORITY:
+                raise InvalidArgument("priority cannot be combined with group: a group is strictly in order")
+            header["group"] = group
+        digest = ""
+        if dedup_id is not None or defaults.dedup_content:
+            digest = _dedup.dedup_hash(
+                hashlib.sha256(data).hexdigest() if dedup_id is None else dedup_id, group
+            )
+        return _Prepared(data, header, priority, group_hash, seconds, digest)
+
+    def _reserve(
+        self, digest: str, stem: str, settings: Mapping[str, Any], reserved: dict[str, tuple[str, int]]
+    ) -> str | None:
+        """Reserve a dedup id for message ``stem`` (remembered in ``reserved``);
+        or return the id of the message holding it."""
+        if digest in reserved:
+            return reserved[digest][0]
+        key = stem[: _format.KEY_LENGTH]
+        holder, gen = self._reservations.reserve(digest, key, settings["dedup_window"], self._presence)
+        if holder is None:
+            reserved[digest] = (key, gen)
+        return holder
+
+    @staticmethod
+    def _final_name(stem: str, delay: float) -> str:
+        """The name a published message starts with: ready, or hidden until its delay ends."""
+        if delay:
+            return _format.hidden_name(stem, _format.now_us() + to_us(delay), 0)
+        return _format.ready_name(stem)
 
     def _presence(self, key: str) -> str | None:
         """Whether message ``key`` is in the queue ("live"), being written by a
@@ -435,65 +492,88 @@ class Queue:
                     f"queue {self._path} is full: {self._count} messages, max_messages is {capacity}"
                 )
 
-    def _write_new(
-        self, data: bytes, durable: bool, priority: int, group_hash: str, envelope: bool
-    ) -> tuple[str, str]:
-        """Write ``STEM.new`` under a fresh key; return (stem, path)."""
+    def _write_new(self, entry: _Prepared, durable: bool, prefix: str) -> tuple[str, str]:
+        """Write ``STEM.new`` under a fresh key in the directory ``prefix``; return (stem, path)."""
+        content = _format.encode_envelope(entry.header, entry.body) if entry.header else entry.body
         for _attempt in range(8):
-            key = _format.new_key(priority)
-            stem = _format.make_stem(key, group_hash=group_hash, envelope=envelope)
-            temp = self._file(_format.writing_name(stem))
-            if _fs.create_exclusive(temp, data, durable=durable):
+            key = _format.new_key(entry.priority)
+            stem = _format.make_stem(key, group_hash=entry.group_hash, envelope=bool(entry.header))
+            temp = prefix + _format.writing_name(stem)
+            if _fs.create_exclusive(temp, content, durable=durable):
                 return stem, temp
-        raise StorageError(17, "no free message name after 8 tries", self._path)
+        raise StorageError(17, "no free message name after 8 tries", prefix)
 
     # -- stages: publish many messages at once, later --------------------------
 
-    def publish_staged(self, bodies: Iterable[Body], *, stage: str) -> list[str]:
+    def publish_staged(self, bodies: Iterable[Body | Outgoing], *, stage: str) -> list[str]:
         """Write messages durably into the private ``stage``, invisible to receivers
         until :meth:`commit_stage` publishes the whole stage (or :meth:`abort_stage`
         drops it). A stage is one directory inside the queue; a Spark task attempt
-        writes its own, and only the committed attempt's messages are published."""
+        writes its own, and only the committed attempt's messages are published.
+
+        Items may be :class:`Outgoing` with options of their own; a delay runs
+        from now, not from the commit; a ``dedup_id`` is checked at the commit.
+        """
         directory = self._file(_format.stage_dir_name(stage))
-        datas = [to_bytes(body) for body in bodies]
         settings = self._current_settings()
         self._check_suspended("publish", settings)
-        self._check_limits(datas, settings)
+        defaults = _Defaults(None, None, _format.DEFAULT_PRIORITY, None, None, None, False)
+        entries = [self._prepare(item, defaults, settings) for item in bodies]
+        self._check_limits([entry.body for entry in entries], settings)
         _fs.make_dirs(directory)
+        prefix = directory + os.sep
         ids = []
-        for data in datas:
-            for _attempt in range(8):
-                key = _format.new_key()
-                temp = os.path.join(directory, _format.writing_name(key))
-                if _fs.create_exclusive(temp, data, durable=True):
-                    break
-            else:
-                raise StorageError(17, "no free message name after 8 tries", directory)
-            if not _fs.rename(temp, os.path.join(directory, _format.ready_name(key))):
+        for entry in entries:
+            if entry.digest:  # the commit needs it: it travels in the envelope
+                entry = entry._replace(header={**entry.header, "dedup": entry.digest})
+            stem, temp = self._write_new(entry, True, prefix)
+            if not _fs.rename(temp, prefix + self._final_name(stem, entry.delay)):
                 raise StorageError(2, "staged message file vanished", temp)
-            ids.append(key)
+            ids.append(stem[: _format.KEY_LENGTH])
         _fs.fsync_dir(directory)
         return ids
 
     def commit_stage(self, stage: str) -> int:
         """Publish every message of ``stage`` (each by one rename) and remove the
-        stage; return how many moved. Safe to repeat after a crash: it moves the rest."""
+        stage; return how many were published. Safe to repeat after a crash: it
+        moves the rest. A message whose ``dedup_id`` is held by another is
+        taken back at once (if a consumer was quicker, it is delivered twice:
+        at-least-once, never lost)."""
         directory = self._file(_format.stage_dir_name(stage))
         if not _fs.is_private_dir(directory):
             return 0
+        settings = self._current_settings()
+        reserved: dict[str, tuple[str, int]] = {}
         moved = 0
         leftovers = []
         for name in _fs.list_names(directory):
             parsed = _format.parse_name(name)
-            if parsed is not None and parsed.state is State.READY:
-                if _fs.rename(os.path.join(directory, name), self._file(name)):
-                    moved += 1
-            else:
+            if parsed is None or parsed.state is State.WRITING:
                 leftovers.append(name)  # .new files of a writer that died: never published
+                continue
+            staged = os.path.join(directory, name)
+            digest = self._staged_digest(parsed, staged) if parsed.envelope else ""
+            if not _fs.rename(staged, self._file(name)):
+                continue
+            holder = self._reserve(digest, parsed.stem, settings, reserved) if digest else None
+            if holder is not None and holder != parsed.key:
+                _fs.unlink(self._file(name))  # a duplicate: take it back
+                continue
+            moved += 1
         if moved:
             _fs.fsync_dir(self._path)
+        for digest, (key, gen) in reserved.items():
+            self._reservations.confirm(digest, gen, key)
         _fs.remove_tree_quietly(directory, leftovers)
         return moved
+
+    def _staged_digest(self, name: _format.Name, path: str) -> str:
+        data = _fs.read(path)
+        try:
+            header = self._decode(name, data, path)[1] if data else None
+        except StorageError:
+            header = None
+        return str((header or {}).get("dedup") or "")
 
     def abort_stage(self, stage: str) -> int:
         """Drop ``stage`` and its messages unpublished; return how many were dropped."""
@@ -818,6 +898,13 @@ class Queue:
     def read(self, receipt: str) -> bytes:
         """The body of the message held by ``receipt``; :class:`StaleReceipt` if it no longer is."""
         return self._read_content(receipt)[0]
+
+    def read_message(self, receipt: str) -> Message:
+        """The message held by ``receipt`` (body, attributes, group...), read
+        where the receipt went, e.g. on a Spark executor; changes nothing."""
+        name, _, _ = _format.parse_receipt(self.id, receipt)
+        body, header = self._read_content(receipt)
+        return Message(self, name.key, body, receipt, name.receive_count, name.sent_us / 1e6, header)
 
     def _read_content(self, receipt: str) -> tuple[bytes, dict[str, Any] | None]:
         name, text, slot = _format.parse_receipt(self.id, receipt)
