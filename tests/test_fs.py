@@ -70,6 +70,23 @@ def test_exclusive_create_eperm_without_a_file_is_an_error(tmp_path):
             _fs.create_exclusive(str(tmp_path / "x"), b"", durable=False)
 
 
+def test_lost_exclusive_create_behind_a_stale_negative_cache(tmp_path):
+    # sshfs: another host created the name (EPERM from the server) but our client's
+    # negative cache still says it does not exist; the directory itself is writable
+    real_open = os.open
+    calls = []
+
+    def first_fails(path, flags, mode=0o777):
+        if not calls:
+            calls.append(path)
+            raise OSError(errno.EPERM, "Operation not permitted", path)
+        return real_open(path, flags, mode)
+
+    with mock.patch("os.open", first_fails):
+        assert _fs.create_exclusive(str(tmp_path / "taken"), b"", durable=False) is False
+    assert os.listdir(tmp_path) == []  # the probe was removed
+
+
 def test_write_failure_removes_the_partial_file(tmp_path):
     with mock.patch("os.write", _fail(errno.ENOSPC)):
         with pytest.raises(vsqs.StorageError) as info:
@@ -193,3 +210,14 @@ def test_queue_on_fake_fs_round_trip(fs):
     ids = q.publish_batch([b"a", b"b"], delay=0)
     assert [m.id for m in q.receive_batch(5, visibility_timeout=60)] == ids
     assert sorted(n.count(".") for n in os.listdir("/spool/q") if n != _format.METADATA_NAME) == [3, 3]
+
+
+def test_enoent_on_rename_is_a_lost_race_even_if_a_stale_cache_still_shows_the_source(tmp_path):
+    # sshfs: the server answered ENOENT, but the client's attribute cache still
+    # stats the source as present
+    src = tmp_path / "a"
+    src.write_text("x")
+    with mock.patch("os.rename", _fail(errno.ENOENT)):
+        assert _fs.rename(str(src), str(tmp_path / "b")) is False
+    with mock.patch("os.unlink", _fail(errno.ENOENT)):
+        assert _fs.unlink(str(src)) is False

@@ -21,12 +21,14 @@ import errno
 import os
 import shutil
 import stat
+import time
 
 from vsqs._errors import QueueNotFound, StorageError
 
 # errnos that may mean "someone else got there first" on some filesystem
 _AMBIGUOUS = frozenset({errno.ENOENT, errno.ESTALE, errno.EIO, errno.EACCES, errno.EPERM})
 _CREATE_LOST = frozenset({errno.EEXIST}) | _AMBIGUOUS
+_GONE = frozenset({errno.ENOENT, errno.ESTALE})  # the server said: no such file
 
 
 def storage_error(exc: OSError, what: str) -> StorageError:
@@ -86,6 +88,11 @@ def create_exclusive(path: str, data: bytes, *, durable: bool) -> bool:
     except OSError as exc:
         if exc.errno == errno.EEXIST or (exc.errno in _CREATE_LOST and exists(path)):
             return False  # taken (even if gone again since: someone else's race)
+        if exc.errno in (errno.EPERM, errno.EIO) and _can_create_beside(path):
+            # sshfs answers a lost O_EXCL race with EPERM, the HDFS gateway with EIO,
+            # and a stale negative cache may still say the name is free: if a fresh
+            # name beside it can be created, the directory is fine and the race was lost
+            return False
         if exc.errno == errno.ENOENT and not exists(os.path.dirname(path)):
             raise QueueNotFound(f"queue directory is gone: {os.path.dirname(path)}") from exc
         if exc.errno in (errno.ENOSPC, errno.EDQUOT):
@@ -122,8 +129,11 @@ def rename(src: str, dst: str) -> bool:
         if exc.errno in _AMBIGUOUS:
             if exists(dst):
                 return True  # ours: a retransmitted rename that had succeeded
-            if not exists(src):
-                return False  # lost the race
+            if exc.errno in _GONE or not exists(src):
+                # lost the race. After ENOENT/ESTALE the server has said the source
+                # is gone; a stat that still finds it reads a stale client cache
+                # (seen on sshfs), so it is not asked
+                return False
         raise storage_error(exc, "cannot rename message file") from exc
 
 
@@ -133,7 +143,7 @@ def unlink(path: str) -> bool:
         os.unlink(path)
         return True
     except OSError as exc:
-        if exc.errno in _AMBIGUOUS and not exists(path):
+        if exc.errno in _GONE or (exc.errno in _AMBIGUOUS and not exists(path)):
             return False
         raise storage_error(exc, "cannot delete message file") from exc
 
@@ -235,6 +245,18 @@ def is_private_dir(path: str) -> bool:
 
 def is_dir(path: str) -> bool:
     return os.path.isdir(path)
+
+
+def _can_create_beside(path: str) -> bool:
+    """Whether a fresh file can be created in ``path``'s directory (then removed)."""
+    probe = f"{path}.probe-{os.getpid()}-{time.monotonic_ns()}"
+    try:
+        # O_CREAT|O_EXCL on a name no one else uses; O_WRONLY, O_CLOEXEC as above
+        os.close(os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600))
+    except OSError:
+        return False
+    _unlink_quietly(probe)
+    return True
 
 
 def _unlink_quietly(path: str) -> None:
