@@ -225,6 +225,217 @@ def test_retried_stream_write_task_publishes_each_row_once(spark, queue, tmp_pat
     assert source.stats().total == 0
 
 
+# -- writes with option columns ---------------------------------------------------------
+
+OPTION_SCHEMA = (
+    "body binary, delay double, group string, dedup_id string, priority int, "
+    "attributes map<string,string>"
+)
+
+
+def test_write_option_columns_null_means_no_option(spark, queue):
+    rows = [
+        (b"plain", None, None, None, None, None),
+        (b"urgent", None, None, None, 9, {"kind": "alert", "to": "ops"}),
+        (b"later", 300.0, None, None, None, None),
+        (b"in g", None, "g", None, None, None),
+        (b"in g, priority 0", None, "g", None, 0, {}),  # 0 is the default: allowed with a group
+        (b"order 1", None, None, "order-1", None, None),
+        (b"order 1 again", None, None, "order-1", None, None),  # same dedup_id: one is published
+        (b"order 1 in g", None, "g", "order-1", None, None),  # ids are per group: its own
+    ]
+    df = spark.createDataFrame(rows, OPTION_SCHEMA).repartition(3)
+    df.write.format("vsqs").mode("append").save(queue.path)
+
+    assert queue.stages() == []
+    got = {info.body: info for info in queue.messages(bodies=True)}
+    assert len(got) == 7 and len({b"order 1", b"order 1 again"} & set(got)) == 1
+    assert (got[b"plain"].priority, got[b"plain"].attributes, got[b"plain"].group) == (0, {}, None)
+    assert got[b"plain"].state == "ready"
+    assert (got[b"urgent"].priority, got[b"urgent"].attributes) == (9, {"kind": "alert", "to": "ops"})
+    assert got[b"later"].state == "delayed" and got[b"later"].visible_at > time.time() + 250
+    assert got[b"in g"].group == got[b"in g, priority 0"].group == got[b"order 1 in g"].group == "g"
+    assert next(iter(got)) == b"urgent"  # delivered first
+
+
+def test_rerun_of_a_write_with_dedup_ids_publishes_nothing(spark, queue):
+    """A dedup_id column makes re-running a whole write job idempotent for as
+    long as the messages are in the queue, or gone less than dedup_window ago."""
+    queue.configure(dedup_window=3600)
+    df = spark.range(0, 200, numPartitions=2).select(
+        F.format_string("order-%d", "id").cast("binary").alias("body"),
+        F.format_string("order-%d", "id").alias("dedup_id"),
+    )
+    df.write.format("vsqs").mode("append").save(queue.path)
+    assert queue.stats().total == 200
+    consumed = queue.receive_batch(50, visibility_timeout=300)
+    for message in consumed:
+        message.delete()
+
+    df.write.format("vsqs").mode("append").save(queue.path)  # the same job again
+    assert queue.stats().total == 150 and queue.stages() == []  # nothing published
+
+    queue.configure(dedup_window=0)  # now only the messages still queued hold their ids
+    df.write.format("vsqs").mode("append").save(queue.path)
+    assert queue.stages() == []
+    assert Counter(m.body for m in _drain(queue)) == Counter(b"order-%d" % n for n in range(200))
+
+
+def _expected_options(n: int) -> tuple[int, str | None, dict[str, str], str]:
+    """(priority, group, attributes, state) of row n in the retried write below."""
+    return (
+        n % 10 if n % 3 == 0 else 0,
+        f"g{n % 4}" if n % 3 == 1 else None,
+        {"n": str(n)},
+        "delayed" if n % 7 == 0 else "ready",
+    )
+
+
+def test_retried_write_task_with_option_columns_publishes_each_row_once(spark, queue, tmp_path):
+    """As test_retried_write_task_publishes_each_row_once, with every option
+    column; only even rows have a dedup_id, so a published stage of the failed
+    attempt would show as duplicates of the odd ones."""
+    marker = tmp_path / "first-attempt-failed"
+    rows = 400
+    udf = _fails_first_attempt_after_staging(queue.path, rows - 1, marker, PADDING)
+    n = F.col("id")
+    spark.conf.set("spark.sql.execution.arrow.maxRecordsPerBatch", "20")
+    try:
+        df = spark.range(0, 2 * rows, numPartitions=2).select(
+            udf("id").alias("body"),
+            F.when(n % 7 == 0, F.lit(600)).alias("delay"),  # an int column: any numeric type
+            F.when(n % 3 == 1, F.format_string("g%d", n % 4)).alias("group"),
+            F.when(n % 2 == 0, F.format_string("d-%d", n)).alias("dedup_id"),
+            F.when(n % 3 == 0, (n % 10).cast("tinyint")).alias("priority"),
+            F.create_map(F.lit("n"), n.cast("string")).alias("attributes"),
+        )
+        df.write.format("vsqs").mode("append").save(queue.path)
+    finally:
+        spark.conf.unset("spark.sql.execution.arrow.maxRecordsPerBatch")
+
+    assert int(marker.read_text()) > 0  # the failed attempt had staged rows
+    assert queue.stages() == []
+    infos = list(queue.messages(bodies=True))
+    assert Counter(info.body for info in infos) == Counter(b"row-%d" % n + PADDING for n in range(2 * rows))
+    for info in infos:
+        number = int(info.body[4:-len(PADDING)])
+        assert (info.priority, info.group, info.attributes, info.state) == _expected_options(number)
+
+
+def test_stream_write_with_option_columns_copies_a_queue(spark, queue, tmp_path):
+    """A stream's read columns feed a write's option columns: a copy keeps
+    priority, group and attributes (a grouped message reads as priority 0)."""
+    queue.publish_batch([b"a", b"b"], attributes={"k": "v"})
+    queue.publish(b"urgent", priority=8)
+    queue.publish_batch([b"g1", b"g2"], group="tenant-7")
+    target = vsqs.Queue(tmp_path / "copy", create=True)
+    query = (
+        spark.readStream.format("vsqs")
+        .load(queue.path)
+        .select("body", "priority", "group", "attributes", F.col("id").alias("dedup_id"))
+        .writeStream.format("vsqs")
+        .option("checkpointLocation", str(tmp_path / "ck"))
+        .trigger(availableNow=True)
+        .start(target.path)
+    )
+    query.awaitTermination()
+    assert queue.stats().total == 0 and target.stages() == []
+    copied = {(i.body, i.priority, i.group, tuple(i.attributes.items())) for i in target.messages(bodies=True)}
+    assert copied == {
+        (b"a", 0, None, (("k", "v"),)),
+        (b"b", 0, None, (("k", "v"),)),
+        (b"urgent", 8, None, ()),
+        (b"g1", 0, "tenant-7", ()),
+        (b"g2", 0, "tenant-7", ()),
+    }
+
+
+def test_bad_option_values_name_their_column_and_publish_nothing(spark, queue):
+    # a bad value in the last row, after earlier rows of the task were staged
+    df = spark.range(0, 100, numPartitions=1).select(
+        F.lit(b"x").alias("body"), F.when(F.col("id") == 99, 42).alias("priority")
+    )
+    spark.conf.set("spark.sql.execution.arrow.maxRecordsPerBatch", "20")
+    try:
+        with pytest.raises(Exception, match=r"vsqs column 'priority' must be 0\.\.9 \(or null\), not 42"):
+            df.write.format("vsqs").mode("append").save(queue.path)
+    finally:
+        spark.conf.unset("spark.sql.execution.arrow.maxRecordsPerBatch")
+    assert queue.stats().total == 0 and queue.stages() == []
+    # a column of the wrong type is refused on the driver, before any task
+    with pytest.raises(Exception, match="'attributes' must be map<string,string>, not map<string,int>"):
+        spark.createDataFrame([(b"x", {"k": 1})], "body binary, attributes map<string,int>").write.format(
+            "vsqs"
+        ).mode("append").save(queue.path)
+    with pytest.raises(Exception, match="'priority' must be an integer"):
+        spark.createDataFrame([(b"x", 1.5)], "body binary, priority double").write.format("vsqs").mode(
+            "append"
+        ).save(queue.path)
+    assert queue.stats().total == 0 and queue.stages() == []
+
+
+def test_write_rows_are_checked_without_spark():
+    from pyspark.sql.types import (
+        BinaryType,
+        DoubleType,
+        IntegerType,
+        MapType,
+        StringType,
+        StructField,
+        StructType,
+    )
+
+    from vsqs._spark_source import WriteColumns, _write_columns
+
+    def schema(**columns):
+        return StructType([StructField(name, dtype) for name, dtype in columns.items()])
+
+    assert _write_columns(schema(body=BinaryType())) == WriteColumns("body")
+    columns = _write_columns(
+        schema(
+            Body=StringType(),
+            attributes=MapType(StringType(), StringType()),
+            priority=IntegerType(),
+            delay=DoubleType(),
+            group=StringType(),
+            dedup_id=StringType(),
+        )
+    )
+    assert columns.body == "Body"
+    assert [option for option, _ in columns.options] == ["delay", "group", "dedup_id", "priority", "attributes"]
+    for bad, message in [
+        (schema(body=BinaryType(), BODY=StringType()), "column 'BODY' is given twice"),
+        (schema(body=BinaryType(), delay=StringType()), "'delay' must be a number of seconds"),
+        (schema(body=BinaryType(), group=IntegerType()), "'group' must be string, not int"),
+        (schema(body=MapType(StringType(), StringType())), "'body' must be binary or string"),
+        (schema(body=BinaryType(), at=StringType()), "cannot write column 'at'"),
+    ]:
+        with pytest.raises(vsqs.InvalidArgument, match=message):
+            _write_columns(bad)
+
+    def row(body=b"x", delay=None, group=None, dedup_id=None, priority=None, attributes=None):
+        return columns.message(body, [delay, group, dedup_id, priority, attributes])
+
+    assert row() == b"x"  # no option: a plain body
+    assert row(delay=1, attributes=[("k", "v")]) == vsqs.Outgoing(b"x", delay=1.0, attributes={"k": "v"})
+    assert row(group="g", priority=0) == vsqs.Outgoing(b"x", group="g", priority=0)
+    for values, message in [
+        ({"body": None}, "row whose 'Body' is null"),
+        ({"delay": -1.0}, "'delay' must be a number of seconds >= 0"),
+        ({"delay": float("nan")}, "'delay' must be a number"),
+        ({"delay": 400 * 86400}, "'delay' must be at most"),
+        ({"group": ""}, "'group' must be a string of 1-128 characters"),
+        ({"dedup_id": "d" * 129}, "'dedup_id' must be a string of 1-128 characters"),
+        ({"priority": 10}, "'priority' must be 0..9"),
+        ({"attributes": [("k", None)]}, "'attributes' must map attribute 'k' to a string"),
+        ({"attributes": [("bad name", "v")]}, "'attributes' must have attribute names"),
+        ({"attributes": [(f"k{i}", "v") for i in range(51)]}, "at most 50 attributes"),
+        ({"group": "g", "priority": 3}, "columns 'priority' and 'group'"),
+    ]:
+        with pytest.raises(vsqs.InvalidArgument, match=message):
+            row(**values)
+
+
 # -- bad input ------------------------------------------------------------------------
 
 

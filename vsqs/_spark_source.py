@@ -3,8 +3,10 @@
 Four modes, one class (:class:`VsqsDataSource`, short name ``vsqs``):
 
 - batch read: a snapshot of a queue, one row per message, changing nothing;
-- batch write: each row a message; every task attempt stages its rows and
-  the driver publishes exactly the stages of the attempts Spark committed;
+- batch write: each row a message (a body, and optional delay, group,
+  dedup_id, priority and attributes columns); every task attempt stages its
+  rows and the driver publishes exactly the stages of the attempts Spark
+  committed;
 - streaming read: each micro-batch claims messages on the driver (the
   receipts go into the offset log) and deletes them once Spark committed
   the batch;
@@ -19,10 +21,12 @@ semantics are documented in ``docs/spark.md``.
 from __future__ import annotations
 
 import datetime
+import decimal
 import difflib
 import hashlib
 import logging
 import math
+import re
 import secrets
 import uuid
 from collections.abc import Iterable, Iterator, Mapping, Sequence
@@ -48,16 +52,22 @@ from pyspark.sql.datasource import (
 )
 from pyspark.sql.types import (
     BinaryType,
+    ByteType,
     DataType,
+    DecimalType,
+    DoubleType,
+    FloatType,
     IntegerType,
+    LongType,
     MapType,
+    ShortType,
     StringType,
     StructField,
     StructType,
     TimestampType,
 )
 
-from vsqs import InvalidArgument, Message, Queue, StaleReceipt
+from vsqs import InvalidArgument, Message, Outgoing, Queue, StaleReceipt
 
 try:  # pyspark >= 4.1: streaming writes get Arrow batches, staged as they come
     from pyspark.sql.datasource import DataSourceStreamArrowWriter as _StreamWriterBase
@@ -109,10 +119,11 @@ COLUMNS: dict[str, DataType] = {
 CONTENT_COLUMNS = frozenset({"body", "group", "attributes"})
 SCHEMA = StructType([StructField(name, dtype, nullable=True) for name, dtype in COLUMNS.items()])
 
-# Columns a write accepts, and columns that name features this vsqs has not
-# got yet (rejected with a clear error instead of being dropped silently).
-WRITE_COLUMNS = ("body",)
-FUTURE_WRITE_COLUMNS = ("delay", "group", "dedup_id", "priority", "attributes")
+# Columns a write accepts: the body, and optional per-message options (a
+# null in a row means "no option": the queue's default). Any other column is
+# refused with a clear error instead of being dropped silently.
+OPTION_COLUMNS = ("delay", "group", "dedup_id", "priority", "attributes")
+WRITE_COLUMNS = ("body", *OPTION_COLUMNS)
 
 # -- options -----------------------------------------------------------------
 
@@ -258,33 +269,145 @@ def _read_columns(schema: StructType) -> list[str]:
     return names
 
 
-def _body_column(schema: StructType) -> str:
-    """Check a DataFrame to be written; return the name of its body column."""
+_INTEGER_TYPES = (ByteType, ShortType, IntegerType, LongType)
+_NUMERIC_TYPES = (*_INTEGER_TYPES, FloatType, DoubleType, DecimalType)
+_COLUMN_TYPES = {  # what each write column must be, and how to say it
+    "body": ((BinaryType, StringType), "binary or string"),
+    "delay": (_NUMERIC_TYPES, "a number of seconds (int, bigint, double, decimal, ...)"),
+    "group": ((StringType,), "string"),
+    "dedup_id": ((StringType,), "string"),
+    "priority": (_INTEGER_TYPES, "an integer (tinyint, smallint, int or bigint)"),
+    "attributes": ((MapType,), "map<string,string>"),
+}
+
+# The limits of Queue.publish / vsqs.Outgoing, checked row by row here so that
+# an error names the column (the queue checks them again when it stages).
+MAX_DELAY = 366 * 86400.0
+MAX_PRIORITY = 9
+MAX_ID_LENGTH = 128  # group and dedup_id
+MAX_ATTRIBUTES = 50
+MAX_ATTRIBUTE_BYTES = 64 * 1024
+_ATTRIBUTE_NAME = re.compile(r"[A-Za-z0-9_.-]{1,256}")
+
+
+def _column_error(column: str, message: str, value: object) -> InvalidArgument:
+    return InvalidArgument(f"vsqs column {column!r} {message}, not {value!r}")
+
+
+def _check_delay(column: str, value: object) -> float:
+    if isinstance(value, decimal.Decimal):
+        value = float(value)
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise _column_error(column, "must be a number of seconds", value)
+    if math.isnan(value) or value < 0:
+        raise _column_error(column, "must be a number of seconds >= 0 (or null)", value)
+    if value > MAX_DELAY:
+        raise _column_error(column, f"must be at most {MAX_DELAY:g} seconds (366 days)", value)
+    return float(value)
+
+
+def _check_text(column: str, value: object) -> str:
+    if not isinstance(value, str) or not value or len(value) > MAX_ID_LENGTH or "\x00" in value:
+        raise _column_error(column, f"must be a string of 1-{MAX_ID_LENGTH} characters (or null)", value)
+    return value
+
+
+def _check_priority(column: str, value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_PRIORITY:
+        raise _column_error(column, f"must be 0..{MAX_PRIORITY} (or null)", value)
+    return value
+
+
+def _check_attributes(column: str, value: object) -> dict[str, str]:
+    if isinstance(value, list):  # Arrow hands a map over as a list of (key, value) pairs
+        value = dict(value)
+    if not isinstance(value, dict):
+        raise _column_error(column, "must be a map of string to string", value)
+    if len(value) > MAX_ATTRIBUTES:
+        raise _column_error(column, f"may hold at most {MAX_ATTRIBUTES} attributes", len(value))
+    size = 0
+    for name, text in value.items():
+        if not isinstance(name, str) or not _ATTRIBUTE_NAME.fullmatch(name):
+            raise _column_error(column, "must have attribute names of 1-256 of A-Z a-z 0-9 _ . -", name)
+        if not isinstance(text, str):
+            raise _column_error(column, f"must map attribute {name!r} to a string", text)
+        size += len(name) + len(text.encode("utf-8"))
+    if size > MAX_ATTRIBUTE_BYTES:
+        raise _column_error(column, f"may hold at most {MAX_ATTRIBUTE_BYTES} bytes of attributes", size)
+    return value
+
+
+_CHECKS = {
+    "delay": _check_delay,
+    "group": _check_text,
+    "dedup_id": _check_text,
+    "priority": _check_priority,
+    "attributes": _check_attributes,
+}
+
+
+@dataclass(frozen=True)
+class WriteColumns:
+    """The columns of a DataFrame being written: the name of its body column,
+    and (option, column name) for each option column it has."""
+
+    body: str
+    options: tuple[tuple[str, str], ...] = ()
+
+    def message(self, body: Any, values: Sequence[Any]) -> Any:
+        """One row (its body and its option columns' values, in ``options``
+        order) as what ``Queue.publish_staged`` takes: the body, or an
+        Outgoing when the row has options; a bad value names its column."""
+        if body is None:
+            raise InvalidArgument(f"vsqs cannot write a row whose {self.body!r} is null")
+        given: dict[str, Any] = {}
+        for (option, column), value in zip(self.options, values):
+            if value is not None:
+                given[option] = _CHECKS[option](column, value)
+        if not given:
+            return body
+        if given.get("priority") and "group" in given:
+            names = dict(self.options)
+            raise InvalidArgument(
+                f"vsqs columns {names['priority']!r} and {names['group']!r}: a row with a group "
+                f"must have a null (or 0) priority, as a group is delivered strictly in order; "
+                f"not priority {given['priority']} with group {given['group']!r}"
+            )
+        return Outgoing(body, **given)
+
+
+def _write_columns(schema: StructType) -> WriteColumns:
+    """Check a DataFrame to be written; return its columns."""
     names = [column.name for column in schema.fields]
-    bodies = [name for name in names if name.lower() == "body"]
-    if not bodies:
+    found: dict[str, str] = {}  # lower-cased name -> the DataFrame's name
+    for name in names:
+        if name.lower() in found:
+            raise InvalidArgument(f"vsqs column {name!r} is given twice ({found[name.lower()]!r})")
+        found[name.lower()] = name
+    if "body" not in found:
         raise InvalidArgument(
             "vsqs needs a 'body' column (binary or string) to write; "
             f"the DataFrame has: {', '.join(names) or 'no columns'}"
         )
     for name in names:
-        if name.lower() in WRITE_COLUMNS:
-            continue
-        if name.lower() in FUTURE_WRITE_COLUMNS:
+        if name.lower() not in WRITE_COLUMNS:
             raise InvalidArgument(
-                f"vsqs cannot write column {name!r} yet: a Spark write stages its messages "
-                "and stages take bodies only; write only a 'body' column"
+                f"vsqs cannot write column {name!r}: a message is its 'body' column "
+                f"(binary or string), with optional columns {', '.join(OPTION_COLUMNS)}; "
+                "select them, e.g. df.select('body')"
             )
-        raise InvalidArgument(
-            f"vsqs cannot write column {name!r}: a message is its 'body' column "
-            f"(binary or string); select it, e.g. df.select('body')"
-        )
-    body = schema[bodies[0]]
-    if not isinstance(body.dataType, (BinaryType, StringType)):
-        raise InvalidArgument(
-            f"vsqs column 'body' must be binary or string, not {body.dataType.simpleString()}"
-        )
-    return body.name
+    for key, name in found.items():
+        dtype = schema[name].dataType
+        types, wanted = _COLUMN_TYPES[key]
+        ok = isinstance(dtype, types)
+        if ok and isinstance(dtype, MapType):
+            ok = isinstance(dtype.keyType, StringType) and isinstance(dtype.valueType, StringType)
+        if not ok:
+            raise InvalidArgument(
+                f"vsqs column {name!r} must be {wanted}, not {dtype.simpleString()}"
+            )
+    options = tuple((option, found[option]) for option in OPTION_COLUMNS if option in found)
+    return WriteColumns(found["body"], options)
 
 
 def _split(items: Sequence[Any], parts: int | None) -> list[list[Any]]:
@@ -327,9 +450,9 @@ class VsqsDataSource(DataSource):
             raise InvalidArgument(
                 "a vsqs queue cannot be overwritten: use mode('append') (Queue.purge() empties a queue)"
             )
-        body = _body_column(schema)
+        columns = _write_columns(schema)
         options.queue()
-        return StagedWriter(options, body, job=f"w{uuid.uuid4().hex[:16]}")
+        return StagedWriter(options, columns, job=f"w{uuid.uuid4().hex[:16]}")
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
         if not _HAVE_READ_LIMITS:  # pragma: no cover - older pyspark
@@ -345,7 +468,7 @@ class VsqsDataSource(DataSource):
             raise InvalidArgument(
                 "a vsqs queue cannot be overwritten: use outputMode('append')"
             )
-        body = _body_column(schema)
+        columns = _write_columns(schema)
         options.queue()
         # Spark makes one writer for the tasks and another for the driver's
         # commit, from the same options: name the query by its checkpoint so
@@ -355,7 +478,7 @@ class VsqsDataSource(DataSource):
             job = "s" + hashlib.sha256(str(checkpoint).encode()).hexdigest()[:16]
         else:  # no cleanup of failed attempts' stages by the commit; gc drops them later
             job = f"s{uuid.uuid4().hex[:16]}"
-        return StagedStreamWriter(options, body, job=job)
+        return StagedStreamWriter(options, columns, job=job)
 
 
 # -- batch read: a snapshot -----------------------------------------------------
@@ -424,12 +547,14 @@ def _task_stage(prefix: str) -> str:
     )
 
 
-def _chunks(bodies: Iterator[Any]) -> Iterator[list[Any]]:
-    """Group bodies into chunks of at most STAGE_CHUNK_ROWS rows / STAGE_CHUNK_BYTES."""
+def _chunks(items: Iterable[Any]) -> Iterator[list[Any]]:
+    """Group messages (bodies or Outgoing) into chunks of at most
+    STAGE_CHUNK_ROWS rows / STAGE_CHUNK_BYTES."""
     chunk: list[Any] = []
     size = 0
-    for body in bodies:
-        chunk.append(body)
+    for item in items:
+        chunk.append(item)
+        body = item.body if isinstance(item, Outgoing) else item
         size += len(body) if body is not None else 0
         if len(chunk) >= STAGE_CHUNK_ROWS or size >= STAGE_CHUNK_BYTES:
             yield chunk
@@ -439,14 +564,14 @@ def _chunks(bodies: Iterator[Any]) -> Iterator[list[Any]]:
 
 
 def _stage_rows(queue: Queue, stage_prefix: str, chunks: Iterable[list[Any]]) -> StagedCommit:
-    """Stage every body of one task attempt, chunk by chunk, as the rows arrive;
-    nothing is visible to receivers until the driver commits the stage."""
+    """Stage every message of one task attempt, chunk by chunk, as the rows
+    arrive; nothing is visible to receivers until the driver commits the stage."""
     stage: str | None = None
     rows = 0
     for chunk in chunks:
         if not chunk:
             continue
-        if any(body is None for body in chunk):
+        if any(item is None for item in chunk):
             raise InvalidArgument("vsqs cannot write a row whose 'body' is null")
         stage = stage or _task_stage(stage_prefix)
         rows += len(queue.publish_staged(chunk, stage=stage))
@@ -479,14 +604,14 @@ class StagedWriter(DataSourceArrowWriter):
     of the attempts Spark committed, so a retried or speculative task publishes
     each row once."""
 
-    def __init__(self, options: Options, body: str, job: str) -> None:
+    def __init__(self, options: Options, columns: WriteColumns, job: str) -> None:
         self.options = options
-        self.body = body
+        self.columns = columns
         self.job = job  # unique per write; the prefix of every stage of this write
 
     def write(self, iterator: Iterator[Any]) -> StagedCommit:
         queue = self.options.queue()
-        return _stage_rows(queue, f"spark-{self.job}", _arrow_chunks(iterator, self.body))
+        return _stage_rows(queue, f"spark-{self.job}", _arrow_chunks(iterator, self.columns))
 
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
         published = _commit_stages(self.options.queue(), f"spark-{self.job}", messages)
@@ -496,10 +621,24 @@ class StagedWriter(DataSourceArrowWriter):
         _drop_stages(self.options.queue(), f"spark-{self.job}")
 
 
-def _arrow_chunks(batches: Iterator[Any], column: str) -> Iterator[list[Any]]:
+def _arrow_chunks(batches: Iterator[Any], columns: WriteColumns) -> Iterator[list[Any]]:
     """Each Arrow batch Spark hands over is staged as it comes (in chunks)."""
     for batch in batches:
-        yield from _chunks(iter(batch.column(column).to_pylist()))
+        bodies = batch.column(columns.body).to_pylist()
+        if not columns.options:
+            yield from _chunks(bodies)
+            continue
+        values = [batch.column(name).to_pylist() for _, name in columns.options]
+        # the whole batch is checked before any of it is staged
+        yield from _chunks([columns.message(body, row) for body, *row in zip(bodies, *values)])
+
+
+def _row_chunks(rows: Iterator[Any], columns: WriteColumns) -> Iterator[list[Any]]:
+    """The same for Row objects (pyspark 4.0 streaming writes)."""
+    return _chunks(
+        columns.message(row[columns.body], [row[name] for _, name in columns.options])
+        for row in rows
+    )
 
 
 class StagedStreamWriter(_StreamWriterBase):
@@ -508,9 +647,9 @@ class StagedStreamWriter(_StreamWriterBase):
     ``spark-<query>-<batch>-<partition>-<attempt>-...``; the commit of a batch
     drops the batch's other stages (failed attempts, or a dead run's)."""
 
-    def __init__(self, options: Options, body: str, job: str) -> None:
+    def __init__(self, options: Options, columns: WriteColumns, job: str) -> None:
         self.options = options
-        self.body = body
+        self.columns = columns
         self.job = job
 
     def _prefix(self, batch_id: object) -> str:
@@ -523,9 +662,9 @@ class StagedStreamWriter(_StreamWriterBase):
         batch_id = context.getLocalProperty("streaming.sql.batchId") if context else None
         queue = self.options.queue()
         if _ARROW_STREAM_WRITES:
-            chunks = _arrow_chunks(iterator, self.body)
+            chunks = _arrow_chunks(iterator, self.columns)
         else:  # pragma: no cover - pyspark 4.0
-            chunks = _chunks(row[self.body] for row in iterator)
+            chunks = _row_chunks(iterator, self.columns)
         return _stage_rows(queue, self._prefix(batch_id if batch_id is not None else "x"), chunks)
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
@@ -552,10 +691,11 @@ class ClaimingStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     An offset is ``{"seq": n, "messages": [[id, receipt, receive_count,
     sent_at_us, priority], ...]}``: the batch's messages, so that Spark's
     offset log fixes a batch's contents and a restarted query replays it.
-    Executors read bodies by receipt. A batch's messages are deleted once
-    Spark has committed it: in ``commit(end)``, and in ``latestOffset(start)``,
-    which Spark calls only after the batch ending at ``start`` is in its
-    commit log (it never calls ``commit`` for the last batch of a run).
+    Executors read each message by its receipt (``Queue.read_message``). A
+    batch's messages are deleted once Spark has committed it: in
+    ``commit(end)``, and in ``latestOffset(start)``, which Spark calls only
+    after the batch ending at ``start`` is in its commit log (it never calls
+    ``commit`` for the last batch of a run).
     """
 
     def __init__(self, options: Options, columns: list[str]) -> None:
@@ -612,20 +752,7 @@ class ClaimingStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             if not batch:
                 break
             got.extend(batch)
-        priorities: dict[str, int] = {}
-        if got and "priority" in self.columns and getattr(got[0], "priority", None) is None:
-            # Message has no priority attribute: take it from one listing
-            priorities = {info.id: info.priority for info in queue.messages(ids=[m.id for m in got])}
-        return [
-            [
-                m.id,
-                m.receipt,
-                m.receive_count,
-                round(m.sent_at * 1_000_000),
-                getattr(m, "priority", None) if not priorities else priorities.get(m.id),
-            ]
-            for m in got
-        ]
+        return [[m.id, m.receipt, m.receive_count, round(m.sent_at * 1_000_000), m.priority] for m in got]
 
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> list[InputPartition]:
         if int(end["seq"]) == int(start["seq"]):
@@ -676,23 +803,24 @@ class ClaimingStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         queue = self.options.queue()
         content = not CONTENT_COLUMNS.isdisjoint(self.columns)
         skipped = 0
-        for message_id, receipt, count, sent_us, priority in partition.messages:
-            # the claimed message, as receive_batch(read_bodies=False) made it on the driver
-            message = Message(queue, message_id, None, receipt, count, sent_us / 1_000_000)
+        for entry in partition.messages:
+            # [id, receipt, receive_count, sent_at_us, priority]: all but the
+            # receipt are in the receipt too (and in the message read by it)
             try:
-                body = message.body  # also proves the receipt still holds the message
+                # reading also proves that the receipt still holds the message
+                message = queue.read_message(entry[1])
             except StaleReceipt:
                 # The lease ran out and another consumer received the message
                 # (or it was deleted): it is theirs now; leave it out.
                 skipped += 1
                 continue
             row = {
-                "id": message_id,
-                "body": body,
+                "id": message.id,
+                "body": message.body,
                 "state": "in_flight",
-                "receive_count": count,
+                "receive_count": message.receive_count,
                 "sent_at": _timestamp(message.sent_at),
-                "priority": priority,
+                "priority": message.priority,
                 "group": message.group if content else None,
                 "attributes": message.attributes if content else None,
             }
@@ -713,6 +841,7 @@ __all__ = [
     "NAME",
     "OPTIONS",
     "SCHEMA",
+    "WRITE_COLUMNS",
     "Options",
     "VsqsDataSource",
 ]

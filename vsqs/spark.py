@@ -4,6 +4,7 @@
     vsqs.spark.register(spark)                          # format("vsqs") (also found without it)
     spark.read.format("vsqs").load("/spool/jobs")       # a snapshot: one row per message
     df.select("body").write.format("vsqs").mode("append").save("/spool/jobs")
+    # optional write columns (null: no option): delay, group, dedup_id, priority, attributes
     spark.readStream.format("vsqs").load("/spool/jobs") # claims, deletes after Spark's commit
     vsqs.spark.process_queue(spark, "/spool/jobs", handle, output="/spool/done")
 
@@ -23,7 +24,14 @@ from dataclasses import dataclass, fields
 from typing import TYPE_CHECKING, Any
 
 from vsqs import InvalidArgument, Message, Queue, StaleReceipt, VsqsError, Worker
-from vsqs._spark_source import COLUMNS, NAME, OPTIONS, SCHEMA, VsqsDataSource
+from vsqs._spark_source import (
+    COLUMNS,
+    NAME,
+    OPTIONS,
+    SCHEMA,
+    WRITE_COLUMNS,
+    VsqsDataSource,
+)
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -33,6 +41,7 @@ __all__ = [
     "NAME",
     "OPTIONS",
     "SCHEMA",
+    "WRITE_COLUMNS",
     "ProcessResult",
     "VsqsDataSource",
     "process_queue",
