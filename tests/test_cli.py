@@ -395,3 +395,22 @@ def test_stats_groups(run, queue):
     }
     prom = run("stats", queue.path, "--groups", "--prometheus").output
     assert 'group="tenant-a",state="ready"} 2' in prom
+
+
+def test_check_fs_on_a_local_directory(run, tmp_path):
+    result = run("check-fs", tmp_path, "--rounds", "20", "--processes", "2")
+    assert result.exit_code == 0, result.output
+    lines = result.output.splitlines()
+    assert [line.split()[1] for line in lines] == [
+        "exclusive", "rename", "fsync", "clock", "rename", "speed"
+    ]
+    assert all(line.startswith("ok") for line in lines)
+    assert os.listdir(tmp_path) == []  # its scratch directory is gone
+
+
+def test_check_fs_fails_when_exclusive_create_is_not_exclusive(run, tmp_path, monkeypatch):
+    import vsqs._checkfs as checkfs
+
+    monkeypatch.setattr(checkfs, "_EXCL", os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC)  # no O_EXCL
+    result = run("check-fs", tmp_path, "--rounds", "20", "--processes", "2")
+    assert result.exit_code == 1 and result.output.startswith("FAIL  exclusive create")

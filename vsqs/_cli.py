@@ -608,3 +608,26 @@ def work(
             f"lost {result.lost} in {time.monotonic() - started:.1f}s",
             err=True,
         )
+
+
+@main.command("check-fs")
+@click.argument("directory", type=click.Path(exists=True, file_okay=False))
+@click.option("--other", type=click.Path(exists=True, file_okay=False), default=None,
+              help="The same directory as another host (another mount) sees it.")
+@click.option("--processes", type=click.IntRange(2, 64), default=4, show_default=True)
+@click.option("--rounds", type=click.IntRange(10, 100_000), default=500, show_default=True)
+def check_fs(directory: str, other: str | None, processes: int, rounds: int) -> None:
+    """Check that DIRECTORY's filesystem has what vsqs relies on.
+
+    Races exclusive creates and renames between processes (and between two
+    mounts with --other), tries fsync, compares the file clock with this
+    host's, and measures the claim cycle. Exit status 1 if a check fails.
+    """
+    from vsqs._checkfs import run_checks
+
+    failed = False
+    for check in run_checks(directory, other, processes, rounds):
+        click.echo(f"{check.status:<5} {check.name:<20} {check.detail}")
+        failed = failed or check.status == "FAIL"
+    if failed:
+        raise SystemExit(1)

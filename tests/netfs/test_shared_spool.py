@@ -169,3 +169,12 @@ def test_receipt_and_dedup_from_the_other_host(shared_fs):
     assert m is not None and m.id == first
     a.delete(m.receipt)  # a receipt from host B works on host A
     assert a.stats().total == 0
+
+
+def test_check_fs_across_the_two_mounts(shared_fs):
+    from vsqs._checkfs import run_checks
+
+    checks = {c.name: c for c in run_checks(shared_fs.host_a, shared_fs.host_b, processes=4, rounds=100)}
+    assert checks["exclusive create"].status == "ok", checks["exclusive create"].detail
+    assert checks["rename race"].status != "FAIL", checks["rename race"].detail
+    assert checks["cross-host listing"].status != "FAIL"
