@@ -87,7 +87,7 @@ def test_attributes_survive_dead_lettering_and_redrive(tmp_path):
         ({"k": 1}, "must be a str"),
         ({f"k{i}": "v" for i in range(51)}, "at most 50"),
         ({"k": "v" * 70000}, "bytes in all"),
-        (["k", "v"], "must be a dict"),
+        (["k", "v"], "must be a mapping"),
     ],
 )
 def test_bad_attributes(queue, attributes, match):

@@ -107,9 +107,23 @@ class Reservations:
                 elif holder is not None:
                     return holder, 0
             pending = f"pending {new_key}\n".encode()
-            if _fs.create_exclusive(self._path(digest, gen + 1), pending, durable=True):
+            # not fsynced: a reservation lost in a crash can only let a duplicate in
+            if _fs.create_exclusive(self._path(digest, gen + 1), pending, durable=False):
                 return None, gen + 1
             # another publisher reserved it first (or our create was ambiguous): look again
+
+    def peek(self, digest: str, window: float, presence: Callable[[str], str | None]) -> str | None:
+        """The key holding the id now, if any (a first look: reserving decides)."""
+        gen = self._newest(digest)
+        if not gen:
+            return None
+        parsed, writing = self._readable(digest, gen)
+        if writing or parsed is None:
+            return None
+        kind, key, gone_at = parsed
+        if kind == "gone":
+            return key if gone_at + window > time.time() else None
+        return key if presence(key) == "live" else None
 
     def confirm(self, digest: str, gen: int, key: str) -> None:
         """Mark the reservation made at ``gen`` published (its message is in the queue)."""

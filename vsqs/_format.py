@@ -32,6 +32,7 @@ import re
 import secrets
 import threading
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
@@ -240,8 +241,8 @@ MAX_ATTRIBUTE_BYTES = 64 * 1024
 
 def check_attributes(attributes: object) -> dict[str, str]:
     """Small string attributes: names of A-Z a-z 0-9 _ . -, string values."""
-    if not isinstance(attributes, dict):
-        raise InvalidArgument(f"attributes must be a dict of str to str, not {type(attributes).__name__}")
+    if not isinstance(attributes, Mapping):
+        raise InvalidArgument(f"attributes must be a mapping of str to str, not {type(attributes).__name__}")
     if len(attributes) > MAX_ATTRIBUTES:
         raise InvalidArgument(f"attributes: at most {MAX_ATTRIBUTES}, not {len(attributes)}")
     size = 0

@@ -94,6 +94,40 @@ class _Prepared(NamedTuple):
     digest: str  # de-duplication hash, or ""
 
 
+class _Presence:
+    """Whether messages are in the queue, for de-duplication, from as few
+    listings as it can: a key seen live in an earlier listing of this batch is
+    live (it can only have left since, which a window covers); anything else
+    gets a fresh listing before it is answered."""
+
+    def __init__(self, queue: Queue) -> None:
+        self._queue = queue
+        self._live: set[str] | None = None
+        self._writing: dict[str, str] = {}
+
+    def _list(self) -> None:
+        live, writing = set(), {}
+        for name in self._queue._parsed():
+            if name.state is State.WRITING:
+                writing[name.key] = str(name)
+            else:
+                live.add(name.key)
+        self._live, self._writing = live, writing
+
+    def __call__(self, key: str) -> str | None:
+        """"live", "writing" (a publisher that may still be at work) or None."""
+        if self._live is None or key not in self._live:
+            self._list()
+        assert self._live is not None
+        if key in self._live:
+            return "live"
+        if key in self._writing:
+            written = _fs.mtime(self._queue._file(self._writing[key]))
+            if written is None or written > time.time() - _dedup.WRITE_GRACE:
+                return "writing"  # at work (or gone since the listing: just published)
+        return None
+
+
 class _Listing:
     """A handle's cached view of its directory: visible names and timed hidden ones."""
 
@@ -362,13 +396,14 @@ class Queue:
         written: list[tuple[_Prepared, str, str]] = []
         duplicates: dict[int, str] = {}  # position -> id of the message already holding the dedup id
         reserved: dict[str, tuple[str, int]] = {}  # dedup hash -> (key, generation), this batch
+        presence = _Presence(self)
         try:
             for position, entry in enumerate(entries):
                 stem, temp = self._write_new(entry, durable, self._prefix)
                 if entry.digest:
                     # the body is written first, so a reservation always has its message
                     # (or the .new file of its publisher) behind it
-                    holder = self._reserve(entry.digest, stem, settings, reserved)
+                    holder = self._reserve(entry.digest, stem, settings, reserved, presence)
                     if holder is not None:
                         _fs.unlink(temp)
                         duplicates[position] = holder
@@ -428,14 +463,19 @@ class Queue:
         return _Prepared(data, header, priority, group_hash, seconds, digest)
 
     def _reserve(
-        self, digest: str, stem: str, settings: Mapping[str, Any], reserved: dict[str, tuple[str, int]]
+        self,
+        digest: str,
+        stem: str,
+        settings: Mapping[str, Any],
+        reserved: dict[str, tuple[str, int]],
+        presence: _Presence,
     ) -> str | None:
         """Reserve a dedup id for message ``stem`` (remembered in ``reserved``);
         or return the id of the message holding it."""
         if digest in reserved:
             return reserved[digest][0]
         key = stem[: _format.KEY_LENGTH]
-        holder, gen = self._reservations.reserve(digest, key, settings["dedup_window"], self._presence)
+        holder, gen = self._reservations.reserve(digest, key, settings["dedup_window"], presence)
         if holder is None:
             reserved[digest] = (key, gen)
         return holder
@@ -446,20 +486,6 @@ class Queue:
         if delay:
             return _format.hidden_name(stem, _format.now_us() + to_us(delay), 0)
         return _format.ready_name(stem)
-
-    def _presence(self, key: str) -> str | None:
-        """Whether message ``key`` is in the queue ("live"), being written by a
-        publisher that may still be at work ("writing"), or neither (None), from
-        one fresh listing."""
-        found = None
-        for name in self._parsed():
-            if name.key == key:
-                if name.state is not State.WRITING:
-                    return "live"
-                written = _fs.mtime(self._file(str(name)))
-                if written is None or written > time.time() - _dedup.WRITE_GRACE:
-                    found = "writing"  # at work (gone since the listing: just published)
-        return found
 
     @staticmethod
     def _delay_of(delay: float | None, at: datetime | None, settings: Mapping[str, Any]) -> float:
@@ -544,6 +570,7 @@ class Queue:
             return 0
         settings = self._current_settings()
         reserved: dict[str, tuple[str, int]] = {}
+        presence = _Presence(self)
         moved = 0
         leftovers = []
         for name in _fs.list_names(directory):
@@ -553,9 +580,13 @@ class Queue:
                 continue
             staged = os.path.join(directory, name)
             digest = self._staged_digest(parsed, staged) if parsed.envelope else ""
+            if digest and digest not in reserved and self._reservations.peek(
+                digest, settings["dedup_window"], presence
+            ):
+                continue  # a known duplicate never enters the queue (the stage goes at the end)
             if not _fs.rename(staged, self._file(name)):
                 continue
-            holder = self._reserve(digest, parsed.stem, settings, reserved) if digest else None
+            holder = self._reserve(digest, parsed.stem, settings, reserved, presence) if digest else None
             if holder is not None and holder != parsed.key:
                 _fs.unlink(self._file(name))  # a duplicate: take it back
                 continue
