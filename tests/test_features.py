@@ -301,6 +301,7 @@ def test_stage_with_options_and_dedup_at_commit(queue):
     # the committed dedup id holds from now on
     queue.publish_staged([vsqs.Outgoing(b"new again", dedup_id="order-2")], stage="t")
     assert queue.commit_stage("t") == 0
+    assert queue.stages() == []  # the stage went, the duplicate in it too
 
 
 def test_read_message_by_receipt_and_priority(queue):

@@ -583,7 +583,8 @@ class Queue:
             if digest and digest not in reserved and self._reservations.peek(
                 digest, settings["dedup_window"], presence
             ):
-                continue  # a known duplicate never enters the queue (the stage goes at the end)
+                leftovers.append(name)  # a known duplicate never enters the queue
+                continue
             if not _fs.rename(staged, self._file(name)):
                 continue
             holder = self._reserve(digest, parsed.stem, settings, reserved, presence) if digest else None
