@@ -2,126 +2,22 @@
 
 from __future__ import annotations
 
-import json
 import multiprocessing
 import os
-import random
 import time
 from collections import defaultdict
 
 import vsqs
 
 from .conftest import message_files
-
-PRODUCERS = CONSUMERS = 4
-MESSAGES = 20_000
-LEASE = 1.0  # short, so abandoned messages come back within the test
-ABANDON = 0.005  # share of deliveries a consumer "forgets" to delete
-DEADLINE = 120.0
-
-
-def _producer(path: str, index: int, barrier, out: str) -> None:
-    q = vsqs.Queue(path)
-    barrier.wait()
-    ids = []
-    per = MESSAGES // PRODUCERS
-    for start in range(0, per, 50):
-        bodies = [f"{index}:{i}" for i in range(start, min(start + 50, per))]
-        ids += q.publish_batch(bodies, durable=False)
-    with open(out, "w") as f:
-        json.dump(ids, f)
-
-
-def _consumer(path: str, index: int, barrier, producers_done, out: str) -> None:
-    q = vsqs.Queue(path)
-    rng = random.Random(index)
-    log = []  # (id, body, received_after, lease_until, deleted)
-    stale = []  # (id, when, lease_until)
-    barrier.wait()
-    idle_since = None
-    deadline = time.monotonic() + DEADLINE
-    while time.monotonic() < deadline:
-        batch = q.receive_batch(10, visibility_timeout=LEASE, wait=0.2)
-        now = time.time()
-        if not batch:
-            if producers_done.is_set():
-                idle_since = idle_since or time.monotonic()
-                if time.monotonic() - idle_since > LEASE * 2.5:
-                    break  # abandoned messages had time to come back
-            continue
-        idle_since = None
-        for m in batch:
-            until = int(m.receipt.rsplit(".", 3)[1]) / 1e6
-            deleted = False
-            if rng.random() >= ABANDON:
-                try:
-                    m.delete()
-                    deleted = True
-                except vsqs.StaleReceipt:
-                    # legitimate only if this consumer was too slow: its lease ran out
-                    stale.append((m.id, time.time(), until))
-            log.append((m.id, m.body.decode(), now, until, deleted))
-    with open(out, "w") as f:
-        json.dump({"log": log, "stale": stale}, f)
+from .racing import Race, run_race
 
 
 def test_four_producers_four_consumers(tmp_path):
     q = vsqs.Queue(tmp_path / "q", create=True)
-    ctx = multiprocessing.get_context("spawn")
-    barrier = ctx.Barrier(PRODUCERS + CONSUMERS)
-    producers_done = ctx.Event()
-    producers = [
-        ctx.Process(target=_producer, args=(q.path, i, barrier, str(tmp_path / f"p{i}.json")))
-        for i in range(PRODUCERS)
-    ]
-    consumers = [
-        ctx.Process(
-            target=_consumer,
-            args=(q.path, i, barrier, producers_done, str(tmp_path / f"c{i}.json")),
-        )
-        for i in range(CONSUMERS)
-    ]
-    for p in producers + consumers:
-        p.start()
-    for p in producers:
-        p.join(DEADLINE)
-        assert p.exitcode == 0
-    producers_done.set()
-    for p in consumers:
-        p.join(DEADLINE + 30)
-        assert p.exitcode == 0
-
-    published = {}
-    for i in range(PRODUCERS):
-        with open(tmp_path / f"p{i}.json") as f:
-            for n, message_id in enumerate(json.load(f)):
-                published[message_id] = f"{i}:{n}"
-    assert len(published) == MESSAGES
-
-    deliveries = defaultdict(list)
-    for i in range(CONSUMERS):
-        with open(tmp_path / f"c{i}.json") as f:
-            doc = json.load(f)
-        for message_id, body, received, until, deleted in doc["log"]:
-            deliveries[message_id].append((until, received, deleted, body))
-        for message_id, when, until in doc["stale"]:
-            assert when >= until, f"delete of {message_id} refused inside its own lease"
-
-    # nothing lost: every published message was delivered with its body, and deleted once
-    assert set(deliveries) == set(published)
-    for message_id, got in deliveries.items():
-        assert {body for *_, body in got} == {published[message_id]}
-        assert sum(deleted for _, _, deleted, _ in got) == 1, got
-    # never held by two consumers at once: a re-delivery comes after the lease ran out
-    # (claims happen in the order of their lease ends; `received` is stamped later)
-    redelivered = 0
-    for got in deliveries.values():
-        got.sort()
-        for (until, _, deleted, _), (_, received_next, *_rest) in zip(got, got[1:], strict=False):
-            assert not deleted, "delivered again after a successful delete"
-            assert received_next >= until, "delivered again inside a visibility window"
-            redelivered += 1
-    assert redelivered > 0  # the abandoned ones came back (so the check above ran)
+    race = Race(messages=20_000, lease=1.0, abandon=0.005)
+    redelivered = run_race(race, [q.path] * 4, [q.path] * 4, tmp_path)
+    assert redelivered > 0  # the abandoned ones came back (so the window check ran)
     assert q.stats().total == 0 and message_files(q.path) == {}
 
 

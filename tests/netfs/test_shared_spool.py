@@ -7,105 +7,21 @@ inside its visibility window, stale listings only delay.
 
 from __future__ import annotations
 
-import json
 import multiprocessing
 import os
-import random
 import time
-from collections import defaultdict
 
 import vsqs
 
-MESSAGES = 1200
-LEASE = 4.0
-ABANDON = 0.01
-DEADLINE = 150.0
-
-
-def _produce(path: str, index: int, count: int, barrier, out: str) -> None:
-    q = vsqs.Queue(path)
-    barrier.wait()
-    ids = []
-    for start in range(0, count, 25):
-        ids += q.publish_batch([f"{index}:{i}" for i in range(start, min(start + 25, count))])
-    with open(out, "w") as f:
-        json.dump(ids, f)
-
-
-def _consume(path: str, index: int, barrier, done, out: str) -> None:
-    q = vsqs.Queue(path)
-    rng = random.Random(index)
-    log, stale = [], []
-    barrier.wait()
-    idle_since = None
-    deadline = time.monotonic() + DEADLINE
-    while time.monotonic() < deadline:
-        batch = q.receive_batch(5, visibility_timeout=LEASE, wait=0.5)
-        now = time.time()
-        if not batch:
-            if done.is_set():
-                idle_since = idle_since or time.monotonic()
-                if time.monotonic() - idle_since > LEASE + 8:  # leases ran out, caches expired
-                    break
-            continue
-        idle_since = None
-        for m in batch:
-            until = int(m.receipt.split(":")[1].rsplit(".", 3)[1]) / 1e6
-            deleted = False
-            if rng.random() >= ABANDON:
-                try:
-                    m.delete()
-                    deleted = True
-                except vsqs.StaleReceipt:
-                    stale.append((m.id, time.time(), until))
-            log.append((m.id, m.body.decode(), now, until, deleted))
-    with open(out, "w") as f:
-        json.dump({"log": log, "stale": stale}, f)
+from ..racing import Race, run_race
 
 
 def test_producers_on_one_host_consumers_on_both(shared_fs, tmp_path):
     queue = vsqs.Queue(os.path.join(shared_fs.host_a, "race"), create=True)
     path_b = os.path.join(shared_fs.host_b, "race")
-    ctx = multiprocessing.get_context("spawn")
-    barrier, done = ctx.Barrier(5), ctx.Event()
-    producers = [
-        ctx.Process(target=_produce, args=(queue.path, i, MESSAGES // 2, barrier, str(tmp_path / f"p{i}")))
-        for i in range(2)
-    ]
-    consumers = [
-        ctx.Process(target=_consume, args=(path, i, barrier, done, str(tmp_path / f"c{i}")))
-        for i, path in enumerate([path_b, path_b, queue.path])
-    ]
-    for p in producers + consumers:
-        p.start()
-    for p in producers:
-        p.join(DEADLINE)
-        assert p.exitcode == 0
-    done.set()
-    for p in consumers:
-        p.join(DEADLINE + 60)
-        assert p.exitcode == 0
-
-    published = {}
-    for i in range(2):
-        with open(tmp_path / f"p{i}") as f:
-            for n, message_id in enumerate(json.load(f)):
-                published[message_id] = f"{i}:{n}"
-    deliveries = defaultdict(list)
-    for i in range(3):
-        with open(tmp_path / f"c{i}") as f:
-            doc = json.load(f)
-        for message_id, body, received, until, deleted in doc["log"]:
-            deliveries[message_id].append((until, received, deleted, body))
-        for message_id, when, until in doc["stale"]:
-            assert when >= until, f"delete of {message_id} refused inside its own lease"
-    assert set(deliveries) == set(published), "lost messages"
-    for message_id, got in deliveries.items():
-        assert {body for *_, body in got} == {published[message_id]}
-        assert sum(deleted for _, _, deleted, _ in got) == 1
-        got.sort()
-        for (until, _, deleted, _), (_, received_next, _, _) in zip(got, got[1:], strict=False):
-            assert not deleted and received_next >= until, "held by two consumers at once"
+    race = Race(messages=1200, lease=4.0, abandon=0.01, batch=25, durable=True, drain=12.0, deadline=150.0)
+    # leases must run out and caches expire before a consumer may give up
+    run_race(race, [queue.path, queue.path], [path_b, path_b, queue.path], tmp_path)
     assert queue.stats().total == 0
 
 

@@ -1,0 +1,129 @@
+"""Producers and consumers racing on one queue in real processes, and the
+checks that every message came through once, never held by two at once.
+
+Used by tests/test_concurrency.py (one directory) and tests/netfs (two
+mounts of one directory).
+"""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+import random
+import time
+from collections import defaultdict
+from dataclasses import dataclass
+
+import vsqs
+
+
+@dataclass(frozen=True)
+class Race:
+    messages: int  # in all, split between the producers
+    lease: float  # visibility timeout; abandoned messages come back after it
+    abandon: float  # share of deliveries a consumer "forgets" to delete
+    batch: int = 50  # messages per publish_batch
+    durable: bool = False
+    drain: float = 2.5  # seconds a consumer waits, idle, once the producers are done
+    deadline: float = 120.0
+
+
+def _produce(race: Race, path: str, index: int, count: int, barrier, out: str) -> None:
+    q = vsqs.Queue(path)
+    barrier.wait()
+    ids = []
+    for start in range(0, count, race.batch):
+        bodies = [f"{index}:{i}" for i in range(start, min(start + race.batch, count))]
+        ids += q.publish_batch(bodies, durable=race.durable)
+    with open(out, "w") as f:
+        json.dump(ids, f)
+
+
+def _consume(race: Race, path: str, index: int, barrier, done, out: str) -> None:
+    q = vsqs.Queue(path)
+    rng = random.Random(index)
+    log = []  # (id, body, received_after, lease_until, deleted)
+    stale = []  # (id, when, lease_until)
+    barrier.wait()
+    idle_since = None
+    deadline = time.monotonic() + race.deadline
+    while time.monotonic() < deadline:
+        batch = q.receive_batch(10, visibility_timeout=race.lease, wait=0.2)
+        now = time.time()
+        if not batch:
+            if done.is_set():
+                idle_since = idle_since or time.monotonic()
+                if time.monotonic() - idle_since > race.drain:
+                    break  # abandoned messages had time to come back
+            continue
+        idle_since = None
+        for m in batch:
+            until = int(m.receipt.split(":")[1].rsplit(".", 3)[1]) / 1e6
+            deleted = False
+            if rng.random() >= race.abandon:
+                try:
+                    m.delete()
+                    deleted = True
+                except vsqs.StaleReceipt:
+                    # legitimate only if this consumer was too slow: its lease ran out
+                    stale.append((m.id, time.time(), until))
+            log.append((m.id, m.body.decode(), now, until, deleted))
+    with open(out, "w") as f:
+        json.dump({"log": log, "stale": stale}, f)
+
+
+def run_race(race: Race, producer_paths: list[str], consumer_paths: list[str], logdir) -> int:
+    """Run the race (paths may be one queue seen through different mounts);
+    check it; return how many deliveries were re-deliveries."""
+    ctx = multiprocessing.get_context("spawn")
+    barrier = ctx.Barrier(len(producer_paths) + len(consumer_paths))
+    done = ctx.Event()
+    per = race.messages // len(producer_paths)
+    producers = [
+        ctx.Process(target=_produce, args=(race, path, i, per, barrier, str(logdir / f"p{i}.json")))
+        for i, path in enumerate(producer_paths)
+    ]
+    consumers = [
+        ctx.Process(target=_consume, args=(race, path, i, barrier, done, str(logdir / f"c{i}.json")))
+        for i, path in enumerate(consumer_paths)
+    ]
+    for p in producers + consumers:
+        p.start()
+    for p in producers:
+        p.join(race.deadline)
+        assert p.exitcode == 0
+    done.set()
+    for p in consumers:
+        p.join(race.deadline + 60)
+        assert p.exitcode == 0
+
+    published = {}
+    for i in range(len(producers)):
+        with open(logdir / f"p{i}.json") as f:
+            for n, message_id in enumerate(json.load(f)):
+                published[message_id] = f"{i}:{n}"
+    assert len(published) == per * len(producers)
+    deliveries = defaultdict(list)
+    for i in range(len(consumers)):
+        with open(logdir / f"c{i}.json") as f:
+            doc = json.load(f)
+        for message_id, body, received, until, deleted in doc["log"]:
+            deliveries[message_id].append((until, received, deleted, body))
+        for message_id, when, until in doc["stale"]:
+            assert when >= until, f"delete of {message_id} refused inside its own lease"
+
+    # nothing lost: every published message was delivered with its body, and deleted once
+    assert set(deliveries) == set(published), "messages lost"
+    for message_id, got in deliveries.items():
+        assert {body for *_, body in got} == {published[message_id]}
+        assert sum(deleted for _, _, deleted, _ in got) == 1, got
+    # never held by two consumers at once: a re-delivery comes after the lease ran out
+    # (claims happen in the order of their lease ends; `received` is stamped later)
+    redelivered = 0
+    for got in deliveries.values():
+        got.sort()
+        for (until, _, deleted, _), (_, received_next, *_rest) in zip(got, got[1:], strict=False):
+            assert not deleted, "delivered again after a successful delete"
+            assert received_next >= until, "delivered again inside a visibility window"
+            redelivered += 1
+    return redelivered
