@@ -414,3 +414,12 @@ def test_check_fs_fails_when_exclusive_create_is_not_exclusive(run, tmp_path, mo
     monkeypatch.setattr(checkfs, "_EXCL", os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC)  # no O_EXCL
     result = run("check-fs", tmp_path, "--rounds", "20", "--processes", "2")
     assert result.exit_code == 1 and result.output.startswith("FAIL  exclusive create")
+
+
+def test_create_with_a_file_mode(run, tmp_path):
+    assert run("create", tmp_path / "q", "--file-mode", "660").exit_code == 0
+    assert os.stat(tmp_path / "q").st_mode & 0o777 == 0o770
+    assert os.stat(tmp_path / "q" / ".vsqs.json").st_mode & 0o777 == 0o660
+    vsqs.Queue(tmp_path / "q").publish(b"x")
+    [name] = [n for n in os.listdir(tmp_path / "q") if not n.startswith(".")]
+    assert os.stat(tmp_path / "q" / name).st_mode & 0o777 == 0o660

@@ -156,8 +156,8 @@ def test_ambiguous_reservation_create_is_recognised_as_ours(queue, monkeypatch):
     real_create = _fs.create_exclusive
     calls = []
 
-    def reports_eio_after_success(path, data, *, durable):
-        created = real_create(path, data, durable=durable)
+    def reports_eio_after_success(path, data, *, durable, mode=None):
+        created = real_create(path, data, durable=durable, mode=mode)
         if "/.dedup/" in path and not calls:
             calls.append(path)
             return False  # as if EIO made it look lost (the file exists: it is ours)

@@ -244,7 +244,7 @@ def test_future_settings_format_is_refused(queue):
     with open(os.path.join(queue.path, ".settings", "000000001.json"), "w") as f:
         f.write('{"format": 9, "settings": {}}')
     with pytest.raises(vsqs.IncompatibleFormat, match="format 9"):
-        vsqs.Queue(queue.path).settings
+        _ = vsqs.Queue(queue.path).settings
 
 
 # -- per-message options in batches and stages -------------------------------------

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import multiprocessing
-import threading
 import os
+import threading
 import time
 
 import pytest

@@ -22,7 +22,8 @@ import click
 
 from vsqs import _settings
 from vsqs._errors import VsqsError
-from vsqs._queue import Message, Queue
+from vsqs._message import Message
+from vsqs._queue import Queue
 from vsqs._version import __version__
 from vsqs._worker import Worker
 
@@ -97,7 +98,7 @@ def create(ctx: click.Context, queue: str, **settings: str | None) -> None:
     and apply the settings given."""
     changes = {key: value for key, value in settings.items() if value is not None}
     _settings.validate(changes)  # a bad setting creates nothing
-    q = _open(ctx, queue, create=True)
+    q = Queue(queue, create=True, clock_skew=ctx.obj["clock_skew"], mode=changes.get("file_mode"))
     if changes:
         q.configure(**changes)
 

@@ -61,6 +61,7 @@ class Reservations:
     """The de-duplication reservations of one queue."""
 
     def __init__(self, queue_path: str) -> None:
+        self.mode: int | None = None  # the queue's file_mode, set by the queue
         self._dir = os.path.join(queue_path, DEDUP_DIR)
 
     def _path(self, digest: str, gen: int) -> str:
@@ -90,7 +91,7 @@ class Reservations:
         ``presence(key)`` tells whether a message is in the queue ("live"),
         being written by a publisher that may be at work ("writing"), or neither.
         """
-        _fs.make_dirs(self._dir)
+        _fs.make_dirs(self._dir, self.mode)
         deadline = time.monotonic() + WRITE_GRACE + 1
         pause = _POLL
         while True:
@@ -108,7 +109,7 @@ class Reservations:
                     return holder, 0
             pending = f"pending {new_key}\n".encode()
             # not fsynced: a reservation lost in a crash can only let a duplicate in
-            if _fs.create_exclusive(self._path(digest, gen + 1), pending, durable=False):
+            if _fs.create_exclusive(self._path(digest, gen + 1), pending, durable=False, mode=self.mode):
                 return None, gen + 1
             # another publisher reserved it first (or our create was ambiguous): look again
 
@@ -127,7 +128,7 @@ class Reservations:
 
     def confirm(self, digest: str, gen: int, key: str) -> None:
         """Mark the reservation made at ``gen`` published (its message is in the queue)."""
-        _fs.create_exclusive(self._path(digest, gen + 1), key.encode() + b"\n", durable=False)
+        _fs.create_exclusive(self._path(digest, gen + 1), key.encode() + b"\n", durable=False, mode=self.mode)
 
     def _holder(
         self,
@@ -159,7 +160,7 @@ class Reservations:
         if kind == "pending" or window <= 0:
             return None  # never published (its publisher failed), or no window to keep
         # published, now gone: mark when it was first seen gone; the window runs from there
-        if _fs.create_exclusive(self._path(digest, gen + 1), f"gone {now:.6f} {key}\n".encode(), durable=False):
+        if _fs.create_exclusive(self._path(digest, gen + 1), f"gone {now:.6f} {key}\n".encode(), durable=False, mode=self.mode):
             return key
         return ""
 

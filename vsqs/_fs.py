@@ -73,11 +73,13 @@ def list_names(directory: str) -> list[str]:
         raise storage_error(exc, "cannot list queue directory") from exc
 
 
-def create_exclusive(path: str, data: bytes, *, durable: bool) -> bool:
+def create_exclusive(path: str, data: bytes, *, durable: bool, mode: int | None = None) -> bool:
     """Create ``path`` holding ``data``; ``False`` if the name was taken.
 
-    On a write failure (a full disk, say) the partial file is removed and the
-    error raised, so no half-written file survives.
+    ``mode`` (e.g. 0o660 for a spool shared by a group) is set on the new
+    file explicitly; without it the process umask applies. On a write failure
+    (a full disk, say) the partial file is removed and the error raised, so
+    no half-written file survives.
     """
     # O_CREAT|O_EXCL: atomic claim of the name, also over NFSv3+;
     # O_WRONLY: write only; O_CLOEXEC: never leaks into child processes;
@@ -99,6 +101,8 @@ def create_exclusive(path: str, data: bytes, *, durable: bool) -> bool:
             _unlink_quietly(path)  # some filesystems leave the entry behind; only then is it ours
         raise storage_error(exc, "cannot create message file") from exc
     try:
+        if mode is not None:
+            os.fchmod(fd, mode)  # explicit, never through the process-wide umask
         view = memoryview(data)
         while view:
             view = view[os.write(fd, view) :]
@@ -187,22 +191,44 @@ def fsync_dir(directory: str) -> None:
         os.close(fd)
 
 
-def make_dirs(directory: str) -> None:
-    """Create ``directory`` and its parents (mode 0o777 less the umask)."""
+def make_dirs(directory: str, mode: int | None = None) -> None:
+    """Create ``directory`` and its parents if missing. ``mode`` (a file mode
+    such as 0o660) is given to the directory if this call creates it, with
+    search bits where it has read bits, keeping an inherited setgid bit."""
     try:
-        os.makedirs(directory, exist_ok=True)
+        os.makedirs(os.path.dirname(directory) or ".", exist_ok=True)
+        os.mkdir(directory, 0o777)
     except FileExistsError as exc:
-        raise StorageError(errno.ENOTDIR, f"not a directory: {exc.filename}", directory) from exc
+        if not os.path.isdir(directory):
+            raise StorageError(errno.ENOTDIR, f"not a directory: {exc.filename}", directory) from exc
+        return
     except OSError as exc:
-        raise storage_error(exc, "cannot create queue directory") from exc
+        raise storage_error(exc, "cannot create directory") from exc
+    _set_dir_mode(directory, mode)
 
 
-def make_dir(directory: str) -> None:
-    """Create one new directory (mode 0o777 less the umask); it must not exist."""
+def make_dir(directory: str, mode: int | None = None) -> None:
+    """Create one new directory; it must not exist. ``mode`` as for :func:`make_dirs`."""
     try:
         os.mkdir(directory, 0o777)
     except OSError as exc:
         raise storage_error(exc, "cannot create directory") from exc
+    _set_dir_mode(directory, mode)
+
+
+def dir_mode(file_mode: int) -> int:
+    """The mode of a directory holding files of ``file_mode``: x wherever r."""
+    return file_mode | ((file_mode & 0o444) >> 2)
+
+
+def _set_dir_mode(directory: str, mode: int | None) -> None:
+    if mode is None:
+        return
+    try:
+        inherited = os.stat(directory).st_mode & stat.S_ISGID  # a setgid spool passes it down
+        os.chmod(directory, dir_mode(mode) | inherited)
+    except OSError as exc:
+        raise storage_error(exc, "cannot set the mode of a new directory") from exc
 
 
 def rename_dir(src: str, dst: str) -> bool:

@@ -32,6 +32,7 @@ class GroupLeases:
     """The slot leases of one queue, with this handle's view of their newest generations."""
 
     def __init__(self, queue_path: str) -> None:
+        self.mode: int | None = None  # the queue's file_mode, set by the queue
         self._dir = os.path.join(queue_path, _format.GROUPS_DIR)
         self._newest: dict[tuple[str, int], int] = {}
         self._ready = False
@@ -76,11 +77,11 @@ class GroupLeases:
     def _next(self, group: str, index: int, gen: int, content: bytes) -> SlotRef | None:
         """Create generation gen+1; None if someone else did first."""
         if not self._ready:
-            _fs.make_dirs(self._dir)
+            _fs.make_dirs(self._dir, self.mode)
             self._ready = True
         self._newest[(group, index)] = gen + 1  # ours, or theirs: either way the newest we know
         path = self._path(group, index, gen + 1)
-        if not _fs.create_exclusive(path, content, durable=False):
+        if not _fs.create_exclusive(path, content, durable=False, mode=self.mode):
             return None
         if _fs.exists(self._path(group, index, gen + 2)):
             # our view was so old that gen+1 had been swept: the chain is further on

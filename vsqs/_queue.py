@@ -39,8 +39,8 @@ from vsqs._groups import GroupLeases
 from vsqs._message import (
     Body,
     Message,
-    Outgoing,
     MessageInfo,
+    Outgoing,
     QueueStats,
     check_seconds,
     to_bytes,
@@ -153,15 +153,25 @@ class Queue:
     """
 
     def __init__(
-        self, path: str | os.PathLike[str], *, create: bool = False, clock_skew: float = 0.0
+        self,
+        path: str | os.PathLike[str],
+        *,
+        create: bool = False,
+        clock_skew: float = 0.0,
+        mode: int | str | None = None,
     ) -> None:
         self._path = os.path.abspath(os.fspath(path))
         self._clock_skew = check_seconds(clock_skew, "clock_skew", 3600.0)
         self._init_runtime()
+        if mode is not None:  # the queue's file_mode, needed before its settings exist
+            self._mode = _settings.file_mode_of(_settings.validate({"file_mode": mode}))
         self._queue_id: str | None = self._open(create)
+        if create and mode is not None and self.settings["file_mode"] is None:
+            self.configure(file_mode=mode)
 
     def _init_runtime(self) -> None:
         self._prefix = self._path.rstrip(os.sep) + os.sep
+        self._mode = _settings.file_mode_of({})  # file_mode: set explicitly on every file made
         self._skew_us = to_us(self._clock_skew)
         self._lock = threading.Lock()  # the listing cache, group leases, throttle tokens
         self._settings_lock = threading.Lock()
@@ -241,14 +251,16 @@ class Queue:
             parent, base = os.path.split(self._path)
             _fs.make_dirs(parent)
             private = os.path.join(parent, f".{base}.creating-{_format.new_tag()}")
-            _fs.make_dir(private)
-            _fs.create_exclusive(os.path.join(private, _format.METADATA_NAME), meta, durable=True)
+            _fs.make_dir(private, self._mode)
+            _fs.create_exclusive(
+                os.path.join(private, _format.METADATA_NAME), meta, durable=True, mode=self._mode
+            )
             _fs.fsync_dir(private)
             if _fs.rename_dir(private, self._path):
                 _fs.fsync_dir(parent)
                 return
             _fs.remove_tree_quietly(private, [_format.METADATA_NAME])  # another creator won
-        if _fs.create_exclusive(self._file(_format.METADATA_NAME), meta, durable=True):
+        if _fs.create_exclusive(self._file(_format.METADATA_NAME), meta, durable=True, mode=self._mode):
             _fs.fsync_dir(self._path)
 
     # -- settings ------------------------------------------------------------
@@ -269,16 +281,18 @@ class Queue:
         if clean.get("dead_letter"):
             self._dead_letter_path({**self._current_settings(), **clean})  # refuses itself, ancestors
         directory = self._file(_settings.SETTINGS_DIR)
-        _fs.make_dirs(directory)
+        mode = _settings.file_mode_of(clean) if "file_mode" in clean else self._mode
+        _fs.make_dirs(directory, mode)
         for _attempt in range(50):
             version, current = self._read_settings()
             merged = {**current, **clean}
             data = _settings.encode(merged, _format.FORMAT_VERSION)
             path = os.path.join(directory, _settings.version_name(version + 1))
-            if _fs.create_exclusive(path, data, durable=True):
+            if _fs.create_exclusive(path, data, durable=True, mode=mode):
                 _fs.fsync_dir(directory)
                 with self._settings_lock:
                     self._settings_version, self._settings = version + 1, merged
+                    self._set_mode(merged)
                     self._settings_read_at = time.monotonic()
                 return MappingProxyType(dict(merged))
         raise StorageError(17, "settings changed by others 50 times in a row; try again", directory)
@@ -304,8 +318,14 @@ class Queue:
             version, settings = self._read_settings()
             with self._settings_lock:  # not self._lock: settings are read while it is held
                 self._settings_version, self._settings = version, settings
+                self._set_mode(settings)
                 self._settings_read_at = time.monotonic()
         return self._settings
+
+    def _set_mode(self, settings: Mapping[str, Any]) -> None:
+        """Give every part of the handle that makes files the queue's file_mode."""
+        self._mode = _settings.file_mode_of(settings)
+        self._groups.mode = self._reservations.mode = self._throttle.mode = self._mode
 
     def _read_settings(self) -> tuple[int, dict[str, Any]]:
         """(newest version number, newest settings that parse) from one small listing."""
@@ -525,7 +545,7 @@ class Queue:
             key = _format.new_key(entry.priority)
             stem = _format.make_stem(key, group_hash=entry.group_hash, envelope=bool(entry.header))
             temp = prefix + _format.writing_name(stem)
-            if _fs.create_exclusive(temp, content, durable=durable):
+            if _fs.create_exclusive(temp, content, durable=durable, mode=self._mode):
                 return stem, temp
         raise StorageError(17, "no free message name after 8 tries", prefix)
 
@@ -546,7 +566,7 @@ class Queue:
         defaults = _Defaults(None, None, _format.DEFAULT_PRIORITY, None, None, None, False)
         entries = [self._prepare(item, defaults, settings) for item in bodies]
         self._check_limits([entry.body for entry in entries], settings)
-        _fs.make_dirs(directory)
+        _fs.make_dirs(directory, self._mode)
         prefix = directory + os.sep
         ids = []
         for entry in entries:
@@ -1153,8 +1173,8 @@ class Queue:
         directory = self._file(_format.SOURCES_DIR)
         entry = os.path.join(directory, source.id)
         if not _fs.exists(entry):
-            _fs.make_dirs(directory)
-            _fs.create_exclusive(entry, source.path.encode(), durable=True)
+            _fs.make_dirs(directory, self._mode)
+            _fs.create_exclusive(entry, source.path.encode(), durable=True, mode=self._mode)
 
     def _sources(self) -> dict[str, str]:
         directory = self._file(_format.SOURCES_DIR)

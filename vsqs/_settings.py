@@ -82,6 +82,27 @@ def _throttle(name: str, value: object) -> list[float]:
     return [count, window]
 
 
+def _file_mode(name: str, value: object) -> str:
+    """An octal file mode such as 660 (group members share the queue); the
+    owner must be able to read and write."""
+    if isinstance(value, str):
+        text = value.strip().lower().removeprefix("0o")
+        try:
+            value = int(text, 8)
+        except ValueError:
+            raise InvalidArgument(f"{name} must be an octal mode such as 660, not {value!r}") from None
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= 0o777:
+        raise InvalidArgument(f"{name} must be an octal mode such as 660, not {value!r}")
+    if value & 0o600 != 0o600:
+        raise InvalidArgument(f"{name} {value:04o} must let the owner read and write")
+    return f"{value:04o}"
+
+
+def file_mode_of(settings: Mapping[str, Any]) -> int | None:
+    mode = settings.get("file_mode")
+    return int(mode, 8) if mode else None
+
+
 OPERATIONS = ("publish", "receive", "delete")
 
 
@@ -116,6 +137,7 @@ SCHEMA: dict[str, tuple[Any, Any]] = {
     "dedup_window": (0.0, _seconds(366 * 86400.0)),
     "throttle": (None, _throttle),
     "suspended": ([], _operations),
+    "file_mode": (None, _file_mode),
 }
 DEFAULTS: dict[str, Any] = {key: default for key, (default, _) in SCHEMA.items()}
 

@@ -51,7 +51,7 @@ class Spool:
     def create_queue(self, name: str, **settings: Any) -> Queue:
         """Create queue ``name`` (or open it if it exists) and apply ``settings``."""
         _settings.validate(settings)  # a bad setting fails before anything is made
-        queue = Queue(self.path(name), create=True)
+        queue = Queue(self.path(name), create=True, mode=settings.get("file_mode"))
         if settings:
             queue.configure(**settings)
         return queue

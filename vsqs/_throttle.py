@@ -18,6 +18,7 @@ class Throttle:
     """One handle's view of a queue's receive tokens."""
 
     def __init__(self, queue_path: str) -> None:
+        self.mode: int | None = None  # the queue's file_mode, set by the queue
         self._dir = os.path.join(queue_path, _format.THROTTLE_DIR)
         self._ready = False
         self._window = -1
@@ -29,13 +30,13 @@ class Throttle:
         if window != self._window:
             self._window, self._next = window, 0
         if not self._ready:
-            _fs.make_dirs(self._dir)
+            _fs.make_dirs(self._dir, self.mode)
             self._ready = True
         while self._next < count:
             index = self._next
             self._next += 1
             token = os.path.join(self._dir, _format.throttle_token(window, index))
-            if _fs.create_exclusive(token, b"", durable=False):
+            if _fs.create_exclusive(token, b"", durable=False, mode=self.mode):
                 if index == 0:
                     self._sweep(window)
                 return True
