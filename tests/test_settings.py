@@ -6,6 +6,8 @@ import os
 import time
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 import vsqs
 from vsqs import _settings
@@ -158,3 +160,15 @@ def test_max_messages_is_back_pressure(queue):
     time.sleep(1.05)  # the count is refreshed at most every second
     queue.publish(b"4")
     assert queue.stats().total == 3
+
+
+@given(st.text(min_size=1, max_size=100))
+def test_no_queue_name_leaves_the_spool(name):
+    from vsqs._spool import check_queue_name
+
+    try:
+        checked = check_queue_name(name)
+    except vsqs.InvalidArgument:
+        return
+    assert "/" not in checked and "\x00" not in checked and ".." not in checked
+    assert not checked.startswith((".", "-")) and os.path.basename(checked) == checked

@@ -93,3 +93,24 @@ def test_group_members_share_a_queue_outsiders_cannot_read(users):
 def test_bad_file_modes(tmp_path, mode):
     with pytest.raises(vsqs.InvalidArgument, match="file_mode"):
         vsqs.Queue(tmp_path / "q", create=True, mode=mode)
+
+
+def test_an_unreadable_message_does_not_stop_the_others(users):
+    group, a, b, outsider = users
+    spool = tempfile.mkdtemp(prefix="vsqs-users-", dir="/tmp")
+    try:
+        os.chown(spool, 0, grp.getgrnam(group).gr_gid)
+        os.chmod(spool, 0o2770)
+        q = vsqs.Spool(spool).create_queue("jobs", file_mode="660")
+        q.publish_batch([b"locked", b"fine-1", b"fine-2"])
+        first = sorted(n for n in os.listdir(q.path) if not n.startswith("."))[0]
+        os.chmod(os.path.join(q.path, first), 0o000)  # a foreign process left it unreadable
+        take = ("import sys, vsqs; q = vsqs.Queue(sys.argv[1]); "
+                "print(sorted(m.body.decode() for m in q.receive_batch(10, visibility_timeout=60)))")
+        result = as_user(b, take, q.path)
+        assert result.returncode == 0, result.stderr
+        assert result.stdout.strip() == "['fine-1', 'fine-2']"
+        assert "cannot open message file" in result.stderr  # reported, not fatal
+        assert q.stats().total == 3  # nothing lost: the locked one waits in flight
+    finally:
+        shutil.rmtree(spool, ignore_errors=True)

@@ -747,12 +747,12 @@ class Queue:
                 continue  # another consumer got it first
             header = None
             if read_bodies:
-                data = _fs.read(self._file(new))
-                if data is None:
-                    continue  # only if another host's clock is far ahead: it took our lease
                 try:
+                    data = _fs.read(self._file(new))
+                    if data is None:
+                        continue  # only if another host's clock is far ahead: it took our lease
                     data, header = self._decode(parsed, data, self._file(new))
-                except StorageError as exc:
+                except StorageError as exc:  # unreadable (permissions) or corrupt
                     # a corrupt file stays in flight and comes back with its lease (and
                     # goes to the dead-letter queue after max_receives); the rest go on
                     log.warning("%s", exc)
