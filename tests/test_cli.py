@@ -423,3 +423,11 @@ def test_create_with_a_file_mode(run, tmp_path):
     vsqs.Queue(tmp_path / "q").publish(b"x")
     [name] = [n for n in os.listdir(tmp_path / "q") if not n.startswith(".")]
     assert os.stat(tmp_path / "q" / name).st_mode & 0o777 == 0o660
+
+
+def test_receive_and_work_use_the_queue_visibility_timeout(run, queue):
+    queue.configure(visibility_timeout=600)
+    queue.publish(b"x")
+    doc = json.loads(run("receive", queue.path, "--json").output)
+    until = int(doc["receipt"].split(":")[1].rsplit(".", 3)[1]) / 1e6
+    assert until - time.time() > 500  # the queue's 600 s, not the built-in 30 s

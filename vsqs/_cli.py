@@ -51,11 +51,13 @@ def _seconds(name: str, default: float, help: str, envvar: str | None = None) ->
     )
 
 
-_visibility = _seconds(
+_visibility = click.option(
     "--visibility-timeout",
-    30.0,
-    "Seconds a received message stays hidden from other consumers.",
+    type=click.FloatRange(min=0),
+    default=None,
     envvar="VSQS_VISIBILITY_TIMEOUT",
+    help="Seconds a received message stays hidden from other consumers "
+    "[default: the queue's visibility_timeout setting, 30 unless configured].",
 )
 _queue_arg = click.argument("queue", type=click.Path(file_okay=False, path_type=str))
 
@@ -313,7 +315,7 @@ def _message_json(m: Message) -> str:
 def receive(
     ctx: click.Context,
     queue: str,
-    visibility_timeout: float,
+    visibility_timeout: float | None,
     wait: float,
     max_messages: int,
     delete: bool,
@@ -560,7 +562,7 @@ def work(
     ctx: click.Context,
     queue: str,
     command: tuple[str, ...],
-    visibility_timeout: float,
+    visibility_timeout: float | None,
     wait: float,
     retry_delay: float,
     concurrency: int,
@@ -576,7 +578,7 @@ def work(
     (after --retry-delay). A long COMMAND keeps its message hidden. The first
     SIGINT/SIGTERM lets running commands finish; a second one terminates them.
     """
-    if visibility_timeout <= 0:
+    if visibility_timeout is not None and visibility_timeout <= 0:
         raise click.BadParameter("must be > 0 for a worker", param_hint="--visibility-timeout")
     q = _open(ctx, queue)
     runner = _CommandRunner(command, q)

@@ -92,7 +92,7 @@ class Worker:
         queue: Queue,
         handler: Callable[[Message], object],
         *,
-        visibility_timeout: float = 30,
+        visibility_timeout: float | None = None,
         wait: float = 1,
         concurrency: int = 1,
         max_messages: int | None = None,
@@ -101,6 +101,8 @@ class Worker:
     ) -> None:
         self.queue = queue
         self.handler = handler
+        if visibility_timeout is None:  # the queue's setting
+            visibility_timeout = queue.settings["visibility_timeout"]
         self.visibility_timeout = check_seconds(
             visibility_timeout, "visibility_timeout", MAX_VISIBILITY_TIMEOUT
         )
