@@ -166,3 +166,16 @@ def test_ambiguous_reservation_create_is_recognised_as_ours(queue, monkeypatch):
     monkeypatch.setattr(_fs, "create_exclusive", reports_eio_after_success)
     message_id = queue.publish(b"a", dedup_id="x")
     assert calls and [m.id for m in queue.receive_batch(5)] == [message_id]
+
+
+def test_gc_never_shortens_the_window(queue):
+    queue.configure(dedup_window=3600)
+    first = queue.publish(b"a", dedup_id="x")
+    directory = os.path.join(queue.path, ".dedup")
+    old = time.time() - 7200
+    for name in os.listdir(directory):
+        os.utime(os.path.join(directory, name), (old, old))  # published long ago...
+    queue.receive().delete()  # ...and deleted just now
+    queue.collect_garbage()
+    assert queue.publish(b"a", dedup_id="x") == first  # still within the window
+    assert queue.stats().total == 0

@@ -197,6 +197,13 @@ class Reservations:
                 continue  # recent: leave it
             if parsed is not None and parsed[0] != "gone" and parsed[1] in present:
                 continue  # its message is still here
+            if parsed is not None and parsed[0] == "published" and window > 0:
+                # gone since it was published, at some moment after this file was
+                # written: the window starts now, as for a publisher that finds it gone
+                now = time.time()
+                mark = f"gone {now:.6f} {parsed[1]}\n".encode()
+                _fs.create_exclusive(self._path(digest, gens[-1] + 1), mark, durable=False, mode=self.mode)
+                continue
             if parsed is not None and parsed[0] == "gone" and parsed[2] + window > time.time():
                 continue
             for gen in gens:

@@ -1152,7 +1152,7 @@ class Queue:
             cached = self._dlq
         if cached is not None and cached.path == os.path.abspath(path):
             return cached
-        dlq = Queue(path, create=create)
+        dlq = Queue(path, create=create, mode=self._mode)  # a shared spool shares it too
         dlq._register_source(self)
         with self._lock:
             self._dlq = dlq
