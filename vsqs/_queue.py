@@ -177,7 +177,6 @@ class Queue:
         self._settings_lock = threading.Lock()
         self._listing = _Listing()
         self._settings_read_at = -math.inf
-        self._settings_version = 0
         self._settings: dict[str, Any] = dict(_settings.DEFAULTS)
         self._counted_at = -math.inf
         self._count = 0
@@ -291,7 +290,7 @@ class Queue:
             if _fs.create_exclusive(path, data, durable=True, mode=mode):
                 _fs.fsync_dir(directory)
                 with self._settings_lock:
-                    self._settings_version, self._settings = version + 1, merged
+                    self._settings = merged
                     self._set_mode(merged)
                     self._settings_read_at = time.monotonic()
                 return MappingProxyType(dict(merged))
@@ -315,9 +314,9 @@ class Queue:
 
     def _current_settings(self) -> dict[str, Any]:
         if time.monotonic() - self._settings_read_at >= _SETTINGS_TTL:
-            version, settings = self._read_settings()
+            _, settings = self._read_settings()
             with self._settings_lock:  # not self._lock: settings are read while it is held
-                self._settings_version, self._settings = version, settings
+                self._settings = settings
                 self._set_mode(settings)
                 self._settings_read_at = time.monotonic()
         return self._settings
