@@ -7,6 +7,8 @@ Run from the repository root, with the project installed in .venv::
     .venv/bin/python scripts/bench.py --quick          # smoke run, a few seconds
     .venv/bin/python scripts/bench.py --json out.json  # also write the results as JSON
     .venv/bin/python scripts/bench.py --max-depth      # also depth 1,000,000 (many minutes)
+    .venv/bin/python scripts/bench.py --peers          # vsqs against dirq, persist-queue, Maildir,
+                                                       # vsqs 0.3 instead (scripts/bench_peers.py)
     .venv/bin/python scripts/bench.py --help           # all options
 
 Everything runs in a fresh directory made under ``--dir`` (default:
@@ -723,6 +725,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--warmup", type=int, metavar="N", help="untimed receive+deletes before each depth run (100)")
     p.add_argument("--settled", action="store_true",
                    help="sync before timing receives, so consumed messages are on disk")
+    p.add_argument("--peers", action="store_true",
+                   help="instead, run scripts/bench_peers.py: vsqs against dirq, persist-queue, "
+                        "mailbox.Maildir and vsqs 0.3 (it takes --dir, --quick, --json, --body-size "
+                        "and its own options, see bench_peers.py --help)")
     args = p.parse_args(argv)
     preset = QUICK if args.quick else DEFAULTS
     for name, value in preset.items():
@@ -742,6 +748,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if "--peers" in argv:
+        sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+        import bench_peers
+
+        return bench_peers.main([a for a in argv if a != "--peers"])
     args = parse_args(argv)
     parent = os.path.abspath(args.dir)
     made_parent = not os.path.exists(parent)

@@ -1,0 +1,645 @@
+#!/usr/bin/env python3
+"""Benchmark vsqs against the queues a user would otherwise pick, on the same disk.
+
+Run from the repository root (``scripts/bench.py --peers`` runs this)::
+
+    .venv/bin/python scripts/bench.py --peers           # about 2-3 minutes on 2 cores
+    .venv/bin/python scripts/bench.py --peers --quick   # smoke run
+    .venv/bin/python scripts/bench_peers.py --help      # all options
+
+The peers:
+
+* ``dirq`` (python-dirq) ``QueueSimple``;
+* ``persist-queue``: its file ``Queue`` and ``SQLiteAckQueue``;
+* the standard library's ``mailbox.Maildir`` used as a queue;
+* the original ``vsqs`` 0.3 from PyPI (imported as ``vsqs`` too);
+* this checkout's vsqs.
+
+The PyPI peers are installed into ``.bench-peers-venv/`` under the repository
+root (made with ``python -m venv`` on first use; the project's own .venv is
+not touched). A peer that cannot be installed or fails is reported as
+"unavailable: <reason>" or "failed: <reason>" and the run goes on.
+
+Every workload runs in a fresh worker process (this file with ``--worker``):
+this checkout's vsqs and Maildir under the Python running this script, the
+PyPI peers under the peers venv's Python. A worker times only its loop
+(``time.perf_counter`` for wall, ``time.process_time`` for CPU: user + system
+of the whole worker process, so threads such as vsqs 0.3's watchdog observer
+count too); setup (imports, prefill) is not timed. Figures are medians over
+``--repeat`` repetitions.
+
+Workloads (bodies of ``--body-size`` bytes, each starting with a unique id):
+
+* publish: non-durable where the peer has such a mode;
+* durable publish: where the peer has it (vsqs: fsync of file and directory;
+  vsqs 0.3 and Maildir: fsync of the file only, they have no other mode;
+  SQLiteAckQueue: a commit in WAL mode with SQLite's default synchronous=FULL);
+  persist-queue's file Queue fsyncs only at chunk boundaries, so it counts
+  as non-durable (it does replace its info file on every put and get);
+* receive+delete: the queue is filled (untimed), then a fresh handle takes
+  and deletes every message;
+* multi-process: 2 producer and 2 consumer processes started together over
+  ``--mp-count`` messages in total. Consumers poll (sleep 1 ms when empty)
+  and stop once the producers have exited and the queue looks empty. Every
+  body carries a unique id; consumers record what they got: lost = published
+  but never received, duplicates = received more than once. Throughput is
+  messages / (last message received - start); CPU is the four processes'
+  CPU time added up. The queue is made beforehand by one process.
+
+How each peer is used as a queue (its documented or obvious idiom):
+
+* dirq QueueSimple: ``add``; consume by ``first``/``next``, ``lock``, ``get``, ``remove``.
+* persist-queue Queue: ``put``; ``get_nowait`` + ``task_done`` (autosave=True). It
+  is documented as thread-safe, not process-safe; in the multi-process run a
+  consumer that finds it empty reopens it to see other processes' puts.
+* persist-queue SQLiteAckQueue: ``put``; ``get(block=False)`` + ``ack``.
+* mailbox.Maildir: ``add``; consume by ``keys``, ``get_bytes``, ``remove``; a
+  consumer whose ``remove`` fails (another one removed it first) drops the
+  message: a message is counted as received only by the consumer that removed it.
+* vsqs 0.3: ``QueueManager(dir).get_queue(name)``; ``publish``; ``receive`` +
+  ``delete``. Its publish and receive list the whole directory each time.
+* vsqs: ``publish``; ``receive`` + ``delete``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import platform
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from typing import Any
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(HERE)
+VENV = os.path.join(REPO, ".bench-peers-venv")
+PEER_PACKAGES = {"dirq": "dirq", "persist-queue": "persist-queue", "vsqs 0.3": "vsqs<0.4"}
+
+PEERS = ["vsqs", "dirq", "pq-file", "pq-sqlite-ack", "maildir", "vsqs-0.3"]
+LABELS = {
+    "vsqs": "vsqs (this checkout)",
+    "dirq": "dirq QueueSimple",
+    "pq-file": "persist-queue Queue (file)",
+    "pq-sqlite-ack": "persist-queue SQLiteAckQueue",
+    "maildir": "mailbox.Maildir",
+    "vsqs-0.3": "vsqs 0.3 (PyPI)",
+}
+NEEDS = {"dirq": "dirq", "pq-file": "persist-queue", "pq-sqlite-ack": "persist-queue", "vsqs-0.3": "vsqs 0.3"}
+WORKLOADS = ["publish", "publish_durable", "receive_delete", "multiprocess"]
+WL_LABELS = {
+    "publish": "publish",
+    "publish_durable": "durable publish",
+    "receive_delete": "receive+delete",
+    "multiprocess": "2 producers + 2 consumers",
+}
+# (peer, workload) pairs that do not exist, and why
+NOT_APPLICABLE = {
+    ("vsqs-0.3", "publish"): "no non-durable mode (always fsyncs)",
+    ("pq-sqlite-ack", "publish"): "no non-durable mode (commits every put)",
+    ("dirq", "publish_durable"): "no fsync",
+    ("pq-file", "publish_durable"): "no per-put fsync",
+    ("maildir", "publish"): "no non-durable mode (add fsyncs the file)",
+}
+
+DEFAULTS = {"count": 2_000, "durable_count": 300, "mp_count": 2_000, "repeat": 3}
+QUICK = {"count": 300, "durable_count": 50, "mp_count": 600, "repeat": 1}
+WORKER_TIMEOUT = 120.0
+
+
+# -- the worker: runs inside the peer's Python ----------------------------------------
+
+
+class Adapter:
+    """One queue, opened in one process."""
+
+    def __init__(self, peer: str, path: str) -> None:
+        self.peer = peer
+        self.path = path
+        self._open()
+
+    def _open(self) -> None:
+        peer, path = self.peer, self.path
+        if peer == "vsqs":
+            try:
+                import vsqs
+            except ImportError:
+                sys.path.insert(0, REPO)
+                import vsqs
+            self.q = vsqs.Queue(path, create=True)
+        elif peer == "vsqs-0.3":
+            # the PyPI 0.3 in the peers venv (sys.path[0] is scripts/, not the checkout)
+            from vsqs.queue import QueueManager
+
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            self.manager = QueueManager(os.path.dirname(path))
+            self.q = self.manager.get_queue(os.path.basename(path))
+        elif peer == "dirq":
+            from dirq.QueueSimple import QueueSimple
+
+            self.q = QueueSimple(path)
+        elif peer == "pq-file":
+            import persistqueue
+
+            self.q = persistqueue.Queue(path, autosave=True)
+        elif peer == "pq-sqlite-ack":
+            import persistqueue
+
+            self.q = persistqueue.SQLiteAckQueue(path, auto_commit=True)
+        elif peer == "maildir":
+            import mailbox
+
+            self.q = mailbox.Maildir(path, factory=None, create=True)
+        else:
+            raise ValueError(peer)
+
+    def reopen(self) -> None:
+        self.close()
+        self._open()
+
+    def close(self) -> None:
+        if self.peer == "vsqs-0.3":
+            self.q.close()
+            self.manager.close()
+
+    def publish(self, body: bytes, durable: bool) -> None:
+        peer, q = self.peer, self.q
+        if peer == "vsqs":
+            q.publish(body, durable=durable)
+        elif peer == "vsqs-0.3":
+            q.publish(body)
+        elif peer == "dirq":
+            q.add(body)
+        elif peer in ("pq-file", "pq-sqlite-ack"):
+            q.put(body)
+        elif peer == "maildir":
+            q.add(body)
+
+    def take(self) -> list[bytes]:
+        """Receive and delete what is visible now (one or more messages); [] if none."""
+        peer, q = self.peer, self.q
+        if peer == "vsqs":
+            m = q.receive()
+            if m is None:
+                return []
+            q.delete(m.receipt)
+            return [m.body]
+        if peer == "vsqs-0.3":
+            mid, data = q.receive(visibility_timeout=300, timeout=0.001)
+            if mid is None:
+                return []
+            q.delete(mid)
+            return [data]
+        if peer == "dirq":
+            got = []
+            name = q.first()
+            while name:
+                if q.lock(name):
+                    got.append(q.get(name))
+                    q.remove(name)
+                name = q.next()
+            return got
+        if peer == "pq-file":
+            import persistqueue
+
+            try:
+                item = q.get_nowait()
+            except persistqueue.Empty:
+                return []
+            q.task_done()
+            return [item]
+        if peer == "pq-sqlite-ack":
+            import persistqueue
+
+            try:
+                item = q.get(block=False)
+            except persistqueue.Empty:
+                return []
+            q.ack(item)
+            return [item]
+        if peer == "maildir":
+            got = []
+            for key in q.keys():  # noqa: SIM118 (iterating a Mailbox yields messages)
+                try:
+                    data = q.get_bytes(key)
+                    q.remove(key)
+                except (KeyError, FileNotFoundError):
+                    continue  # another consumer took it
+                got.append(data)
+            return got
+        raise ValueError(peer)
+
+
+def body_for(ident: str, size: int) -> bytes:
+    head = (ident + ":").encode()
+    return head + b"x" * max(0, size - len(head))
+
+
+def ident_of(body: Any) -> str:
+    if isinstance(body, str):
+        body = body.encode()
+    return bytes(body).split(b":", 1)[0].decode()
+
+
+def wait_until(t0: float) -> None:
+    while True:
+        left = t0 - time.time()
+        if left <= 0:
+            return
+        time.sleep(min(left, 0.001))
+
+
+def worker(argv: list[str]) -> int:
+    p = argparse.ArgumentParser()
+    p.add_argument("peer")
+    p.add_argument("role", choices=["init", "publish", "publish_durable", "receive_delete", "producer", "consumer"])
+    p.add_argument("path")
+    p.add_argument("--count", type=int, default=0)
+    p.add_argument("--body-size", type=int, default=100)
+    p.add_argument("--tag", default="p")
+    p.add_argument("--ctl", help="control directory of a multi-process run")
+    p.add_argument("--out", help="where a multi-process worker writes its ids")
+    a = p.parse_args(argv)
+    result: dict[str, Any] = {}
+    q = Adapter(a.peer, a.path)
+    if a.role == "init":  # make the queue, so that four processes do not race to create it
+        result = {}
+    elif a.role in ("publish", "publish_durable"):
+        durable = a.role == "publish_durable"
+        bodies = [body_for(f"{a.tag}{i}", a.body_size) for i in range(a.count)]
+        publish = q.publish
+        cpu0, wall0 = time.process_time(), time.perf_counter()
+        for b in bodies:
+            publish(b, durable)
+        wall, cpu = time.perf_counter() - wall0, time.process_time() - cpu0
+        result = {"count": a.count, "wall": wall, "cpu": cpu}
+    elif a.role == "receive_delete":
+        for i in range(a.count):  # prefill, untimed
+            q.publish(body_for(f"{a.tag}{i}", a.body_size), False)
+        q.close()
+        q = Adapter(a.peer, a.path)  # a fresh handle
+        take, seen = q.take, 0
+        cpu0, wall0 = time.process_time(), time.perf_counter()
+        while seen < a.count:
+            got = take()
+            if not got:
+                raise RuntimeError(f"queue ran dry after {seen} of {a.count}")
+            seen += len(got)
+        wall, cpu = time.perf_counter() - wall0, time.process_time() - cpu0
+        result = {"count": seen, "wall": wall, "cpu": cpu}
+    else:
+        ctl = a.ctl
+        with open(os.path.join(ctl, f"ready-{a.tag}"), "w"):
+            pass
+        go = os.path.join(ctl, "go")
+        while not os.path.exists(go):
+            time.sleep(0.001)
+        with open(go) as f:
+            t0 = float(f.read())
+        wait_until(t0)
+        cpu0 = time.process_time()
+        ids: list[str] = []
+        last = t0
+        if a.role == "producer":
+            for i in range(a.count):
+                ident = f"{a.tag}-{i}"
+                q.publish(body_for(ident, a.body_size), False)
+                ids.append(ident)  # its publish returned
+            last = time.time()
+        else:
+            done = os.path.join(ctl, "producers-done")
+            while True:
+                finished = os.path.exists(done)
+                got = q.take()
+                if got:
+                    ids.extend(ident_of(b) for b in got)
+                    last = time.time()
+                    continue
+                if finished:
+                    if a.peer == "pq-file":  # see other processes' puts
+                        q.reopen()
+                        more = q.take()
+                        if more:
+                            ids.extend(ident_of(b) for b in more)
+                            last = time.time()
+                            continue
+                    break
+                time.sleep(0.001)
+                if a.peer == "pq-file":
+                    q.reopen()
+        cpu = time.process_time() - cpu0
+        with open(a.out, "w") as f:
+            f.write("\n".join(ids))
+        result = {"count": len(ids), "cpu": cpu, "t0": t0, "last": last}
+    q.close()
+    sys.stdout.write(json.dumps(result) + "\n")
+    sys.stdout.flush()
+    os._exit(0)  # vsqs 0.3's observer thread must not hold the exit
+
+
+# -- the orchestrator -------------------------------------------------------------------
+
+
+def progress(text: str) -> None:
+    print(f"  .. {text}", file=sys.stderr, flush=True)
+
+
+def venv_python() -> str:
+    return os.path.join(VENV, "bin", "python")
+
+
+def ensure_venv() -> tuple[dict[str, str], dict[str, str]]:
+    """(installed package -> version, package -> why unavailable)."""
+    ok: dict[str, str] = {}
+    bad: dict[str, str] = {}
+    py = venv_python()
+    if not os.path.exists(py):
+        progress(f"creating {VENV}")
+        r = subprocess.run([sys.executable, "-m", "venv", VENV], capture_output=True, text=True, check=False)
+        if r.returncode != 0:
+            why = "cannot create venv: " + (r.stderr.strip().splitlines() or ["?"])[-1]
+            return ok, {k: why for k in PEER_PACKAGES}
+    for name, spec in PEER_PACKAGES.items():
+        dist = spec.split("<")[0]
+        check = subprocess.run([py, "-m", "pip", "show", dist], capture_output=True, text=True, check=False)
+        if check.returncode != 0 or (name == "vsqs 0.3" and "Version: 0.3" not in check.stdout):
+            progress(f"pip install '{spec}' into {os.path.basename(VENV)}")
+            r = subprocess.run([py, "-m", "pip", "install", "-q", spec], capture_output=True, text=True, check=False)
+            if r.returncode != 0:
+                lines = [x for x in r.stderr.splitlines() if x.strip() and "WARNING" not in x]
+                bad[name] = "pip install failed: " + (lines[-1] if lines else f"exit {r.returncode}")
+                continue
+            check = subprocess.run([py, "-m", "pip", "show", dist], capture_output=True, text=True, check=False)
+        version = next((x.split(":", 1)[1].strip() for x in check.stdout.splitlines()
+                        if x.startswith("Version:")), "?")
+        ok[name] = version
+    return ok, bad
+
+
+class Failed(Exception):
+    pass
+
+
+def python_for(peer: str) -> str:
+    return sys.executable if peer in ("vsqs", "maildir") else venv_python()
+
+
+def run_worker(peer: str, role: str, path: str, args: argparse.Namespace, **extra: Any) -> dict[str, Any]:
+    cmd = [python_for(peer), os.path.abspath(__file__), "--worker", peer, role, path,
+           "--body-size", str(args.body_size)]
+    for k, v in extra.items():
+        cmd += [f"--{k.replace('_', '-')}", str(v)]
+    try:
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=WORKER_TIMEOUT, cwd=REPO,
+                           check=False)
+    except subprocess.TimeoutExpired:
+        raise Failed(f"timed out after {WORKER_TIMEOUT:.0f} s") from None
+    if r.returncode != 0 or not r.stdout.strip():
+        lines = [x for x in r.stderr.strip().splitlines() if x.strip()]
+        raise Failed(lines[-1][:160] if lines else f"exit {r.returncode}")
+    return json.loads(r.stdout.strip().splitlines()[-1])
+
+
+def run_multiprocess(peer: str, path: str, args: argparse.Namespace, scratch: str) -> dict[str, Any]:
+    ctl = tempfile.mkdtemp(prefix="ctl-", dir=scratch)
+    per = args.mp_count // 2
+    run_worker(peer, "init", path, args)
+    procs: list[tuple[str, subprocess.Popen[str], str]] = []
+    for role, tag in (("producer", "p0"), ("producer", "p1"), ("consumer", "c0"), ("consumer", "c1")):
+        out = os.path.join(ctl, f"{tag}.ids")
+        cmd = [python_for(peer), os.path.abspath(__file__), "--worker", peer, role, path,
+               "--body-size", str(args.body_size), "--count", str(per), "--tag", tag,
+               "--ctl", ctl, "--out", out]
+        procs.append((role, subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                             text=True, cwd=REPO), out))
+    deadline = time.monotonic() + WORKER_TIMEOUT
+    errors: list[str] = []
+
+    def finish(p: subprocess.Popen[str]) -> dict[str, Any] | None:
+        try:
+            out, err = p.communicate(timeout=max(1.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.communicate()
+            errors.append("a worker timed out")
+            return None
+        if p.returncode != 0 or not out.strip():
+            lines = [x for x in err.strip().splitlines() if x.strip()]
+            errors.append(lines[-1][:160] if lines else f"exit {p.returncode}")
+            return None
+        return json.loads(out.strip().splitlines()[-1])
+
+    while sum(1 for n in os.listdir(ctl) if n.startswith("ready-")) < 4:
+        if time.monotonic() > deadline or any(p.poll() is not None for _, p, _ in procs):
+            break
+        time.sleep(0.01)
+    with open(os.path.join(ctl, "go.tmp"), "w") as f:
+        f.write(repr(time.time() + 0.1))
+    os.rename(os.path.join(ctl, "go.tmp"), os.path.join(ctl, "go"))
+    results = [finish(p) for role, p, _ in procs[:2]]
+    with open(os.path.join(ctl, "producers-done"), "w"):
+        pass
+    results += [finish(p) for role, p, _ in procs[2:]]
+
+    def ids(out: str) -> list[str]:
+        try:
+            with open(out) as f:
+                text = f.read()
+        except OSError:
+            return []
+        return text.split("\n") if text else []
+
+    published = [i for _, _, out in procs[:2] for i in ids(out)]
+    received = [i for _, _, out in procs[2:] for i in ids(out)]
+    pub_set, rec_set = set(published), set(received)
+    res: dict[str, Any] = {
+        "published": len(published), "received": len(received),
+        "lost": len(pub_set - rec_set), "duplicates": len(received) - len(rec_set),
+        "errors": errors,
+    }
+    good = [r for r in results if r]
+    if len(good) == 4 and received:
+        t0 = good[0]["t0"]
+        span = max(r["last"] for r in good[2:]) - t0
+        res.update(count=len(rec_set), wall=span, cpu=sum(r["cpu"] for r in good))
+    shutil.rmtree(ctl, ignore_errors=True)
+    return res
+
+
+def cell(rec: dict[str, Any]) -> str:
+    if "skip" in rec:
+        return rec["skip"]
+    return f"{rec['rate']:>9,.0f} {rec['cpu_us']:>7.1f}"
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    parent = os.path.abspath(args.dir)
+    os.makedirs(parent, exist_ok=True)
+    scratch = tempfile.mkdtemp(prefix="peers-", dir=parent)
+    installed, unavailable = ensure_venv()
+    table: dict[str, dict[str, dict[str, Any]]] = {p: {} for p in args.peers}
+    started = time.perf_counter()
+    serial = 0
+    walls: dict[tuple[str, str], list[float]] = {}
+    cpus: dict[tuple[str, str], list[float]] = {}
+    mps: dict[str, list[dict[str, Any]]] = {}
+    try:
+        for peer in args.peers:
+            pkg = NEEDS.get(peer)
+            for wl in WORKLOADS:
+                rec = table[peer][wl] = {}
+                if pkg in unavailable:
+                    rec["skip"] = f"unavailable: {unavailable[pkg]}"
+                elif (peer, wl) in NOT_APPLICABLE:
+                    rec["skip"] = f"n/a: {NOT_APPLICABLE[(peer, wl)]}"
+        # repetitions outermost, and the peers in a rotated order each time, so a
+        # slow spell of the machine or the kernel does not fall on one peer only
+        for rep in range(args.repeat):
+            for wl in WORKLOADS:
+                order = args.peers[rep % len(args.peers):] + args.peers[: rep % len(args.peers)]
+                for peer in order:
+                    rec = table[peer][wl]
+                    if "skip" in rec:
+                        continue
+                    progress(f"rep {rep + 1}/{args.repeat}: {LABELS[peer]}: {WL_LABELS[wl]}")
+                    serial += 1
+                    path = os.path.join(scratch, f"{serial:04d}-{peer}-{wl}", "q")
+                    os.makedirs(os.path.dirname(path))
+                    try:
+                        if wl == "multiprocess":
+                            r = run_multiprocess(peer, path, args, scratch)
+                            mps.setdefault(peer, []).append(r)
+                            if "wall" not in r:
+                                raise Failed("; ".join(r["errors"]) or "no message received")
+                        else:
+                            count = args.durable_count if wl == "publish_durable" else args.count
+                            r = run_worker(peer, wl, path, args, count=count, tag="m")
+                        walls.setdefault((peer, wl), []).append(r["wall"] / r["count"])
+                        cpus.setdefault((peer, wl), []).append(r["cpu"] / r["count"])
+                    except Failed as exc:
+                        rec["skip"] = f"failed: {exc}"
+                    except Exception as exc:  # noqa: BLE001 -- a peer's surprise must not end the run
+                        rec["skip"] = f"failed: {type(exc).__name__}: {exc}"
+                    shutil.rmtree(os.path.dirname(path), ignore_errors=True)
+        for peer in args.peers:
+            for wl in WORKLOADS:
+                rec = table[peer][wl]
+                if (peer, wl) in walls and "skip" not in rec:
+                    rec["wall_us"] = statistics.median(walls[peer, wl]) * 1e6
+                    rec["cpu_us"] = statistics.median(cpus[peer, wl]) * 1e6
+                    rec["rate"] = 1e6 / rec["wall_us"]
+                    rec["reps"] = len(walls[peer, wl])
+                    rec["wall_us_reps"] = [round(x * 1e6, 1) for x in walls[peer, wl]]
+                    rec["cpu_us_reps"] = [round(x * 1e6, 1) for x in cpus[peer, wl]]
+                if wl == "multiprocess" and peer in mps:
+                    mp = mps[peer]
+                    rec["mp_runs"] = mp
+                    rec["lost"] = [r["lost"] for r in mp]
+                    rec["duplicates"] = [r["duplicates"] for r in mp]
+                    rec["errors"] = sorted({e for r in mp for e in r["errors"]})
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+        with contextlib.suppress(OSError):
+            os.rmdir(parent)
+    return {"installed": installed, "unavailable": unavailable, "table": table,
+            "seconds": time.perf_counter() - started}
+
+
+def print_report(doc: dict[str, Any], args: argparse.Namespace) -> None:
+    table = doc["table"]
+    sys.path.insert(0, HERE)
+    import bench  # the environment helpers
+
+    print("vsqs against its peers")
+    print(f"  python      {platform.python_version()} ({sys.executable}); peers in {VENV}")
+    print("  peers       " + ", ".join(f"{k} {v}" for k, v in doc["installed"].items()))
+    for k, v in doc["unavailable"].items():
+        print(f"  unavailable {k}: {v}")
+    fs = bench.mount_of(args.dir)
+    if fs:
+        print(f"  filesystem  {fs['type']} on {fs['device']} at {fs['mount_point']}"
+              + {"no": ", no journal", "yes": ", journal"}.get(fs.get("journal", ""), ""))
+    print(f"  cpus        {os.cpu_count()}, {bench.cpu_model()}")
+    print(f"  counts      publish and receive+delete {args.count}, durable publish {args.durable_count}, "
+          f"multi-process {args.mp_count} ({args.mp_count // 2} per producer); "
+          f"{args.repeat} repetition(s), medians; {args.body_size} byte bodies")
+    print()
+    w = max(len(LABELS[p]) for p in table)
+    print(f"{'peer':<{w}}  {'workload':<26} {'msgs/s':>9} {'CPU us/msg':>10}  notes")
+    print("-" * (w + 62))
+    for peer, rows in table.items():
+        for wl in WORKLOADS:
+            rec = rows[wl]
+            if "skip" in rec:
+                print(f"{LABELS[peer]:<{w}}  {WL_LABELS[wl]:<26} {rec['skip']}")
+                continue
+            note = ""
+            if wl == "multiprocess":
+                note = (f"lost {'/'.join(map(str, rec['lost']))}, "
+                        f"duplicated {'/'.join(map(str, rec['duplicates']))} (per repetition)")
+                if rec["errors"]:
+                    note += "; errors: " + "; ".join(rec["errors"])
+            print(f"{LABELS[peer]:<{w}}  {WL_LABELS[wl]:<26} {rec['rate']:>9,.0f} {rec['cpu_us']:>10.1f}  {note}")
+        print()
+    for peer, rows in table.items():  # failed multi-process runs still have counts
+        rec = rows.get("multiprocess", {})
+        if "skip" in rec and rec.get("mp_runs"):
+            r = rec["mp_runs"]
+            print(f"{LABELS[peer]} multi-process: lost {[x['lost'] for x in r]}, duplicated "
+                  f"{[x['duplicates'] for x in r]}, published {[x['published'] for x in r]}")
+    print("vsqs / dirq QueueSimple (throughput ratio; > 1 means vsqs is faster)")
+    mine, theirs = table.get("vsqs", {}), table.get("dirq", {})
+    for wl in WORKLOADS:
+        a, b = mine.get(wl, {}), theirs.get(wl, {})
+        if "rate" in a and "rate" in b:
+            print(f"  {WL_LABELS[wl]:<26} wall {a['rate'] / b['rate']:5.2f}x   "
+                  f"CPU {b['cpu_us'] / a['cpu_us']:5.2f}x")
+        else:
+            print(f"  {WL_LABELS[wl]:<26} -")
+    print()
+    print(f"total time {doc['seconds']:.0f} s")
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description="Benchmark vsqs against its peers on the same disk.")
+    p.add_argument("--dir", default=os.path.join(os.getcwd(), ".bench"),
+                   help="make the scratch directory under this one (default: ./.bench)")
+    p.add_argument("--quick", action="store_true", help="small counts: a smoke run")
+    p.add_argument("--json", metavar="PATH", help="also write the results as JSON to PATH")
+    p.add_argument("--body-size", type=int, default=100, metavar="BYTES")
+    p.add_argument("--count", type=int, metavar="N", help="messages for publish and receive+delete (2000)")
+    p.add_argument("--durable-count", type=int, metavar="N", help="messages for durable publish (300)")
+    p.add_argument("--mp-count", type=int, metavar="N", help="messages in the multi-process run (2000)")
+    p.add_argument("--repeat", type=int, metavar="N", help="repetitions (3)")
+    p.add_argument("--only", metavar="PEER,...", help="run only these peers: " + ", ".join(PEERS))
+    args = p.parse_args(argv)
+    preset = QUICK if args.quick else DEFAULTS
+    for name, value in preset.items():
+        if getattr(args, name, None) is None:
+            setattr(args, name, value)
+    args.peers = args.only.split(",") if args.only else list(PEERS)
+    for peer in args.peers:
+        if peer not in PEERS:
+            p.error(f"unknown peer {peer!r}; known: {', '.join(PEERS)}")
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    doc = run(args)
+    print_report(doc, args)
+    if args.json:
+        with open(args.json, "w", encoding="utf-8") as f:
+            json.dump({"config": {k: v for k, v in vars(args).items() if k != "json"}, **doc}, f, indent=2)
+    return 0
+
+
+if __name__ == "__main__":
+    if len(sys.argv) > 1 and sys.argv[1] == "--worker":
+        sys.exit(worker(sys.argv[2:]))
+    sys.exit(main())
