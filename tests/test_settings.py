@@ -80,6 +80,9 @@ def test_bad_setting_creates_nothing(spool):
         ({"throttle": 5}, "throttle must be"),
         ({"throttle": (5, 0)}, "throttle must be > 0"),
         ({"dead_letter": ""}, None),  # "" unsets
+        ({"content_dedup": "maybe"}, "content_dedup must be true or false"),
+        ({"content_dedup": 1}, "content_dedup must be true or false"),
+        ({"receive_wait": 21}, "receive_wait must be at most 20"),
     ],
 )
 def test_setting_validation(queue, changes, match):
@@ -88,6 +91,25 @@ def test_setting_validation(queue, changes, match):
         return
     with pytest.raises(vsqs.InvalidArgument, match=match):
         queue.configure(**changes)
+
+
+def test_content_dedup_setting_dedups_plain_publishes(queue):
+    queue.configure(content_dedup="true", dedup_window=60)
+    first = queue.publish(b"same")
+    assert queue.publish(b"same") == first  # no dedup argument: the setting applies
+    assert queue.publish(b"other") != first
+    assert queue.publish(b"same", dedup_id="explicit") != first  # an explicit id wins
+    assert queue.stats().ready == 3
+
+
+def test_receive_wait_setting_is_the_default_long_poll(queue):
+    queue.configure(receive_wait=0.3)
+    started = time.monotonic()
+    assert queue.receive() is None
+    assert time.monotonic() - started >= 0.3
+    started = time.monotonic()
+    assert queue.receive(wait=0) is None  # the caller's wait wins
+    assert time.monotonic() - started < 0.3
 
 
 def test_configure_merges_and_unsets(queue):

@@ -307,7 +307,13 @@ def _message_json(m: Message) -> str:
 @main.command()
 @_queue_arg
 @_visibility
-@_seconds("--wait", 0.0, "Long-poll: wait up to this many seconds for a message.")
+@click.option(
+    "--wait",
+    type=click.FloatRange(min=0),
+    default=None,
+    help="Long-poll: wait up to this many seconds for a message "
+    "[default: the queue's receive_wait setting, 0 unless configured].",
+)
 @click.option("-n", "--max-messages", type=click.IntRange(1, 10_000), default=1, show_default=True)
 @click.option("--delete", is_flag=True, help="Delete the messages once printed.")
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per message (JSON lines).")
@@ -316,7 +322,7 @@ def receive(
     ctx: click.Context,
     queue: str,
     visibility_timeout: float | None,
-    wait: float,
+    wait: float | None,
     max_messages: int,
     delete: bool,
     as_json: bool,

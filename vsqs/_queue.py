@@ -475,7 +475,7 @@ class Queue:
                 raise InvalidArgument("priority cannot be combined with group: a group is strictly in order")
             header["group"] = group
         digest = ""
-        if dedup_id is not None or defaults.dedup_content:
+        if dedup_id is not None or defaults.dedup_content or settings["content_dedup"]:
             digest = _dedup.dedup_hash(
                 hashlib.sha256(data).hexdigest() if dedup_id is None else dedup_id, group
             )
@@ -648,13 +648,13 @@ class Queue:
     # -- receive -----------------------------------------------------------
 
     def receive(
-        self, *, visibility_timeout: float | None = None, wait: float = 0
+        self, *, visibility_timeout: float | None = None, wait: float | None = None
     ) -> Message | None:
         """Take the next visible message, hidden from others for ``visibility_timeout`` s.
 
         ``wait`` > 0 long-polls: returns as soon as a message is visible, or
-        ``None`` after ``wait`` seconds. ``visibility_timeout`` defaults to the
-        queue's setting (30 s unless configured).
+        ``None`` after ``wait`` seconds. ``visibility_timeout`` and ``wait``
+        default to the queue's settings (30 s and 0 s unless configured).
         """
         got = self.receive_batch(1, visibility_timeout=visibility_timeout, wait=wait)
         return got[0] if got else None
@@ -664,7 +664,7 @@ class Queue:
         max_messages: int = 10,
         *,
         visibility_timeout: float | None = None,
-        wait: float = 0,
+        wait: float | None = None,
         read_bodies: bool = True,
     ) -> list[Message]:
         """Take up to ``max_messages`` visible messages (fewer if fewer are visible).
@@ -680,7 +680,7 @@ class Queue:
         if visibility_timeout is None:
             visibility_timeout = settings["visibility_timeout"]
         lease_us = to_us(check_seconds(visibility_timeout, "visibility_timeout", MAX_VISIBILITY_TIMEOUT))
-        wait = check_seconds(wait, "wait", MAX_WAIT)
+        wait = check_seconds(settings["receive_wait"] if wait is None else wait, "wait", MAX_WAIT)
         queue_id = self.id
         self._check_suspended("receive", settings)
         deadline = time.monotonic() + wait

@@ -98,6 +98,18 @@ def _file_mode(name: str, value: object) -> str:
     return f"{value:04o}"
 
 
+def _flag(name: str, value: object) -> bool:
+    if isinstance(value, str):
+        text = value.strip().lower()
+        if text in ("true", "yes", "on", "1"):
+            return True
+        if text in ("false", "no", "off", "0"):
+            return False
+    if isinstance(value, bool):
+        return value
+    raise InvalidArgument(f"{name} must be true or false, not {value!r}")
+
+
 def file_mode_of(settings: Mapping[str, Any]) -> int | None:
     mode = settings.get("file_mode")
     return int(mode, 8) if mode else None
@@ -135,6 +147,8 @@ SCHEMA: dict[str, tuple[Any, Any]] = {
     "dead_letter": (None, _queue_ref),
     "group_concurrency": (1, _count(1, 10**6)),
     "dedup_window": (0.0, _seconds(366 * 86400.0)),
+    "content_dedup": (False, _flag),
+    "receive_wait": (0.0, _seconds(20.0)),
     "throttle": (None, _throttle),
     "suspended": ([], _operations),
     "file_mode": (None, _file_mode),
