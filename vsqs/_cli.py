@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import base64
 import json
+import logging
 import os
 import signal
 import subprocess
@@ -640,3 +641,82 @@ def check_fs(directory: str, other: str | None, processes: int, rounds: int) -> 
         failed = failed or check.status == "FAIL"
     if failed:
         raise SystemExit(1)
+
+
+def _read_secret_file(path: str) -> str:
+    with open(path, encoding="utf-8") as f:
+        secret = f.readline().strip()
+    if not secret:
+        raise click.BadParameter(f"{path} is empty", param_hint="--api-key-file")
+    return secret
+
+
+def _aws_credentials(path: str | None) -> dict[str, str]:
+    """Access key id -> secret, from the environment and an AWS shared-credentials
+    file (every profile with aws_access_key_id and aws_secret_access_key)."""
+    import configparser
+
+    found: dict[str, str] = {}
+    key_id, secret = os.environ.get("VSQS_AWS_ACCESS_KEY_ID"), os.environ.get("VSQS_AWS_SECRET_ACCESS_KEY")
+    if bool(key_id) != bool(secret):
+        raise click.UsageError("set both VSQS_AWS_ACCESS_KEY_ID and VSQS_AWS_SECRET_ACCESS_KEY, or neither")
+    if key_id and secret:
+        found[key_id] = secret
+    if path:
+        parser = configparser.ConfigParser()
+        try:
+            parser.read(path, encoding="utf-8")
+        except configparser.Error as exc:
+            raise click.BadParameter(f"{path}: {exc}", param_hint="--aws-credentials-file") from None
+        for profile in parser.sections():
+            section = parser[profile]
+            if section.get("aws_access_key_id") and section.get("aws_secret_access_key"):
+                found[section["aws_access_key_id"].strip()] = section["aws_secret_access_key"].strip()
+        if not found:
+            raise click.BadParameter(f"{path} holds no aws_access_key_id/aws_secret_access_key pair",
+                                     param_hint="--aws-credentials-file")
+    return found
+
+
+@main.command()
+@click.argument("spool", type=click.Path(file_okay=False, path_type=str))
+@click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on (loopback unless told).")
+@click.option("--port", type=click.IntRange(1, 65535), default=8080, show_default=True)
+@click.option("--workers", type=click.IntRange(1, 64), default=1, show_default=True,
+              help="Worker processes (they share nothing but the spool).")
+@click.option("--api-key-file", type=click.Path(exists=True, dir_okay=False), default=None,
+              help="File whose first line is the API key of the native API [default: $VSQS_API_KEY].")
+@click.option("--aws-credentials-file", type=click.Path(exists=True, dir_okay=False), default=None,
+              help="AWS shared-credentials file: the key pairs the SQS face accepts "
+              "[also $VSQS_AWS_ACCESS_KEY_ID and $VSQS_AWS_SECRET_ACCESS_KEY].")
+@click.option("--region", default="us-east-1", show_default=True, help="Region in queue ARNs and signatures.")
+@click.option("--max-message-bytes", type=click.IntRange(1, 64 * 1024 * 1024), default=1024 * 1024,
+              show_default=True, help="Largest body the gateway takes (a queue's own limit may be lower).")
+@click.option("--create", is_flag=True, help="Create SPOOL if it does not exist.")
+@click.option("--log-level", type=click.Choice(["critical", "error", "warning", "info", "debug"]),
+              default="info", show_default=True)
+def serve(
+    spool: str, host: str, port: int, workers: int, api_key_file: str | None, aws_credentials_file: str | None,
+    region: str, max_message_bytes: int, create: bool, log_level: str,
+) -> None:
+    """Serve SPOOL over HTTP: the native API under /queues and the Amazon SQS
+    protocol on POST / (needs the extra: pip install 'vsqs[server]').
+
+    The gateway keeps no state: run as many as you like, on any hosts sharing
+    the spool. TLS belongs to a reverse proxy in front.
+    """
+    try:
+        from vsqs._gateway import GatewayConfig
+        from vsqs._gateway import serve as run
+    except ImportError as exc:
+        raise click.ClickException(f"vsqs serve needs the server extra: pip install 'vsqs[server]' ({exc})")
+    from vsqs._spool import Spool
+
+    Spool(spool, create=create)  # QueueNotFound (a clear one-line error) if it is missing
+    api_key = _read_secret_file(api_key_file) if api_key_file else os.environ.get("VSQS_API_KEY") or None
+    config = GatewayConfig(
+        spool=os.path.abspath(spool), api_key=api_key, aws_credentials=_aws_credentials(aws_credentials_file),
+        region=region, max_message_bytes=max_message_bytes,
+    )
+    logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    run(config, host=host, port=port, workers=workers, log_level=log_level)
