@@ -1,0 +1,254 @@
+"""AWS Signature Version 4 verification for the SQS face of the gateway (pure: no I/O).
+
+The gateway holds the secret of every access key it accepts, rebuilds the
+signature a client computed from the same request, and compares the two.
+What is checked, in order (each failure names the AWS error code a client
+expects):
+
+1. an ``Authorization: AWS4-HMAC-SHA256 Credential=AKID/DATE/REGION/SERVICE/aws4_request,
+   SignedHeaders=..., Signature=...`` header (none: ``MissingAuthenticationToken``;
+   unparseable, another algorithm, ``host`` not signed, no date:
+   ``IncompleteSignature``);
+2. the access key is configured (``InvalidClientTokenId``);
+3. the request time (``X-Amz-Date``, else ``Date``) is within 15 minutes of
+   ours (``RequestExpired``) and is the day of the credential scope;
+4. the body is the one that was signed: ``X-Amz-Content-SHA256``, if sent,
+   must be the SHA-256 of the body (``UNSIGNED-PAYLOAD`` is refused: SQS
+   clients always sign the payload);
+5. the signature matches (``SignatureDoesNotMatch``), compared in constant time.
+
+The region in the scope is not checked against the gateway's (clients sign
+with whatever region they are configured for; the signing key depends on
+it, so the signature still proves the secret); the service must be ``sqs``.
+A request that went through a reverse proxy may arrive with another ``Host``
+than the client signed: when the signature does not match with ``Host``, it
+is tried with each host named by ``X-Forwarded-Host`` and ``Forwarded: host=``.
+Presigned URLs (signature in the query string) are not supported.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from email.utils import parsedate_to_datetime
+from urllib.parse import quote, unquote
+
+ALGORITHM = "AWS4-HMAC-SHA256"
+SERVICE = "sqs"
+MAX_SKEW_SECONDS = 15 * 60
+AMZ_DATE_FORMAT = "%Y%m%dT%H%M%SZ"
+UNSIGNED_PAYLOAD = "UNSIGNED-PAYLOAD"
+
+_CREDENTIAL_RE = re.compile(r"([^/]+)/([0-9]{8})/([^/]+)/([^/]+)/aws4_request")
+_SIGNATURE_RE = re.compile(r"[0-9a-f]{64}")
+_HEADER_NAME_RE = re.compile(r"[a-z0-9!#$%&'*+.^_`|~-]+")
+
+
+class SigV4Error(Exception):
+    """A refused request: ``code`` is the AWS error code, ``status`` the HTTP status."""
+
+    def __init__(self, code: str, message: str, status: int = 403) -> None:
+        super().__init__(message)
+        self.code, self.message, self.status = code, message, status
+
+
+@dataclass(frozen=True)
+class Authorization:
+    """The parts of an ``Authorization: AWS4-HMAC-SHA256 ...`` header."""
+
+    access_key: str
+    date: str  # YYYYMMDD of the credential scope
+    region: str
+    service: str
+    signed_headers: tuple[str, ...]
+    signature: str
+
+    @property
+    def scope(self) -> str:
+        return f"{self.date}/{self.region}/{self.service}/aws4_request"
+
+
+def _incomplete(message: str) -> SigV4Error:
+    return SigV4Error("IncompleteSignature", message, 400)
+
+
+def parse_authorization(header: str) -> Authorization:
+    """Split an ``Authorization`` header; ``IncompleteSignature`` if it is not a SigV4 one."""
+    algorithm, _, rest = header.strip().partition(" ")
+    if algorithm != ALGORITHM:
+        raise _incomplete(f"unsupported authorization algorithm {algorithm[:40]!r}: use {ALGORITHM}")
+    fields: dict[str, str] = {}
+    for part in rest.split(","):
+        key, sep, value = part.strip().partition("=")
+        if sep:
+            fields[key.strip()] = value.strip()
+    missing = [key for key in ("Credential", "SignedHeaders", "Signature") if not fields.get(key)]
+    if missing:
+        raise _incomplete(f"the Authorization header lacks {', '.join(missing)}")
+    credential = _CREDENTIAL_RE.fullmatch(fields["Credential"])
+    if credential is None:
+        raise _incomplete("Credential must be ACCESS_KEY/YYYYMMDD/REGION/SERVICE/aws4_request")
+    signed = tuple(fields["SignedHeaders"].split(";"))
+    if not all(_HEADER_NAME_RE.fullmatch(name) for name in signed) or list(signed) != sorted(set(signed)):
+        raise _incomplete("SignedHeaders must be lower-case header names, sorted, separated by ';'")
+    if "host" not in signed:
+        raise _incomplete("the host header must be signed")
+    if not _SIGNATURE_RE.fullmatch(fields["Signature"]):
+        raise _incomplete("Signature must be 64 lower-case hex digits")
+    access_key, date, region, service = credential.groups()
+    return Authorization(access_key, date, region, service, signed, fields["Signature"])
+
+
+def request_time(headers: Mapping[str, str]) -> tuple[datetime, str]:
+    """(the signed request time, as SigV4 writes it) from ``X-Amz-Date`` or ``Date``."""
+    amz_date = headers.get("x-amz-date")
+    try:
+        if amz_date is not None:
+            when = datetime.strptime(amz_date.strip(), AMZ_DATE_FORMAT).replace(tzinfo=UTC)
+        elif headers.get("date") is not None:
+            when = parsedate_to_datetime(headers["date"]).astimezone(UTC)
+        else:
+            raise _incomplete("a signed request needs an X-Amz-Date or Date header")
+    except (ValueError, TypeError):
+        raise _incomplete("X-Amz-Date must be YYYYMMDDTHHMMSSZ (or Date an HTTP date)") from None
+    return when, when.strftime(AMZ_DATE_FORMAT)
+
+
+def canonical_uri(raw_path: str) -> str:
+    """The path as SigV4 wants it for every service but S3: dot segments and
+    empty segments removed, then URI-encoded (so a %-escape is encoded again)."""
+    segments: list[str] = []
+    for segment in raw_path.split("/"):
+        if segment == "..":
+            if segments:
+                segments.pop()
+        elif segment and segment != ".":
+            segments.append(segment)
+    path = "/" + "/".join(segments)
+    if raw_path.endswith("/") and segments:
+        path += "/"
+    return quote(path, safe="/~")
+
+
+def canonical_query(raw_query: str) -> str:
+    """Each name and value decoded then URI-encoded the SigV4 way, sorted."""
+    pairs = []
+    for pair in raw_query.split("&") if raw_query else ():
+        name, _, value = pair.partition("=")
+        pairs.append((quote(unquote(name), safe="-_.~"), quote(unquote(value), safe="-_.~")))
+    return "&".join(f"{name}={value}" for name, value in sorted(pairs))
+
+
+def canonical_request(
+    method: str,
+    raw_path: str,
+    raw_query: str,
+    headers: Mapping[str, str],
+    signed_headers: Sequence[str],
+    payload_hash: str,
+) -> str:
+    """The canonical request; ``headers`` maps lower-case names to values (repeated
+    headers already joined with commas); each value is trimmed, inner runs of
+    spaces collapsed."""
+    lines = [f"{name}:{' '.join(headers.get(name, '').split())}" for name in signed_headers]
+    return "\n".join([
+        method.upper(),
+        canonical_uri(raw_path),
+        canonical_query(raw_query),
+        "\n".join(lines) + "\n",
+        ";".join(signed_headers),
+        payload_hash,
+    ])
+
+
+def string_to_sign(amz_date: str, scope: str, canonical: str) -> str:
+    digest = hashlib.sha256(canonical.encode("utf-8")).hexdigest()
+    return f"{ALGORITHM}\n{amz_date}\n{scope}\n{digest}"
+
+
+def signing_key(secret: str, date: str, region: str, service: str) -> bytes:
+    key = ("AWS4" + secret).encode("utf-8")
+    for part in (date, region, service, "aws4_request"):
+        key = hmac.new(key, part.encode("utf-8"), hashlib.sha256).digest()
+    return key
+
+
+def signature(secret: str, auth: Authorization, amz_date: str, canonical: str) -> str:
+    key = signing_key(secret, auth.date, auth.region, auth.service)
+    return hmac.new(key, string_to_sign(amz_date, auth.scope, canonical).encode("utf-8"),
+                    hashlib.sha256).hexdigest()
+
+
+def header_map(headers: Iterable[tuple[bytes, bytes]]) -> dict[str, str]:
+    """ASGI headers as lower-case name -> value, repeated headers joined with commas."""
+    joined: dict[str, list[str]] = {}
+    for name, value in headers:
+        joined.setdefault(name.decode("latin-1").lower(), []).append(value.decode("latin-1"))
+    return {name: ",".join(values) for name, values in joined.items()}
+
+
+def forwarded_hosts(headers: Mapping[str, str]) -> list[str]:
+    """Hosts a reverse proxy says the client addressed (``X-Forwarded-Host``, ``Forwarded``)."""
+    hosts = [part.strip() for part in headers.get("x-forwarded-host", "").split(",") if part.strip()]
+    for element in headers.get("forwarded", "").replace(",", ";").split(";"):
+        key, _, value = element.strip().partition("=")
+        if key.strip().lower() == "host" and value.strip().strip('"'):
+            hosts.append(value.strip().strip('"'))
+    return hosts
+
+
+def verify(
+    *,
+    method: str,
+    raw_path: str,
+    raw_query: str,
+    headers: Mapping[str, str],
+    body: bytes,
+    credentials: Mapping[str, str],
+    now: float,
+) -> str:
+    """Check a request's SigV4 signature against ``credentials`` (access key id ->
+    secret); return the access key id, or raise :class:`SigV4Error`.
+
+    ``headers`` are lower-case name -> value (see :func:`header_map`); ``now``
+    is epoch seconds.
+    """
+    header = headers.get("authorization")
+    if header is None:
+        raise SigV4Error("MissingAuthenticationToken",
+                         "the request must be signed (AWS Signature Version 4): no Authorization header")
+    auth = parse_authorization(header)
+    secret = credentials.get(auth.access_key)
+    if secret is None:
+        raise SigV4Error("InvalidClientTokenId",
+                         f"the access key id {auth.access_key[:40]!r} is not one this gateway accepts")
+    when, amz_date = request_time(headers)
+    skew = when.timestamp() - now
+    if abs(skew) > MAX_SKEW_SECONDS:
+        raise SigV4Error("RequestExpired",
+                         f"the request was signed at {amz_date}, {abs(skew):.0f} s from the gateway's "
+                         f"clock (at most {MAX_SKEW_SECONDS} s allowed): check the clocks")
+    if amz_date[:8] != auth.date:
+        raise SigV4Error("SignatureDoesNotMatch",
+                         f"the credential scope's date {auth.date} is not the request's date {amz_date[:8]}")
+    if auth.service != SERVICE:
+        raise SigV4Error("SignatureDoesNotMatch",
+                         f"the credential must be scoped to service {SERVICE!r}, not {auth.service[:40]!r}")
+    payload_hash = hashlib.sha256(body).hexdigest()
+    claimed = headers.get("x-amz-content-sha256")
+    if claimed is not None and claimed.strip().lower() != payload_hash:
+        raise SigV4Error("SignatureDoesNotMatch",
+                         "X-Amz-Content-SHA256 is not the SHA-256 of the body"
+                         + (" (unsigned payloads are not accepted)" if claimed.strip() == UNSIGNED_PAYLOAD else ""))
+    candidates = [headers.get("host", "")] + [h for h in forwarded_hosts(headers) if h != headers.get("host")]
+    for host in candidates:
+        signed = {**headers, "host": host}
+        canonical = canonical_request(method, raw_path, raw_query, signed, auth.signed_headers, payload_hash)
+        if hmac.compare_digest(signature(secret, auth, amz_date, canonical), auth.signature):
+            return auth.access_key
+    raise SigV4Error("SignatureDoesNotMatch",
+                     "the request signature does not match: check the secret access key and the signing method")
