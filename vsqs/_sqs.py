@@ -185,6 +185,12 @@ _ERRORS: dict[str, tuple[str, int]] = {
 }
 
 
+# errors of the AWS request framework rather than of SQS (their __type namespace differs)
+_FRAMEWORK_ERRORS = frozenset({"MissingAuthenticationToken", "IncompleteSignature", "InvalidClientTokenId",
+                               "SignatureDoesNotMatch", "RequestExpired", "UnknownOperationException",
+                               "SerializationException"})
+
+
 class SqsError(Exception):
     """An SQS error answer; ``name`` is the error's shape name (or its code when
     botocore has no class for it), ``status`` None takes the table's."""
@@ -202,14 +208,18 @@ class SqsError(Exception):
 
 def error_response(error: SqsError, request_id: str | None = None) -> Response:
     """The JSON 1.0 error answer botocore turns into ``client.exceptions.<name>``."""
-    namespace = "com.amazon.coral.service" if error.status == 403 or error.name.endswith("Exception") \
-        else "com.amazonaws.sqs"
+    namespace = "com.amazon.coral.service" if error.name in _FRAMEWORK_ERRORS else "com.amazonaws.sqs"
     body = json.dumps({"__type": f"{namespace}#{error.name}", "message": error.message})
     headers = {"x-amzn-RequestId": request_id or str(uuid.uuid4()),
                "x-amzn-query-error": f"{error.query_code};{error.fault}"}
     if error.status == 503:
         headers["Retry-After"] = "5"
     return Response(body, status_code=error.status, media_type=CONTENT_TYPE, headers=headers)
+
+
+def request_too_large(limit: int) -> Response:
+    """The SQS-shaped answer to a request over the gateway's size cap (HTTP 413)."""
+    return error_response(SqsError("InvalidParameterValue", f"The request body is over {limit} bytes.", 413))
 
 
 def sqs_error_of(exc: VsqsError, spool_root: str | None = None) -> SqsError:
