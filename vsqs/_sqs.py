@@ -10,7 +10,7 @@ and a JSON body; an answer is JSON (``application/x-amz-json-1.0``) with an
 ``x-amzn-RequestId`` header. An error is HTTP 400 (403 for a refused
 signature, 500/503 for the gateway's own trouble) with the body
 ``{"__type": "com.amazonaws.sqs#<Name>", "message": ...}`` and the header
-``x-amzn-query-error: <query code>;Sender``: botocore maps that pair to
+``x-amzn-query-error: <query code>;Sender`` (``Receiver`` for 5xx): botocore maps that pair to
 ``client.exceptions.<Name>`` (``QueueDoesNotExist`` for
 ``AWS.SimpleQueueService.NonExistentQueue``, ``QueueNameExists`` for
 ``QueueAlreadyExists``, ...). Unmodelled codes (``InvalidParameterValue``,
@@ -90,6 +90,9 @@ Decisions (beyond SQS's own rules):
   StorageError -> 500 ``InternalError`` if the disk is full, else 503
   ``ServiceUnavailable``; IncompatibleFormat -> UnsupportedOperation.
 - PurgeQueue purges at once (no 60 s PurgeQueueInProgress window).
+- A request over the gateway's size cap is refused by the gateway's
+  middleware before it reaches this module (:func:`request_too_large` gives
+  the SQS-shaped answer for it).
 - Metrics: operation ``sqs.<Action>`` (``sqs.unknown`` for anything else),
   outcome ``ok``, ``stale``, ``partial`` (a batch with failed entries) or
   the error's name.
