@@ -12,10 +12,10 @@ import time
 import pytest
 
 pytest.importorskip("fastapi", reason="the gateway needs the server extra: pip install 'vsqs[server]'")
-import httpx  # noqa: E402
+import httpx
 
-import vsqs  # noqa: E402
-from tests.gateway_server import running_gateway  # noqa: E402
+import vsqs
+from tests.gateway_server import running_gateway
 
 MAX_MESSAGE = 4096  # the module's gateway takes bodies up to this size
 
@@ -99,7 +99,7 @@ def test_queue_lifecycle(http, server):
 def test_escaping_queue_names_touch_nothing(http, server, name):
     before = spool_entries(server)
     answer = http.put(f"/queues/{name}", json={})
-    assert answer.status_code in (404, 422), answer.text
+    assert answer.status_code in (404, 405, 422), answer.text  # 405: the client resolved ".." itself
     assert "error" in answer.json()
     assert spool_entries(server) == before
 
@@ -260,7 +260,7 @@ def test_bad_requests_name_the_parameter(http, queue_name):
         (f"/queues/{queue_name}/messages/batch", {"messages": [{"body_base64": "***"}]}, 422,
          "messages.0.body_base64"),
         (f"/queues/{queue_name}/messages/batch", {"messages": [{"body": "a", "attributes": {"bad name!": "x"}}]},
-         422, "attribute"),
+         422, "messages.0.attributes"),
         (f"/queues/{queue_name}/messages/batch", {"messages": [{"body": "a", "group": "g", "priority": 9}]},
          422, "priority"),
     ]
@@ -376,16 +376,20 @@ def test_api_key(tmp_path):
     key_file.write_text("s3cret\n")
     spool = tmp_path / "spool"
     spool.mkdir()
-    with running_gateway(str(spool), "--api-key-file", str(key_file)) as server:
-        with httpx.Client(base_url=server.url) as http:
-            assert http.get("/healthz").status_code == 200  # open: load balancers probe it
-            for headers in ({}, {"Authorization": "Bearer wrong"}, {"X-Api-Key": "s3cre"}):
-                refused = http.put("/queues/q", headers=headers)
-                assert refused.status_code == 401 and refused.json()["error"]["code"] == "unauthorized"
-            assert http.get("/metrics").status_code == 401
-            assert os.listdir(spool) == []
-            assert http.put("/queues/q", headers={"Authorization": "Bearer s3cret"}).status_code == 201
-            assert http.get("/queues", headers={"X-Api-Key": "s3cret"}).json() == {"queues": ["q"]}
+    with (
+        running_gateway(str(spool), "--api-key-file", str(key_file)) as server,
+        httpx.Client(base_url=server.url) as http,
+    ):
+        assert http.get("/healthz").status_code == 200  # open: load balancers probe it
+        for headers in ({}, {"Authorization": "Bearer wrong"}, {"X-Api-Key": "s3cre"}):
+            refused = http.put("/queues/q", headers=headers)
+            assert refused.status_code == 401 and refused.json()["error"]["code"] == "unauthorized"
+        assert http.get("/metrics").status_code == 401
+        assert os.listdir(spool) == []
+        assert http.put("/queues/q", headers={"Authorization": "Bearer s3cret"}).status_code == 201
+        assert http.get("/queues", headers={"X-Api-Key": "s3cret"}).json() == {"queues": ["q"]}
+
+
 
 
 def test_workers_share_the_spool_and_the_metrics(tmp_path):

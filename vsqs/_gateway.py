@@ -28,7 +28,6 @@ import anyio.to_thread
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
-from starlette.exceptions import HTTPException as StarletteHTTPException
 from prometheus_client import (
     CollectorRegistry,
     Counter,
@@ -39,6 +38,7 @@ from prometheus_client import (
 )
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.multiprocess import MultiProcessCollector
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from vsqs._errors import (
     IncompatibleFormat,
@@ -174,6 +174,14 @@ class Gateway:
             self._handles[name] = (fresh, now)
         return fresh
 
+    async def on(self, name: str, fn: Callable[[Queue], T]) -> T:
+        """``fn(queue)`` on the thread pool, the queue opened there too: one hop per request."""
+        return await anyio.to_thread.run_sync(lambda: fn(self.queue(name)))
+
+    async def handle(self, name: str) -> Queue:
+        """:meth:`queue` from the event loop (opening a queue reads its metadata)."""
+        return await self.call(self.queue, name)
+
     def forget(self, name: str) -> None:
         with self._handles_lock:
             self._handles.pop(name, None)
@@ -199,9 +207,9 @@ class Gateway:
         between attempts the request sleeps on the event loop, woken early by a
         publish through this gateway, else backing off from 10 ms to 0.5 s.
         """
-        queue = self.queue(name)
+        queue = await self.handle(name)
         if wait is None:
-            wait = float(queue.settings["receive_wait"])
+            wait = float(await self.call(lambda: queue.settings["receive_wait"]))
         if wait < 0 or wait > 20:
             raise InvalidArgument(f"wait must be 0..20 seconds, not {wait!r}")
         deadline = time.monotonic() + wait
@@ -320,6 +328,15 @@ def is_sqs_request(scope: Scope) -> bool:
     return scope["path"] == "/" and any(key == b"x-amz-target" for key, _ in scope["headers"])
 
 
+def _refusal_response(scope: Scope, error: ApiError, gateway: Gateway) -> Response:
+    """The answer to a refused request, in the shape of the face it was meant for."""
+    if error.status == 413 and is_sqs_request(scope):
+        from vsqs import _sqs
+
+        return _sqs.request_too_large(gateway.config.max_request_bytes)
+    return error_response(error)
+
+
 class GatewayMiddleware:
     """Outermost layer: request size cap, API key, metrics. Pure ASGI, so a
     refused request costs no parsing and no body is read past the cap."""
@@ -348,7 +365,7 @@ class GatewayMiddleware:
         try:
             refusal = self._refusal(scope)
             if refusal is not None:
-                await error_response(refusal)(scope, receive, sending)
+                await _refusal_response(scope, refusal, self.gateway)(scope, receive, sending)
             else:
                 await self.app(scope, self._capped(receive), sending)
         finally:
@@ -437,12 +454,18 @@ def create_app(config: GatewayConfig) -> GatewayMiddleware:
     @app.exception_handler(StarletteHTTPException)
     async def _http_error(request: Request, exc: StarletteHTTPException) -> Response:
         code = {404: "not_found", 405: "method_not_allowed", 413: "request_too_large"}.get(exc.status_code, "http_error")
-        return error_response(ApiError(exc.status_code, code, str(exc.detail), headers=dict(exc.headers or {})))
+        error = ApiError(exc.status_code, code, str(exc.detail), headers=dict(exc.headers or {}))
+        return _refusal_response(request.scope, error, gateway)
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(request: Request, exc: RequestValidationError) -> Response:
         first = exc.errors()[0] if exc.errors() else {}
-        where = [str(part) for part in first.get("loc", ()) if part not in ("body", "query", "path", "header")]
+        loc = list(first.get("loc", ()))
+        if loc and loc[0] in ("body", "query", "path", "header", "cookie"):
+            loc = loc[1:]
+        if "[key]" in loc:  # a bad mapping key: name the mapping
+            loc = loc[: loc.index("[key]") - 1]
+        where = [str(part) for part in loc if part not in ("text", "binary")]  # without union tags
         parameter = ".".join(where) or None
         if first.get("type") == "json_invalid":
             return error_response(ApiError(400, "malformed_json", f"the body is not valid JSON: {first.get('msg')}"))

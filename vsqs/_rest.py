@@ -17,7 +17,7 @@ from datetime import UTC, datetime
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Body, Path, Query, Request, Response
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Discriminator, Field, StringConstraints, Tag
 
 from vsqs._errors import InvalidArgument, QueueNotFound, VsqsError
 from vsqs._gateway import ApiError, Gateway, api_error_of, gateway_of
@@ -91,31 +91,50 @@ class QueueList(BaseModel):
     queues: list[str]
 
 
-class OutgoingMessage(_Strict):
-    """One message to publish: ``body`` (text) or ``body_base64`` (bytes)."""
+AttributeName = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9_.-]{1,256}$")]
 
-    body: str | None = None
-    body_base64: str | None = None
+
+class _MessageOptions(_Strict):
     delay: float | None = Field(None, ge=0, description="Seconds hidden [default: the queue's delay]")
-    priority: int | None = Field(None, ge=0, le=9, description="0..9, higher first")
-    attributes: dict[str, str] | None = None
-    group: str | None = Field(None, min_length=1, max_length=128)
+    priority: int | None = Field(None, ge=0, le=9, description="0..9, higher first (not with group)")
+    attributes: dict[AttributeName, str] | None = None
+    group: str | None = Field(None, min_length=1, max_length=128, description="Delivered in order within the group")
     dedup_id: str | None = Field(None, min_length=1, max_length=128)
 
-    def outgoing(self, position: int) -> Outgoing:
-        if (self.body is None) == (self.body_base64 is None):
-            raise ApiError(422, "invalid_parameter", f"messages.{position}: give body or body_base64, one of them",
-                           f"messages.{position}.body")
-        if self.body_base64 is not None:
-            try:
-                data: bytes | str = base64.b64decode(self.body_base64, validate=True)
-            except (binascii.Error, ValueError):
-                raise ApiError(422, "invalid_parameter", f"messages.{position}.body_base64 is not base64",
-                               f"messages.{position}.body_base64") from None
-        else:
-            data = self.body or ""
+    def outgoing(self, data: bytes | str) -> Outgoing:
         return Outgoing(data, delay=self.delay, priority=self.priority, attributes=self.attributes,
                         group=self.group, dedup_id=self.dedup_id)
+
+
+class TextMessage(_MessageOptions):
+    """A message whose body is text (stored as UTF-8)."""
+
+    body: str
+
+    def data(self) -> bytes:
+        return self.body.encode("utf-8")
+
+
+class BinaryMessage(_MessageOptions):
+    """A message whose body is any bytes, in base64."""
+
+    body_base64: str = Field(pattern=r"^[A-Za-z0-9+/]*={0,2}$")
+
+    def data(self) -> bytes:
+        try:
+            return base64.b64decode(self.body_base64, validate=True)
+        except (binascii.Error, ValueError):
+            raise ApiError(422, "invalid_parameter", "body_base64 is not base64", "body_base64") from None
+
+
+def _body_kind(entry: Any) -> str:
+    has_base64 = isinstance(entry, dict) and "body_base64" in entry or isinstance(entry, BinaryMessage)
+    return "binary" if has_base64 else "text"
+
+
+OutgoingMessage = Annotated[
+    Annotated[TextMessage, Tag("text")] | Annotated[BinaryMessage, Tag("binary")], Discriminator(_body_kind)
+]
 
 
 class PublishRequest(_Strict):
@@ -250,7 +269,7 @@ def _entry_error(exc: VsqsError) -> EntryError:
 
 async def _throttled_or_empty(gateway: Gateway, name: str) -> None:
     """An empty receive on a throttled queue is a 429, so clients back off."""
-    if await gateway.call(gateway.queue(name).throttled):
+    if await gateway.on(name, lambda q: q.throttled()):
         raise ApiError(429, "throttled", "the queue's receive budget for this window is spent",
                        headers={"Retry-After": "1"})
 
@@ -275,7 +294,7 @@ def router() -> APIRouter:
         gateway = gateway_of(request)
         changes = settings.changes() if settings else {}
         try:
-            existing = await gateway.call(lambda: dict(gateway.queue(queue).settings))
+            existing = await gateway.on(queue, lambda q: dict(q.settings))
         except QueueNotFound:
             existing = None
         if existing is None:
@@ -292,17 +311,16 @@ def router() -> APIRouter:
     async def get_queue(request: Request, queue: QueueName) -> QueueOut:
         """A queue's settings and message counts."""
         gateway = gateway_of(request)
-        handle = gateway.queue(queue)
-        stats = await gateway.call(handle.stats)
-        return QueueOut(name=queue, settings=dict(handle.settings), stats=QueueStatsOut(**stats.__dict__))
+        settings, stats = await gateway.on(queue, lambda q: (dict(q.settings), q.stats()))
+        return QueueOut(name=queue, settings=settings, stats=QueueStatsOut(**stats.__dict__))
 
     @api.patch("/{queue}", name="configure_queue", tags=["queues"])
     async def configure_queue(request: Request, queue: QueueName, settings: QueueSettings) -> QueueOut:
         """Change some settings (null unsets one); the rest stay."""
         gateway = gateway_of(request)
-        handle = gateway.queue(queue)
-        new = await gateway.call(handle.configure, **settings.changes())
-        return QueueOut(name=queue, settings=dict(new))
+        changes = settings.changes()
+        new = await gateway.on(queue, lambda q: dict(q.configure(**changes)))
+        return QueueOut(name=queue, settings=new)
 
     @api.delete("/{queue}", name="delete_queue", tags=["queues"])
     async def delete_queue(request: Request, queue: QueueName) -> Count:
@@ -317,7 +335,7 @@ def router() -> APIRouter:
                     groups: Annotated[bool, Query(description="Count per message group too")] = False) -> QueueStatsOut:
         """Message counts by state, from one listing."""
         gateway = gateway_of(request)
-        handle = gateway.queue(queue)
+        handle = await gateway.handle(queue)
         result = await gateway.call(handle.stats, groups=groups)
         return QueueStatsOut(**result.__dict__)
 
@@ -325,20 +343,20 @@ def router() -> APIRouter:
     async def purge(request: Request, queue: QueueName) -> Count:
         """Delete every message (in flight and delayed too); answers how many."""
         gateway = gateway_of(request)
-        return Count(count=await gateway.call(gateway.queue(queue).purge))
+        return Count(count=await gateway.on(queue, lambda q: q.purge()))
 
     @api.post("/{queue}/redrive", name="redrive", tags=["queues"])
     async def redrive(request: Request, queue: QueueName,
                       options: Annotated[RedriveRequest | None, Body()] = None) -> Count:
         """Move this dead-letter queue's visible messages back (to ``to``, or home)."""
         gateway = gateway_of(request)
-        options = options or RedriveRequest()
+        options = options or RedriveRequest.model_validate({})
         target = None
         if options.to is not None:
             if not _queue_name_ok(options.to):
                 raise ApiError(422, "invalid_parameter", "to must name a queue of this spool", "to")
-            target = gateway.queue(options.to)
-        handle = gateway.queue(queue)
+            target = await gateway.handle(options.to)
+        handle = await gateway.handle(queue)
         moved = await gateway.call(handle.redrive, target, max_messages=options.max_messages)
         return Count(count=moved)
 
@@ -347,18 +365,18 @@ def router() -> APIRouter:
                       body: Annotated[Operations | None, Body()] = None) -> QueueOut:
         """Suspend operations (publish, receive, delete; none named: all) in every process."""
         gateway = gateway_of(request)
-        handle = gateway.queue(queue)
+        handle = await gateway.handle(queue)
         await gateway.call(handle.suspend, *(body.operations if body else []))
-        return QueueOut(name=queue, settings=dict(handle.settings))
+        return QueueOut(name=queue, settings=await gateway.call(lambda: dict(handle.settings)))
 
     @api.post("/{queue}/resume", name="resume", tags=["queues"])
     async def resume(request: Request, queue: QueueName,
                      body: Annotated[Operations | None, Body()] = None) -> QueueOut:
         """Resume operations (none named: all)."""
         gateway = gateway_of(request)
-        handle = gateway.queue(queue)
+        handle = await gateway.handle(queue)
         await gateway.call(handle.resume, *(body.operations if body else []))
-        return QueueOut(name=queue, settings=dict(handle.settings))
+        return QueueOut(name=queue, settings=await gateway.call(lambda: dict(handle.settings)))
 
     # -- messages, raw ---------------------------------------------------------
 
@@ -379,7 +397,6 @@ def router() -> APIRouter:
     ) -> Response:
         """Store the request body as is, whatever its Content-Type (kept for GET)."""
         gateway = gateway_of(request)
-        handle = gateway.queue(queue)
         data = await request.body()
         limit = gateway.config.max_message_bytes
         if len(data) > limit:
@@ -387,10 +404,10 @@ def router() -> APIRouter:
         content_type = request.headers.get("content-type")
         attributes = {CONTENT_TYPE_ATTRIBUTE: content_type[:256]} if content_type else None
         sent = datetime.now(UTC).timestamp()
-        message_id = await gateway.call(
-            handle.publish, data, delay=delay, priority=5 if priority is None else priority,
+        message_id = await gateway.on(queue, lambda q: q.publish(
+            data, delay=delay, priority=5 if priority is None else priority,
             attributes=attributes, group=group, dedup_id=dedup_id,
-        )
+        ))
         gateway.published(queue)
         return Response(status_code=201, headers={
             "Message-Id": message_id, "Message-Md5": _md5(data), "Message-Timestamp": _timestamp(sent)})
@@ -424,17 +441,16 @@ def router() -> APIRouter:
     async def publish(request: Request, queue: QueueName, batch: PublishRequest) -> PublishResult:
         """Publish 1-100 messages together (one directory fsync); all are stored or none."""
         gateway = gateway_of(request)
-        handle = gateway.queue(queue)
-        outgoing = [entry.outgoing(position) for position, entry in enumerate(batch.messages)]
+        bodies = [entry.data() for entry in batch.messages]
         limit = gateway.config.max_message_bytes
-        for position, item in enumerate(outgoing):
-            size = len(item.body) if isinstance(item.body, bytes) else len(str(item.body).encode())
-            if size > limit:
-                raise ApiError(413, "message_too_large", f"messages.{position}: {size} bytes, over the gateway's "
-                               f"{limit}", f"messages.{position}.body")
-        ids = await gateway.call(handle.publish_batch, outgoing, dedup=batch.dedup)
+        for position, data in enumerate(bodies):
+            if len(data) > limit:
+                raise ApiError(413, "message_too_large", f"messages.{position}: {len(data)} bytes, over the "
+                               f"gateway's {limit}", f"messages.{position}.body")
+        outgoing = [entry.outgoing(data) for entry, data in zip(batch.messages, bodies, strict=True)]
+        ids = await gateway.on(queue, lambda q: q.publish_batch(outgoing, dedup=batch.dedup))
         gateway.published(queue)
-        md5s = [_md5(item.body if isinstance(item.body, bytes) else str(item.body).encode()) for item in outgoing]
+        md5s = [_md5(data) for data in bodies]
         return PublishResult(messages=[Published(id=i, md5=m) for i, m in zip(ids, md5s, strict=True)])
 
     @api.post("/{queue}/messages/receive", name="receive", tags=["messages"], response_model_exclude_none=True,
@@ -443,7 +459,7 @@ def router() -> APIRouter:
                       options: Annotated[ReceiveRequest | None, Body()] = None) -> ReceiveResult:
         """Receive up to max_messages, long-polling up to ``wait`` seconds for the first."""
         gateway = gateway_of(request)
-        options = options or ReceiveRequest()
+        options = options or ReceiveRequest.model_validate({})
         got = await gateway.receive(queue, options.max_messages, options.visibility_timeout, options.wait)
         if not got:
             await _throttled_or_empty(gateway, queue)
@@ -455,14 +471,14 @@ def router() -> APIRouter:
     async def delete(request: Request, queue: QueueName, receipt: ReceiptPath) -> Response:
         """Delete a received message by its receipt."""
         gateway = gateway_of(request)
-        await gateway.call(gateway.queue(queue).delete, receipt)
+        await gateway.on(queue, lambda q: q.delete(receipt))
         return Response(status_code=204)
 
     @api.post("/{queue}/messages/delete", name="delete_batch", tags=["messages"])
     async def delete_batch(request: Request, queue: QueueName, body: Receipts) -> DeleteResult:
         """Delete several messages; one outcome per receipt, in order."""
         gateway = gateway_of(request)
-        outcomes = await gateway.call(gateway.queue(queue).delete_batch, body.receipts)
+        outcomes = await gateway.on(queue, lambda q: q.delete_batch(body.receipts))
         return DeleteResult(results=[
             DeleteOutcome(receipt=r, error=None if e is None else _entry_error(e))
             for r, e in zip(body.receipts, outcomes, strict=True)])
@@ -473,7 +489,7 @@ def router() -> APIRouter:
                                 body: Visibility) -> NewReceipt:
         """Hide the message for ``timeout`` seconds from now; answers the new receipt."""
         gateway = gateway_of(request)
-        new = await gateway.call(gateway.queue(queue).change_visibility, receipt, body.timeout)
+        new = await gateway.on(queue, lambda q: q.change_visibility(receipt, body.timeout))
         return NewReceipt(receipt=new)
 
     @api.post("/{queue}/messages/visibility", name="change_visibility_batch", tags=["messages"])
@@ -481,7 +497,7 @@ def router() -> APIRouter:
         """Change the visibility of several messages; one outcome per entry, in order."""
         gateway = gateway_of(request)
         pairs = [(entry.receipt, entry.timeout) for entry in body.entries]
-        outcomes = await gateway.call(gateway.queue(queue).change_visibility_batch, pairs)
+        outcomes = await gateway.on(queue, lambda q: q.change_visibility_batch(pairs))
         results = []
         for (receipt, _), outcome in zip(pairs, outcomes, strict=True):
             if isinstance(outcome, VsqsError):
