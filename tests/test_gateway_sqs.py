@@ -354,6 +354,20 @@ def test_a_handle_still_deletes_after_its_visibility_changed(sqs: Any, server: S
     assert library_queue(server, name).stats().total == 0
 
 
+def test_a_handle_follows_its_message_moved_by_another_process(sqs: Any, server: Server) -> None:
+    """Behind a load balancer the extend may reach another gateway: the delete still works."""
+    name = new_name("extend-elsewhere")
+    url = sqs.create_queue(QueueName=name)["QueueUrl"]
+    sqs.send_message(QueueUrl=url, MessageBody="long job")
+    handle = sqs.receive_message(QueueUrl=url, VisibilityTimeout=30)["Messages"][0]["ReceiptHandle"]
+    elsewhere = library_queue(server, name)  # another process's handle moves the message
+    elsewhere.change_visibility(elsewhere.change_visibility(handle, 60), 90)
+    sqs.change_message_visibility(QueueUrl=url, ReceiptHandle=handle, VisibilityTimeout=120)
+    elsewhere.change_visibility(elsewhere.current_receipt(handle), 150)
+    sqs.delete_message(QueueUrl=url, ReceiptHandle=handle)
+    assert library_queue(server, name).stats().total == 0
+
+
 def test_stale_and_invalid_receipts(sqs: Any, server: Server) -> None:
     name = new_name("stale")
     url = sqs.create_queue(QueueName=name)["QueueUrl"]

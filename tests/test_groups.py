@@ -53,6 +53,25 @@ def test_release_gives_the_group_back(queue):
     assert again.id == m.id and again.receive_count == 2
 
 
+def test_current_receipt_follows_the_group_slot(queue):
+    queue.publish_batch([b"1", b"2"], group="g")
+    first = queue.receive(visibility_timeout=30).receipt
+    moved = vsqs.Queue(queue.path).change_visibility(first, 60)
+    assert queue.current_receipt(first) == moved  # the slot's generation followed too
+    queue.delete(queue.current_receipt(first))
+    assert queue.receive().body == b"2"  # the slot was freed: the group goes on
+
+
+def test_current_receipt_refuses_a_slot_taken_by_another(queue):
+    queue.publish(b"1", group="g")
+    first = queue.receive(visibility_timeout=0.05).receipt
+    time.sleep(0.1)
+    again = vsqs.Queue(queue.path).receive(visibility_timeout=30)  # lease ran out: received again
+    assert again is not None
+    with pytest.raises(vsqs.StaleReceipt):
+        queue.current_receipt(first)
+
+
 def test_extended_lease_keeps_the_group_held(queue):
     queue.publish_batch([b"1", b"2"], group="g")
     m = queue.receive(visibility_timeout=0.2)

@@ -118,6 +118,30 @@ def test_change_visibility_extends_and_returns_new_receipt(queue):
     queue.delete(new)
 
 
+def test_current_receipt_follows_a_receive_through_visibility_changes(queue):
+    queue.publish(b"x")
+    first = queue.receive(visibility_timeout=30).receipt
+    assert queue.current_receipt(first) == first
+    other_process = vsqs.Queue(queue.path)  # another handle moves it, twice
+    latest = other_process.change_visibility(other_process.change_visibility(first, 40), 50)
+    assert queue.current_receipt(first) == latest
+    queue.delete(queue.current_receipt(first))
+    with pytest.raises(vsqs.StaleReceipt):
+        queue.current_receipt(first)  # deleted
+
+
+def test_current_receipt_is_stale_once_received_again(queue):
+    queue.publish(b"x")
+    first = queue.receive(visibility_timeout=30).receipt
+    queue.change_visibility(first, 0)  # visible again: the next receive is another receive
+    again = queue.receive()
+    with pytest.raises(vsqs.StaleReceipt):
+        queue.current_receipt(first)
+    assert queue.current_receipt(again.receipt) == again.receipt
+    with pytest.raises(vsqs.InvalidReceipt):
+        queue.current_receipt("not-a-receipt")
+
+
 def test_change_visibility_zero_makes_visible_and_keeps_a_receipt(queue):
     queue.publish(b"x")
     m = queue.receive()

@@ -93,6 +93,16 @@ class GroupLeases:
         """Hold the slot until ``until_us``; None if it was lost (its lease ran out and was taken)."""
         return self._next(group, slot.index, slot.gen, _format.encode_lease(until_us))
 
+    def held_until(self, group: str, index: int, until_us: int) -> SlotRef | None:
+        """The slot's newest generation if it is a lease until exactly ``until_us``
+        (the one its holder last wrote), else None: the slot went to someone else."""
+        self.refresh()
+        gen = self._newest.get((group, index), 0)
+        data = _fs.read(self._path(group, index, gen)) if gen else None
+        if data is None or _format.decode_lease(data) != until_us:
+            return None
+        return SlotRef(index, gen)
+
     def free(self, group: str, slot: SlotRef) -> None:
         """Give the slot up (after delete or release)."""
         self._next(group, slot.index, slot.gen, _format.FREE_LEASE)

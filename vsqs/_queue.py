@@ -995,6 +995,30 @@ class Queue:
         self._remember(new, until)
         return _format.make_receipt(self.id, new, slot)
 
+    def current_receipt(self, receipt: str) -> str:
+        """The receipt that holds ``receipt``'s message now, after
+        :meth:`change_visibility` moved it (perhaps in another process).
+
+        SQS clients keep the first receipt of a receive for its whole life;
+        this finds the message of the same receive (same id, same receive
+        count, still hidden) with one listing. :class:`StaleReceipt` if the
+        message was deleted, released or received again since.
+        """
+        name, text, slot = _format.parse_receipt(self.id, receipt)
+        if _fs.exists(self._file(text)):
+            return receipt
+        for other in self._parsed():
+            if (other.stem != name.stem or other.state is not State.HIDDEN
+                    or other.receive_count != name.receive_count):
+                continue
+            if slot is None:
+                return _format.make_receipt(self.id, str(other), None)
+            with self._lock:
+                held = self._groups.held_until(name.group_hash, slot.index, other.until_us)
+            if held is not None:
+                return _format.make_receipt(self.id, str(other), held)
+        raise StaleReceipt(_stale_message(name.key))
+
     def release(self, receipt: str) -> None:
         """Make the message visible again now (ready), keeping its receive count."""
         name, text, slot = _format.parse_receipt(self.id, receipt)

@@ -73,11 +73,11 @@ Decisions (beyond SQS's own rules):
   ignored.
 - Receipts: vsqs gives a message a new receipt when its visibility changes,
   SQS keeps the handle. The gateway remembers, per process and in memory,
-  handle -> current receipt after a ChangeMessageVisibility, so a client
-  that extends and then deletes with its handle deletes the message. A
-  handle changed through another gateway process is stale here: its delete
-  does nothing and the message comes back after its timeout (a redelivery,
-  never a loss).
+  handle -> current receipt after a ChangeMessageVisibility; a handle changed
+  through another gateway process is followed with
+  :meth:`vsqs.Queue.current_receipt` (one listing: the same message, the same
+  receive count, still in flight). So a client that extends and then deletes
+  with its first handle deletes the message, whichever gateway it talks to.
 - Stale receipts: DeleteMessage with a receipt that no longer holds its
   message succeeds without deleting (SQS's documented behaviour; the
   metrics outcome is ``stale``); ChangeMessageVisibility answers
@@ -113,7 +113,7 @@ import uuid
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
 from fastapi import APIRouter, Request
@@ -136,6 +136,8 @@ from vsqs._gateway import MAX_BATCH, Gateway, gateway_of
 from vsqs._message import Message, Outgoing
 from vsqs._queue import Queue
 from vsqs._spool import check_queue_name
+
+T = TypeVar("T")
 
 log = logging.getLogger("vsqs.gateway.sqs")
 
@@ -301,6 +303,28 @@ class ReceiptAliases:
 
     def settled(self, handle: str) -> None:
         self._current.pop(handle, None)
+
+    def follow(self, queue: Queue, handle: str, action: Callable[[str], T]) -> T:
+        """``action(receipt)`` on the receipt that holds ``handle``'s message now
+        (blocking: call it on the thread pool). This process's memory answers
+        first; if the message moved elsewhere (another gateway, another worker),
+        :meth:`vsqs.Queue.current_receipt` finds it with one listing."""
+        receipt = self.current(handle)
+        try:
+            return action(receipt)
+        except StaleReceipt:
+            current = queue.current_receipt(handle)  # StaleReceipt again if it is gone
+            if current == receipt:
+                raise
+            return action(current)
+
+
+def _outcome_of(fn: Callable[..., Any], *args: Any) -> Any:
+    """``fn(*args)``, or the vsqs error it raised (a batch entry's outcome)."""
+    try:
+        return fn(*args)
+    except (StaleReceipt, InvalidReceipt, InvalidArgument) as exc:
+        return exc
 
 
 # -- a request ------------------------------------------------------------------------
@@ -1023,7 +1047,7 @@ async def delete_message(call: _Call) -> dict[str, Any]:
     handle = _required_string(call.params, "ReceiptHandle")
     queue = await call.queue()
     try:
-        await call.run(queue.delete, call.aliases.current(handle))
+        await call.run(call.aliases.follow, queue, handle, queue.delete)
     except StaleReceipt:
         log.debug("DeleteMessage with a stale receipt on %s: nothing deleted", call.queue_name)
         call.outcome = "stale"
@@ -1042,7 +1066,8 @@ async def delete_message_batch(call: _Call) -> dict[str, Any]:
             failed.append(_failed(entry["Id"], SqsError("MissingParameter", "ReceiptHandle is required.")))
         else:
             todo.append((entry["Id"], handle))
-    outcomes = await call.run(queue.delete_batch, [call.aliases.current(handle) for _, handle in todo])
+    outcomes = await call.run(lambda: [_outcome_of(call.aliases.follow, queue, handle, queue.delete)
+                                       for _, handle in todo])
     successful: list[dict[str, Any]] = []
     stale = False
     for (entry_id, handle), outcome in zip(todo, outcomes):
@@ -1062,7 +1087,8 @@ async def change_message_visibility(call: _Call) -> dict[str, Any]:
         raise SqsError("MissingParameter", "The request must contain the parameter VisibilityTimeout.")
     timeout = _integer(call.params, "VisibilityTimeout", 0, MAX_VISIBILITY_TIMEOUT)
     queue = await call.queue()
-    receipt = await call.run(queue.change_visibility, call.aliases.current(handle), float(timeout or 0))
+    receipt = await call.run(call.aliases.follow, queue, handle,
+                             lambda current: queue.change_visibility(current, float(timeout or 0)))
     call.aliases.moved(handle, receipt)
     return {}
 
@@ -1081,8 +1107,10 @@ async def change_message_visibility_batch(call: _Call) -> dict[str, Any]:
             todo.append((entry["Id"], handle, float(timeout or 0)))
         except SqsError as exc:
             failed.append(_failed(entry["Id"], exc))
-    outcomes = await call.run(queue.change_visibility_batch,
-                              [(call.aliases.current(handle), timeout) for _, handle, timeout in todo])
+    outcomes = await call.run(lambda: [
+        _outcome_of(call.aliases.follow, queue, handle,
+                    lambda current, timeout=timeout: queue.change_visibility(current, timeout))
+        for _, handle, timeout in todo])
     successful: list[dict[str, Any]] = []
     for (entry_id, handle, _), outcome in zip(todo, outcomes):
         if isinstance(outcome, VsqsError):
