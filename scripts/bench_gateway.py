@@ -53,8 +53,8 @@ import httpx
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
-import vsqs  # noqa: E402
-from tests.gateway_server import running_gateway  # noqa: E402
+import vsqs
+from tests.gateway_server import running_gateway
 
 BODY = b"x" * 100
 
