@@ -368,6 +368,27 @@ def test_a_handle_follows_its_message_moved_by_another_process(sqs: Any, server:
     assert library_queue(server, name).stats().total == 0
 
 
+def test_an_old_handle_never_reaches_a_later_receive(sqs: Any, server: Server) -> None:
+    """A redrive resets the receive count: the old handle must still not match B's receive."""
+    name, dlq = new_name("redriven"), new_name("redriven-dlq")
+    dlq_url = sqs.create_queue(QueueName=dlq)["QueueUrl"]
+    arn = sqs.get_queue_attributes(QueueUrl=dlq_url, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
+    url = sqs.create_queue(QueueName=name, Attributes={
+        "RedrivePolicy": json.dumps({"deadLetterTargetArn": arn, "maxReceiveCount": 1})})["QueueUrl"]
+    sqs.send_message(QueueUrl=url, MessageBody="once")
+    old = sqs.receive_message(QueueUrl=url, VisibilityTimeout=1)["Messages"][0]["ReceiptHandle"]
+    time.sleep(1.1)
+    assert "Messages" not in sqs.receive_message(QueueUrl=url)  # over maxReceiveCount: dead-lettered
+    assert library_queue(server, dlq).redrive() == 1
+    current = sqs.receive_message(QueueUrl=url, VisibilityTimeout=60)["Messages"][0]["ReceiptHandle"]
+    sqs.delete_message(QueueUrl=url, ReceiptHandle=old)  # stale: deletes nothing
+    with pytest.raises(sqs.exceptions.MessageNotInflight):
+        sqs.change_message_visibility(QueueUrl=url, ReceiptHandle=old, VisibilityTimeout=0)
+    assert library_queue(server, name).stats().in_flight == 1
+    sqs.delete_message(QueueUrl=url, ReceiptHandle=current)
+    assert library_queue(server, name).stats().total == 0
+
+
 def test_stale_and_invalid_receipts(sqs: Any, server: Server) -> None:
     name = new_name("stale")
     url = sqs.create_queue(QueueName=name)["QueueUrl"]

@@ -142,6 +142,20 @@ def test_current_receipt_is_stale_once_received_again(queue):
         queue.current_receipt("not-a-receipt")
 
 
+def test_current_receipt_never_reaches_a_later_receive_with_the_same_count(tmp_path):
+    spool = vsqs.Spool(tmp_path, create=True)
+    queue, dlq = spool.create_queue("q", max_receives=1, dead_letter="q.dlq"), spool.create_queue("q.dlq")
+    queue.publish(b"x")
+    old = queue.receive(visibility_timeout=0).receipt
+    assert queue.receive() is None  # over max_receives: dead-lettered
+    assert dlq.redrive() == 1  # back home with its receive count reset
+    later = queue.receive(visibility_timeout=60)
+    assert later.receive_count == 1  # the same count as the old receipt's
+    with pytest.raises(vsqs.StaleReceipt):
+        queue.current_receipt(old)
+    later.delete()
+
+
 def test_change_visibility_zero_makes_visible_and_keeps_a_receipt(queue):
     queue.publish(b"x")
     m = queue.receive()

@@ -165,9 +165,23 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_tags.seed)  # a forked child must not repeat its parent's tags
 
 
+RECEIVE_ID_LENGTH = 6  # the first hex digits of a TAG: which receive the name belongs to
+
+
 def new_tag() -> str:
     """A fresh per-move token: makes every claim's destination name unique."""
     return f"{_tags.getrandbits(48):012x}"
+
+
+def moved_tag(tag: str) -> str:
+    """The TAG of a visibility change: the receive's id (the first
+    RECEIVE_ID_LENGTH digits) kept, the rest fresh, so the name is still
+    unique and still says which receive holds it."""
+    return tag[:RECEIVE_ID_LENGTH] + f"{_tags.getrandbits(24):06x}"
+
+
+def same_receive(tag: str, other: str) -> bool:
+    return tag[:RECEIVE_ID_LENGTH] == other[:RECEIVE_ID_LENGTH]
 
 
 class _KeyClock:

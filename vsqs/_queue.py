@@ -980,7 +980,7 @@ class Queue:
         timeout = check_seconds(timeout, "timeout", MAX_VISIBILITY_TIMEOUT)
         name, text, slot = _format.parse_receipt(self.id, receipt)
         until = _format.now_us() + to_us(timeout)
-        new = _format.hidden_name(name.stem, until, name.receive_count)
+        new = _format.hidden_name(name.stem, until, name.receive_count, _format.moved_tag(name.tag))
         if slot is not None:  # the slot first: a crash between leaves the group blocked, not open
             with self._lock:
                 extended = self._groups.extend(name.group_hash, slot, until)
@@ -1000,8 +1000,9 @@ class Queue:
         :meth:`change_visibility` moved it (perhaps in another process).
 
         SQS clients keep the first receipt of a receive for its whole life;
-        this finds the message of the same receive (same id, same receive
-        count, still hidden) with one listing. :class:`StaleReceipt` if the
+        this finds the message of the same receive with one listing: same
+        id, same receive count, and the same receive id (a visibility change
+        keeps the first digits of the TAG). :class:`StaleReceipt` if the
         message was deleted, released or received again since.
         """
         name, text, slot = _format.parse_receipt(self.id, receipt)
@@ -1009,7 +1010,8 @@ class Queue:
             return receipt
         for other in self._parsed():
             if (other.stem != name.stem or other.state is not State.HIDDEN
-                    or other.receive_count != name.receive_count):
+                    or other.receive_count != name.receive_count
+                    or not _format.same_receive(other.tag, name.tag)):
                 continue
             if slot is None:
                 return _format.make_receipt(self.id, str(other), None)
