@@ -371,7 +371,9 @@ def test_a_killed_gateway_loses_nothing(tmp_path):
 # -- authentication and workers --------------------------------------------------------------------
 
 
-def test_api_key(tmp_path):
+def test_api_key(tmp_path, monkeypatch):
+    monkeypatch.setenv("AWS_CONFIG_FILE", "/dev/null")  # boto3 reads no real configuration
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", "/dev/null")
     key_file = tmp_path / "key"
     key_file.write_text("s3cret\n")
     spool = tmp_path / "spool"
@@ -388,6 +390,22 @@ def test_api_key(tmp_path):
         assert os.listdir(spool) == []
         assert http.put("/queues/q", headers={"Authorization": "Bearer s3cret"}).status_code == 201
         assert http.get("/queues", headers={"X-Api-Key": "s3cret"}).json() == {"queues": ["q"]}
+
+        # the key closes the SQS face too: SigV4 with the API key as the secret, any key id
+        boto3 = pytest.importorskip("boto3")
+        import botocore.config
+        import botocore.exceptions
+
+        def sqs(secret):
+            return boto3.client("sqs", endpoint_url=server.url, region_name="us-east-1",
+                                aws_access_key_id="anyone", aws_secret_access_key=secret,
+                                config=botocore.config.Config(retries={"max_attempts": 1}))
+
+        with pytest.raises(botocore.exceptions.ClientError) as refused:
+            sqs("made-up").create_queue(QueueName="intruder")
+        assert refused.value.response["Error"]["Code"] == "SignatureDoesNotMatch"
+        assert os.listdir(spool) == ["q"]
+        assert sqs("s3cret").get_queue_url(QueueName="q")["QueueUrl"].endswith("/q")
 
 
 

@@ -97,6 +97,15 @@ def test_a_changed_signed_header_does_not_match() -> None:
     assert refused(request).code == "SignatureDoesNotMatch"
 
 
+def test_the_action_header_must_be_signed() -> None:
+    request = signed()
+    names = request["headers"]["authorization"].split("SignedHeaders=")[1].split(",")[0]
+    without = ";".join(name for name in names.split(";") if name != "x-amz-target")
+    request["headers"]["authorization"] = request["headers"]["authorization"].replace(names, without)
+    error = refused(request)
+    assert (error.code, error.status) == ("IncompleteSignature", 400)
+
+
 def test_an_unsigned_header_may_change() -> None:
     request = signed()
     request["headers"]["user-agent"] = "something else"  # botocore never signs User-Agent

@@ -509,11 +509,14 @@ def serve(config: GatewayConfig, *, host: str, port: int, workers: int, log_leve
 
     import uvicorn
 
-    if not config.aws_credentials:
+    if not config.aws_credentials and not config.api_key:
         log.warning(
             "NO AWS CREDENTIALS CONFIGURED: the SQS face (POST /) accepts ANY signature. "
             "Set VSQS_AWS_ACCESS_KEY_ID and VSQS_AWS_SECRET_ACCESS_KEY, or --aws-credentials-file."
         )
+    elif not config.aws_credentials:
+        log.warning("no AWS key pairs configured: the SQS face takes requests signed with the API key "
+                    "as the secret access key (any access key id)")
     if config.api_key is None:
         log.warning("no API key configured: the native API (/queues) is open to anyone who can connect")
     if host not in ("127.0.0.1", "::1", "localhost"):

@@ -17,6 +17,10 @@ expects):
    clients always sign the payload);
 5. the signature matches (``SignatureDoesNotMatch``), compared in constant time.
 
+``X-Amz-Target`` (the action) must be among the signed headers when present
+(``IncompleteSignature``): otherwise a captured request could be replayed as
+another action on the same body.
+
 The region in the scope is not checked against the gateway's (clients sign
 with whatever region they are configured for; the signing key depends on
 it, so the signature still proves the secret); the service must be ``sqs``.
@@ -222,6 +226,9 @@ def verify(
         raise SigV4Error("MissingAuthenticationToken",
                          "the request must be signed (AWS Signature Version 4): no Authorization header")
     auth = parse_authorization(header)
+    if "x-amz-target" in headers and "x-amz-target" not in auth.signed_headers:
+        # the action is in this header: unsigned, a captured SendMessage could be replayed as DeleteQueue
+        raise SigV4Error("IncompleteSignature", "X-Amz-Target must be among the signed headers", 400)
     secret = credentials.get(auth.access_key)
     if secret is None:
         raise SigV4Error("InvalidClientTokenId",

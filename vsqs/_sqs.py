@@ -23,8 +23,10 @@ answer ``UnsupportedOperation``; an unknown target ``UnknownOperationException``
 
 Decisions (beyond SQS's own rules):
 
-- Auth: SigV4 against the configured key pairs (``_sigv4``); with none
-  configured every request is accepted, signed or not. The region in the
+- Auth: SigV4 against the configured key pairs (``_sigv4``). With none but
+  an API key, SigV4 with the API key as the secret and any access key id (a
+  key closes both faces); with neither, every request is accepted, signed or
+  not. The region in the
   signature's scope is not checked (it only names the key derivation).
 - Queue URL ``{scheme}://{Host}/{account_id}/{name}``. A QueueUrl is
   accepted with any host and account; its last segment is the queue name.
@@ -111,7 +113,7 @@ import struct
 import time
 import uuid
 from collections import OrderedDict
-from collections.abc import Awaitable, Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
 from urllib.parse import urlsplit
@@ -1166,10 +1168,31 @@ def _parse_body(body: bytes) -> dict[str, Any]:
     return params
 
 
+class _AnyAccessKey(Mapping[str, str]):
+    """Every access key id, one secret: the API key, when no AWS key pairs are configured."""
+
+    def __init__(self, secret: str) -> None:
+        self._secret = secret
+
+    def __getitem__(self, key: str) -> str:
+        return self._secret
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(())
+
+    def __len__(self) -> int:
+        return 0
+
+
 def _authenticate(request: Request, gateway: Gateway, body: bytes) -> None:
-    credentials = gateway.config.aws_credentials
+    """SigV4 against the AWS key pairs; with none but an API key, against the API key
+    as the secret (any access key id), so that a key closes both faces."""
+    config = gateway.config
+    credentials: Mapping[str, str] = config.aws_credentials
     if not credentials:
-        return  # none configured: every signature is accepted (the gateway warned at start-up)
+        if not config.api_key:
+            return  # none configured: every signature is accepted (the gateway warned at start-up)
+        credentials = _AnyAccessKey(config.api_key)
     try:
         _sigv4.verify(
             method=request.method,
