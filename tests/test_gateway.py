@@ -157,6 +157,29 @@ def test_raw_publish_options(http, queue_name):
     assert bad.status_code == 422 and bad.json()["error"]["parameter"] == "priority"
 
 
+def test_raw_publishes_take_the_default_priority_and_groups(http, queue_name):
+    http.post(f"/queues/{queue_name}/messages/batch", json={"messages": [{"body": "json first"}]})
+    assert http.post(f"/queues/{queue_name}/messages", content=b"raw second").status_code == 201
+    got = http.post(f"/queues/{queue_name}/messages/receive", json={"max_messages": 10}).json()["messages"]
+    assert [m["body"] for m in got] == ["json first", "raw second"]  # in order: the same priority
+    for body in (b"g1", b"g2"):
+        assert http.post(f"/queues/{queue_name}/messages", content=body, params={"group": "g"}).status_code == 201
+    first = http.get(f"/queues/{queue_name}/messages")
+    assert first.content == b"g1" and http.get(f"/queues/{queue_name}/messages").status_code == 204  # one at a time
+
+
+def test_a_content_type_is_echoed_only_when_well_formed(http, server, queue_name):
+    bad = http.post(f"/queues/{queue_name}/messages", content=b"x", headers={"Content-Type": "no slash"})
+    assert bad.status_code == 422 and bad.json()["error"]["parameter"] == "Content-Type"
+    q = vsqs.Spool(server.spool).queue(queue_name)  # other faces may store anything there
+    q.publish(b"snow", attributes={"content-type": "text/\u2603"})
+    q.publish(b"split", attributes={"content-type": "text/plain\r\nX-Evil: 1"})
+    for body in (b"snow", b"split"):
+        got = http.get(f"/queues/{queue_name}/messages")
+        assert got.status_code == 200 and got.content == body
+        assert got.headers["Content-Type"] == "application/octet-stream" and "X-Evil" not in got.headers
+
+
 def test_long_poll_returns_when_a_message_arrives(http, server, queue_name):
     def publish_later(via_library: bool) -> None:
         time.sleep(0.5)
@@ -174,6 +197,21 @@ def test_long_poll_returns_when_a_message_arrives(http, server, queue_name):
         assert got.status_code == 200
         assert time.monotonic() - started < 10  # well within the wait
         http.delete(f"/queues/{queue_name}/messages/{got.headers['Message-Receipt']}")
+
+
+def test_a_long_poll_whose_client_left_claims_nothing(http, server, queue_name):
+    import socket
+
+    port = int(server.url.rsplit(":", 1)[1])
+    with socket.create_connection(("127.0.0.1", port)) as client:
+        client.sendall(f"GET /queues/{queue_name}/messages?wait=15&visibility_timeout=600 HTTP/1.1\r\n"
+                       "Host: test\r\n\r\n".encode())
+        time.sleep(0.5)
+    time.sleep(0.5)  # gone; its poll is still asleep
+    vsqs.Spool(server.spool).queue(queue_name).publish(b"for someone who is there")
+    time.sleep(1.5)
+    stats = http.get(f"/queues/{queue_name}/stats").json()
+    assert (stats["ready"], stats["in_flight"]) == (1, 0)  # not hidden for nobody
 
 
 def test_long_polls_hold_no_thread(http, server, queue_name):

@@ -14,12 +14,15 @@ Two faces share one port: the native JSON/raw API under ``/queues`` (see
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hmac
 import json
 import logging
+import math
 import os
 import threading
 import time
+from collections import deque
 from collections.abc import Awaitable, Callable, Iterable, MutableMapping
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
@@ -67,6 +70,8 @@ DEFAULT_MAX_MESSAGE_BYTES = 1024 * 1024  # SQS's own limit since 2025
 MAX_BATCH = 10  # messages per request in a batch, as SQS
 _HANDLE_CHECK_SECONDS = 2.0
 _POLL_FIRST, _POLL_MAX = 0.01, 0.5
+_MIN_REPOLL = 0.1  # seconds between receive attempts of the idle long polls of one queue
+MAX_WAIT = 20.0  # seconds a receive may long-poll, as SQS: a longer wait belongs in a loop
 
 
 @dataclass(frozen=True)
@@ -151,7 +156,7 @@ class Gateway:
         self.spool = Spool(config.spool)
         self._handles: dict[str, tuple[Queue, float]] = {}
         self._handles_lock = threading.Lock()
-        self._wakeups: dict[str, asyncio.Event] = {}
+        self._waiters: dict[str, _Waiters] = {}
         self.metrics = _Metrics(self)
 
     # -- queue handles ------------------------------------------------------
@@ -192,45 +197,86 @@ class Gateway:
 
     # -- long polling ---------------------------------------------------------
 
-    def published(self, name: str) -> None:
-        """Wake this process's long polls on queue ``name`` (others find it by polling)."""
-        event = self._wakeups.pop(name, None)
-        if event is not None:
-            event.set()
+    def published(self, name: str, count: int = 1) -> None:
+        """Wake up to ``count`` of this process's long polls on queue ``name``, one
+        per message published (others, and other processes, find it by polling)."""
+        waiters = self._waiters.get(name)
+        if waiters is None:
+            return
+        waiters.attempted_at = -math.inf  # the next poll of any waiter goes ahead
+        while count > 0 and waiters.sleeping:
+            woken = waiters.sleeping.popleft()
+            if not woken.done():
+                woken.set_result(None)
+                count -= 1
 
     async def receive(
-        self, name: str, max_messages: int, visibility_timeout: float | None, wait: float | None
+        self, name: str, max_messages: int, visibility_timeout: float | None, wait: float | None,
+        disconnected: Callable[[], Awaitable[bool]] | None = None,
     ) -> list[Message]:
         """Receive with a long poll that holds no thread while it waits.
 
         Each attempt is one non-blocking ``receive_batch`` on the thread pool;
-        between attempts the request sleeps on the event loop, woken early by a
-        publish through this gateway, else backing off from 10 ms to 0.5 s.
+        between attempts the request sleeps on the event loop. A publish
+        through this process wakes one sleeper per message. Otherwise a
+        sleeper wakes after its pause (10 ms doubling to 0.5 s) and tries again
+        only if no waiter on the queue tried in the last 0.1 s, so idle long
+        polls cost a few listings a second per queue, however many there are.
+        A client that went away stops its poll before the next attempt, so
+        no message is hidden for nobody.
         """
         queue = await self.handle(name)
         if wait is None:
             wait = float(await self.call(lambda: queue.settings["receive_wait"]))
-        if wait < 0 or wait > 20:
-            raise InvalidArgument(f"wait must be 0..20 seconds, not {wait!r}")
+        if not 0 <= wait <= MAX_WAIT:
+            raise InvalidArgument(f"wait must be 0..{MAX_WAIT:g} seconds, not {wait!r}")
         deadline = time.monotonic() + wait
+        waiters = self._waiters.setdefault(name, _Waiters())
+        loop = asyncio.get_running_loop()
         pause = _POLL_FIRST
         self.metrics.long_polls.inc()
         try:
             while True:
-                event = self._wakeups.setdefault(name, asyncio.Event())
+                waiters.attempted_at = time.monotonic()
                 got = await self.call(
                     queue.receive_batch, max_messages, visibility_timeout=visibility_timeout, wait=0
                 )
-                left = deadline - time.monotonic()
-                if got or left <= 0:
+                if got or deadline - time.monotonic() <= 0:
                     return got
-                try:
-                    await asyncio.wait_for(event.wait(), min(pause, left))
-                    pause = _POLL_FIRST
-                except TimeoutError:
-                    pause = min(pause * 2, _POLL_MAX)
+                while True:  # sleep until woken, or until it is our turn to poll
+                    left = deadline - time.monotonic()
+                    if left <= 0:
+                        return []
+                    woken: asyncio.Future[None] = loop.create_future()
+                    waiters.sleeping.append(woken)
+                    try:
+                        await asyncio.wait_for(asyncio.shield(woken), min(pause, left))
+                    except TimeoutError:
+                        pause = min(pause * 2, _POLL_MAX)
+                    finally:
+                        if not woken.done():
+                            woken.cancel()
+                            with contextlib.suppress(ValueError):
+                                waiters.sleeping.remove(woken)
+                    if disconnected is not None and await disconnected():
+                        return []
+                    if woken.done() and not woken.cancelled():
+                        pause = _POLL_FIRST
+                        break
+                    if time.monotonic() - waiters.attempted_at >= _MIN_REPOLL:
+                        break
         finally:
             self.metrics.long_polls.dec()
+
+
+class _Waiters:
+    """This process's long polls on one queue."""
+
+    __slots__ = ("attempted_at", "sleeping")
+
+    def __init__(self) -> None:
+        self.sleeping: deque[asyncio.Future[None]] = deque()
+        self.attempted_at = -math.inf  # monotonic time of the last receive attempt by any of them
 
 
 class _Metrics:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import base64
 import binascii
 import hashlib
+import re
 from datetime import UTC, datetime
 from typing import Annotated, Any, Literal
 
@@ -20,14 +21,15 @@ from fastapi import APIRouter, Body, Path, Query, Request, Response
 from pydantic import BaseModel, ConfigDict, Discriminator, Field, StringConstraints, Tag
 
 from vsqs._errors import InvalidArgument, QueueNotFound, VsqsError
-from vsqs._gateway import ApiError, Gateway, api_error_of, gateway_of
+from vsqs._gateway import MAX_WAIT, ApiError, Gateway, api_error_of, gateway_of
 from vsqs._message import Message, Outgoing
 from vsqs._settings import validate as validate_settings
 from vsqs._spool import check_queue_name
 
 MAX_JSON_BATCH = 100
-MAX_WAIT = 20.0  # seconds, as SQS: a longer poll belongs in a loop
 CONTENT_TYPE_ATTRIBUTE = "content-type"  # where raw mode keeps a body's Content-Type
+_TOKEN = r"[A-Za-z0-9!#$&^_.+-]+"
+_MEDIA_TYPE_RE = re.compile(rf'{_TOKEN}/{_TOKEN}(\s*;\s*{_TOKEN}=({_TOKEN}|"[ !#-\[\]-~]*"))*')
 
 QueueName = Annotated[
     str, Path(description="Queue name: 1-80 of A-Z a-z 0-9 _ . -, starting with a letter or digit",
@@ -233,6 +235,11 @@ class Count(BaseModel):
     count: int
 
 
+def _is_media_type(text: str) -> bool:
+    """A well-formed media type, short enough for a header (anything else is not echoed)."""
+    return len(text) <= 256 and _MEDIA_TYPE_RE.fullmatch(text) is not None
+
+
 def _queue_name_ok(name: str) -> bool:
     """A plain queue name of this spool (never a path: HTTP clients stay inside the spool)."""
     try:
@@ -402,13 +409,17 @@ def router() -> APIRouter:
         if len(data) > limit:
             raise ApiError(413, "message_too_large", f"the body is {len(data)} bytes, over the gateway's {limit}", "body")
         content_type = request.headers.get("content-type")
-        attributes = {CONTENT_TYPE_ATTRIBUTE: content_type[:256]} if content_type else None
+        if content_type is not None and not _is_media_type(content_type):
+            raise ApiError(422, "invalid_parameter", "Content-Type must be a media type such as text/plain",
+                           "Content-Type")
+        attributes = {CONTENT_TYPE_ATTRIBUTE: content_type} if content_type else None
+        options: dict[str, Any] = {} if priority is None else {"priority": priority}
         sent = datetime.now(UTC).timestamp()
         message_id = await gateway.on(queue, lambda q: q.publish(
-            data, delay=delay, priority=5 if priority is None else priority,
+            data, delay=delay, **options,
             attributes=attributes, group=group, dedup_id=dedup_id,
         ))
-        gateway.published(queue)
+        gateway.published(queue, 1)
         return Response(status_code=201, headers={
             "Message-Id": message_id, "Message-Md5": _md5(data), "Message-Timestamp": _timestamp(sent)})
 
@@ -423,14 +434,16 @@ def router() -> APIRouter:
                           visibility_timeout: VisibilityQuery = None) -> Response:
         """Receive one message and answer its body as is (204 when none is visible)."""
         gateway = gateway_of(request)
-        got = await gateway.receive(queue, 1, visibility_timeout, wait)
+        got = await gateway.receive(queue, 1, visibility_timeout, wait, request.is_disconnected)
         if not got:
             await _throttled_or_empty(gateway, queue)
             return Response(status_code=204)
         m = got[0]
         body = await gateway.call(lambda: m.body)
         attributes = m.attributes
-        return Response(body, media_type=attributes.get(CONTENT_TYPE_ATTRIBUTE, "application/octet-stream"),
+        stored_type = attributes.get(CONTENT_TYPE_ATTRIBUTE, "")  # set by anyone: the library, SQS clients
+        media_type = stored_type if _is_media_type(stored_type) else "application/octet-stream"
+        return Response(body, media_type=media_type,
                         headers={"Message-Id": m.id, "Message-Receipt": m.receipt,
                                  "Message-Receive-Count": str(m.receive_count),
                                  "Message-Timestamp": _timestamp(m.sent_at), "Message-Md5": _md5(body)})
@@ -449,7 +462,7 @@ def router() -> APIRouter:
                                f"gateway's {limit}", f"messages.{position}.body")
         outgoing = [entry.outgoing(data) for entry, data in zip(batch.messages, bodies, strict=True)]
         ids = await gateway.on(queue, lambda q: q.publish_batch(outgoing, dedup=batch.dedup))
-        gateway.published(queue)
+        gateway.published(queue, len(ids))
         md5s = [_md5(data) for data in bodies]
         return PublishResult(messages=[Published(id=i, md5=m) for i, m in zip(ids, md5s, strict=True)])
 
@@ -460,7 +473,8 @@ def router() -> APIRouter:
         """Receive up to max_messages, long-polling up to ``wait`` seconds for the first."""
         gateway = gateway_of(request)
         options = options or ReceiveRequest.model_validate({})
-        got = await gateway.receive(queue, options.max_messages, options.visibility_timeout, options.wait)
+        got = await gateway.receive(queue, options.max_messages, options.visibility_timeout, options.wait,
+                                    request.is_disconnected)
         if not got:
             await _throttled_or_empty(gateway, queue)
         return ReceiveResult(messages=await gateway.call(lambda: [_message_out(m) for m in got]))

@@ -134,7 +134,7 @@ from vsqs._errors import (
     StorageError,
     VsqsError,
 )
-from vsqs._gateway import MAX_BATCH, Gateway, gateway_of
+from vsqs._gateway import MAX_BATCH, MAX_WAIT, Gateway, gateway_of
 from vsqs._message import Message, Outgoing
 from vsqs._queue import Queue
 from vsqs._spool import check_queue_name
@@ -151,7 +151,7 @@ TRACE_ATTRIBUTE = "sqs.trace"
 RESERVED_PREFIX = "sqs."
 FIFO_SUFFIX = ".fifo"
 FIFO_DEDUP_WINDOW = 300.0  # SQS's five minutes
-MAX_WAIT_SECONDS = 20
+MAX_WAIT_SECONDS = int(MAX_WAIT)
 MAX_VISIBILITY_TIMEOUT = 43200
 MAX_DELAY_SECONDS = 900
 MAX_MESSAGE_ATTRIBUTES = 10
@@ -1016,7 +1016,7 @@ async def send_message_batch(call: _Call) -> dict[str, Any]:
                 failed.append(_failed(entry_id, outcome))
             else:
                 successful.append({"Id": entry_id, **_send_result(outcome, prepared)})
-        call.gateway.published(name)
+        call.gateway.published(name, len(successful))
     _batch_outcome(call, failed)
     return {"Successful": successful, "Failed": failed}
 
@@ -1037,7 +1037,7 @@ async def receive_message(call: _Call) -> dict[str, Any]:
     settings = await call.settings(queue)
     messages = await call.gateway.receive(
         name, count, None if visibility is None else float(visibility),
-        float(settings["receive_wait"] if wait is None else wait),
+        float(settings["receive_wait"] if wait is None else wait), call.request.is_disconnected,
     )
     fifo = _is_fifo(name)
     received = [_received(call, m, fifo, bool(settings["content_dedup"]), system_names, attribute_names)
