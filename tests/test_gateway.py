@@ -90,6 +90,8 @@ def test_queue_lifecycle(http, server):
     assert vsqs.Spool(server.spool).queue("life").settings["receive_wait"] == 2.0  # the spool is the truth
     http.post("/queues/life/messages", content=b"a")
     assert http.delete("/queues/life").json() == {"count": 1}
+    gone = http.delete("/queues/life")
+    assert gone.status_code == 404 and server.spool not in gone.text  # no server paths in answers
     missing = http.get("/queues/life")
     assert missing.status_code == 404
     assert missing.json()["error"] == {"code": "queue_not_found", "message": "no queue 'life'", "parameter": "queue"}
@@ -370,6 +372,8 @@ def test_dead_letters_redrive_and_purge(http, queue_name):
     assert http.get(f"/queues/{queue_name}/stats").json()["ready"] == 1
     bad = http.post(f"/queues/{dlq}/redrive", json={"to": "/etc"})
     assert bad.status_code == 422 and bad.json()["error"]["parameter"] == "to"
+    missing = http.post(f"/queues/{dlq}/redrive", json={"to": "no-such-queue"})
+    assert missing.status_code == 404 and missing.json()["error"]["parameter"] == "to"
     assert http.post(f"/queues/{queue_name}/purge").json() == {"count": 1}
     http.delete(f"/queues/{dlq}")
 

@@ -135,6 +135,13 @@ def api_error_of(exc: VsqsError) -> ApiError:
     return ApiError(500, "error", text)
 
 
+def without_paths(text: str, spool_root: str) -> str:
+    """An error message fit for a client: paths in the spool become queue names,
+    and the spool's own path goes (a client has no business knowing it)."""
+    root = spool_root.rstrip(os.sep)
+    return text.replace(root + os.sep, "").replace(f" in {root}", "").replace(root, "the spool")
+
+
 def _named_parameter(text: str) -> str | None:
     """vsqs's InvalidArgument messages start with the argument's name ("visibility_timeout must ...")."""
     head = text.split(" ", 1)[0].rstrip(":")
@@ -494,7 +501,7 @@ def create_app(config: GatewayConfig) -> GatewayMiddleware:
         if isinstance(exc, QueueNotFound) and "queue" in request.path_params:
             gateway.forget(request.path_params["queue"])
             error.message = f"no queue {request.path_params['queue']!r}"
-        error.message = error.message.replace(config.spool + os.sep, "")  # no server paths in answers
+        error.message = without_paths(error.message, config.spool)
         return error_response(error)
 
     @app.exception_handler(StarletteHTTPException)

@@ -362,7 +362,10 @@ def router() -> APIRouter:
         if options.to is not None:
             if not _queue_name_ok(options.to):
                 raise ApiError(422, "invalid_parameter", "to must name a queue of this spool", "to")
-            target = await gateway.handle(options.to)
+            try:
+                target = await gateway.handle(options.to)
+            except QueueNotFound:
+                raise ApiError(404, "queue_not_found", f"no queue {options.to!r}", "to") from None
         handle = await gateway.handle(queue)
         moved = await gateway.call(handle.redrive, target, max_messages=options.max_messages)
         return Count(count=moved)

@@ -134,7 +134,7 @@ from vsqs._errors import (
     StorageError,
     VsqsError,
 )
-from vsqs._gateway import MAX_BATCH, MAX_WAIT, Gateway, gateway_of
+from vsqs._gateway import MAX_BATCH, MAX_WAIT, Gateway, gateway_of, without_paths
 from vsqs._message import Message, Outgoing
 from vsqs._queue import Queue
 from vsqs._spool import check_queue_name
@@ -232,7 +232,7 @@ def request_too_large(limit: int) -> Response:
 def sqs_error_of(exc: VsqsError, spool_root: str | None = None) -> SqsError:
     """The one translation of vsqs errors for the SQS face; paths inside
     ``spool_root`` are shown relative to it (clients see queue names, not paths)."""
-    text = str(exc).replace(spool_root.rstrip("/") + "/", "") if spool_root else str(exc)
+    text = without_paths(str(exc), spool_root) if spool_root else str(exc)
     if isinstance(exc, QueueNotFound):
         return SqsError("QueueDoesNotExist", f"The specified queue does not exist: {text}")
     if isinstance(exc, InvalidReceipt):
