@@ -563,10 +563,14 @@ def test_bad_batches_are_refused(sqs: Any, server: Server, action: str, entries:
 def test_a_batch_over_the_size_limit_is_refused(sqs: Any, server: Server) -> None:
     name = new_name("toolong")
     url = sqs.create_queue(QueueName=name, Attributes={"MaximumMessageSize": "1024"})["QueueUrl"]
+    # as SQS: MaximumMessageSize limits each message; the batch may hold as much as the largest message allowed
+    fits = sqs.send_message_batch(QueueUrl=url, Entries=[{"Id": str(i), "MessageBody": "x" * 600} for i in range(10)])
+    assert len(fits["Successful"]) == 10
     with pytest.raises(sqs.exceptions.BatchRequestTooLong) as caught:
-        sqs.send_message_batch(QueueUrl=url, Entries=[{"Id": str(i), "MessageBody": "x" * 600} for i in range(2)])
+        sqs.send_message_batch(QueueUrl=url, Entries=[
+            {"Id": str(i), "MessageBody": "x" * (200 * 1024)} for i in range(10)])  # each over 1024, too
     assert error_of(caught) == ("AWS.SimpleQueueService.BatchRequestTooLong", 400)
-    assert library_queue(server, name).stats().total == 0
+    assert library_queue(server, name).stats().total == 10
 
 
 # -- FIFO --------------------------------------------------------------------------
@@ -954,9 +958,12 @@ def test_missing_parameters(sqs: Any, server: Server) -> None:
 def test_a_request_over_the_size_cap_writes_nothing(sqs: Any, server: Server) -> None:
     name = new_name("huge")
     url = sqs.create_queue(QueueName=name)["QueueUrl"]
-    body = json.dumps({"QueueUrl": url, "MessageBody": "x" * (15 * 1024 * 1024)}).encode()
+    # over the SQS face's cap (3 MiB + 64 KiB at the default 1 MiB per message), far under the native one
+    body = json.dumps({"QueueUrl": url, "MessageBody": "x" * (4 * 1024 * 1024)}).encode()
     response = signed_post(server, "AmazonSQS.SendMessage", body)
-    assert response.status_code == 413
+    assert (response.status_code, response.json()["__type"]) == (413, "com.amazonaws.sqs#InvalidParameterValue")
+    unsigned = httpx.post(server.url, content=body, headers={"X-Amz-Target": "AmazonSQS.SendMessage"})
+    assert unsigned.status_code == 413  # refused before the body is read or the signature checked
     assert sorted(os.listdir(library_queue(server, name).path)) == [".vsqs.json"]
 
 

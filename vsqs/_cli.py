@@ -692,12 +692,14 @@ def _aws_credentials(path: str | None) -> dict[str, str]:
 @click.option("--region", default="us-east-1", show_default=True, help="Region in queue ARNs and signatures.")
 @click.option("--max-message-bytes", type=click.IntRange(1, 64 * 1024 * 1024), default=1024 * 1024,
               show_default=True, help="Largest body the gateway takes (a queue's own limit may be lower).")
+@click.option("--limit-concurrency", type=click.IntRange(1), default=None,
+              help="Answer 503 past this many open connections and requests per worker [default: no limit].")
 @click.option("--create", is_flag=True, help="Create SPOOL if it does not exist.")
 @click.option("--log-level", type=click.Choice(["critical", "error", "warning", "info", "debug"]),
               default="info", show_default=True)
 def serve(
     spool: str, host: str, port: int, workers: int, api_key_file: str | None, aws_credentials_file: str | None,
-    region: str, max_message_bytes: int, create: bool, log_level: str,
+    region: str, max_message_bytes: int, limit_concurrency: int | None, create: bool, log_level: str,
 ) -> None:
     """Serve SPOOL over HTTP: the native API under /queues and the Amazon SQS
     protocol on POST / (needs the extra: pip install 'vsqs[server]').
@@ -719,4 +721,4 @@ def serve(
         region=region, max_message_bytes=max_message_bytes,
     )
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(name)s %(levelname)s %(message)s")
-    run(config, host=host, port=port, workers=workers, log_level=log_level)
+    run(config, host=host, port=port, workers=workers, log_level=log_level, limit_concurrency=limit_concurrency)

@@ -87,8 +87,14 @@ class GatewayConfig:
 
     @property
     def max_request_bytes(self) -> int:
-        """A batch of MAX_BATCH bodies in base64, plus room for the JSON around them."""
+        """The native API's cap: a batch of MAX_BATCH bodies in base64, plus the JSON around them."""
         return (MAX_BATCH * self.max_message_bytes * 4) // 3 + 256 * 1024
+
+    @property
+    def max_sqs_request_bytes(self) -> int:
+        """The SQS face's cap: SQS takes at most one message's worth per request (a batch
+        included); JSON escapes may triple non-ASCII text."""
+        return 3 * self.max_message_bytes + 64 * 1024
 
     def to_json(self) -> str:
         return json.dumps(self.__dict__)
@@ -386,7 +392,7 @@ def _refusal_response(scope: Scope, error: ApiError, gateway: Gateway) -> Respon
     if error.status == 413 and is_sqs_request(scope):
         from vsqs import _sqs
 
-        return _sqs.request_too_large(gateway.config.max_request_bytes)
+        return _sqs.request_too_large(gateway.config.max_sqs_request_bytes)
     return error_response(error)
 
 
@@ -420,12 +426,16 @@ class GatewayMiddleware:
             if refusal is not None:
                 await _refusal_response(scope, refusal, self.gateway)(scope, receive, sending)
             else:
-                await self.app(scope, self._capped(receive), sending)
+                await self.app(scope, self._capped(scope, receive), sending)
         finally:
             metrics.in_progress.dec()
             operation = scope.get("vsqs.operation") or _route_name(scope)
             metrics.observe(operation, scope.get("vsqs.outcome") or _outcome(status),
                             time.perf_counter() - started)
+
+    def _limit(self, scope: Scope) -> int:
+        config = self.gateway.config
+        return config.max_sqs_request_bytes if is_sqs_request(scope) else config.max_request_bytes
 
     def _refusal(self, scope: Scope) -> ApiError | None:
         headers = dict(scope["headers"])
@@ -433,8 +443,8 @@ class GatewayMiddleware:
         if length is not None:
             if not length.isdigit():
                 return ApiError(400, "bad_request", "Content-Length is not a number")
-            if int(length) > self.gateway.config.max_request_bytes:
-                return self._too_large()
+            if int(length) > self._limit(scope):
+                return self._too_large(scope)
         if self._key is None or scope["path"] in _OPEN_PATHS or is_sqs_request(scope):
             return None  # the SQS face checks its own signatures
         given = headers.get(b"x-api-key")
@@ -446,12 +456,11 @@ class GatewayMiddleware:
                             headers={"WWW-Authenticate": 'Bearer realm="vsqs"'})
         return None
 
-    def _too_large(self) -> ApiError:
-        return ApiError(413, "request_too_large",
-                        f"the request body is over {self.gateway.config.max_request_bytes} bytes", "body")
+    def _too_large(self, scope: Scope) -> ApiError:
+        return ApiError(413, "request_too_large", f"the request body is over {self._limit(scope)} bytes", "body")
 
-    def _capped(self, receive: Receive) -> Receive:
-        limit = self.gateway.config.max_request_bytes
+    def _capped(self, scope: Scope, receive: Receive) -> Receive:
+        limit = self._limit(scope)
         seen = 0
 
         async def capped() -> MutableMapping[str, Any]:
@@ -556,8 +565,10 @@ def gateway_of(request: Request) -> Gateway:
     return gateway
 
 
-def serve(config: GatewayConfig, *, host: str, port: int, workers: int, log_level: str) -> None:
-    """Run the gateway under uvicorn until interrupted."""
+def serve(config: GatewayConfig, *, host: str, port: int, workers: int, log_level: str,
+          limit_concurrency: int | None = None) -> None:
+    """Run the gateway under uvicorn until interrupted; past ``limit_concurrency``
+    open connections and requests per worker, uvicorn answers 503."""
     import tempfile
 
     import uvicorn
@@ -575,10 +586,11 @@ def serve(config: GatewayConfig, *, host: str, port: int, workers: int, log_leve
     if host not in ("127.0.0.1", "::1", "localhost"):
         log.warning("listening on %s beyond loopback; put TLS in front (a reverse proxy)", host)
     if workers == 1:
-        uvicorn.run(create_app(config), host=host, port=port, log_level=log_level)
+        uvicorn.run(create_app(config), host=host, port=port, log_level=log_level,
+                    limit_concurrency=limit_concurrency)
         return
     os.environ[CONFIG_ENV] = config.to_json()
     with tempfile.TemporaryDirectory(prefix="vsqs-gateway-metrics-") as metrics_dir:
         os.environ["PROMETHEUS_MULTIPROC_DIR"] = metrics_dir
         uvicorn.run("vsqs._gateway:app_from_env", factory=True, host=host, port=port,
-                    workers=workers, log_level=log_level)
+                    workers=workers, log_level=log_level, limit_concurrency=limit_concurrency)

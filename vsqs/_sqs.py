@@ -991,9 +991,11 @@ async def send_message_batch(call: _Call) -> dict[str, Any]:
             ready.append((entry["Id"], prepared))
         except SqsError as exc:
             failed.append(_failed(entry["Id"], exc))
-    if total > limit:
+            total += len(str(entry.get("MessageBody", "")).encode("utf-8", "replace"))  # SQS counts it too
+    batch_limit = call.gateway.config.max_message_bytes  # SQS: a batch may be as large as one message can
+    if total > batch_limit:
         raise SqsError("BatchRequestTooLong", f"The batch's messages are {total} bytes in all; "
-                       f"at most {limit} (MaximumMessageSize) are allowed.")
+                       f"at most {batch_limit} are allowed.")
 
     def send() -> list[str | SqsError]:
         messages = [prepared.message for _, prepared in ready]
