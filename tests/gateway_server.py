@@ -26,6 +26,17 @@ class Server:
             return f.read()
 
 
+def tree_around(spool: str) -> list[str]:
+    """Every path under the spool's parent, so a write that escaped the spool
+    (``../x``) shows as well as one inside it. Tests put the spool one level
+    down in a directory of its own."""
+    parent = os.path.dirname(os.path.abspath(spool))
+    found = []
+    for top, dirs, files in os.walk(parent):
+        found += [os.path.relpath(os.path.join(top, name), parent) for name in dirs + files]
+    return sorted(found)
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

@@ -15,7 +15,7 @@ pytest.importorskip("fastapi", reason="the gateway needs the server extra: pip i
 import httpx
 
 import vsqs
-from tests.gateway_server import running_gateway
+from tests.gateway_server import running_gateway, tree_around
 
 MAX_MESSAGE = 4096  # the module's gateway takes bodies up to this size
 
@@ -44,7 +44,7 @@ def queue_name(request, http):
 
 
 def spool_entries(server) -> list[str]:
-    return sorted(os.listdir(server.spool))
+    return tree_around(server.spool)
 
 
 # -- operations ----------------------------------------------------------------
@@ -460,3 +460,71 @@ def test_workers_share_the_spool_and_the_metrics(tmp_path):
         text = http.get("/metrics").text
         assert 'vsqs_gateway_requests_total{operation="publish_raw",outcome="ok"} 20.0' in text
         assert re.search(r'vsqs_messages{[^}]*queue="q"[^}]*state="ready"} 20', text)
+
+
+def test_no_file_io_on_the_event_loop(tmp_path, monkeypatch):
+    """Every system call vsqs makes while the gateway answers runs on the thread
+    pool: the gateway in-process, with each function of vsqs._fs checking where
+    it runs."""
+    import asyncio
+    import inspect
+
+    import uvicorn
+
+    from tests.gateway_server import free_port
+    from vsqs import _fs
+    from vsqs._gateway import GatewayConfig, create_app
+
+    on_the_loop: list[str] = []
+
+    def watched(name, fn):
+        def call(*args, **kwargs):
+            try:
+                asyncio.get_running_loop()
+                on_the_loop.append(name)
+            except RuntimeError:  # no loop in this thread: a pool thread
+                pass
+            return fn(*args, **kwargs)
+
+        return call
+
+    for name, fn in inspect.getmembers(_fs, inspect.isfunction):
+        if fn.__module__ == _fs.__name__:
+            monkeypatch.setattr(_fs, name, watched(name, fn))
+    port = free_port()
+    server = uvicorn.Server(uvicorn.Config(create_app(GatewayConfig(spool=str(tmp_path))), port=port,
+                                           log_level="warning"))
+    thread = threading.Thread(target=server.run)
+    thread.start()
+    try:
+        with httpx.Client(base_url=f"http://127.0.0.1:{port}") as http:
+            deadline = time.monotonic() + 20
+            while not server.started and time.monotonic() < deadline:
+                time.sleep(0.05)
+            assert http.put("/queues/q", json={"visibility_timeout": 30}).status_code == 201
+            assert http.put("/queues/q").status_code == 200
+            http.patch("/queues/q", json={"receive_wait": 1})
+            http.post("/queues/q/messages", content=b"raw")
+            http.post("/queues/q/messages/batch", json={"messages": [{"body": "a"}, {"body": "b"}]})
+            raw = http.get("/queues/q/messages")
+            http.delete(f"/queues/q/messages/{raw.headers['Message-Receipt']}")
+            got = http.post("/queues/q/messages/receive", json={"max_messages": 2}).json()["messages"]
+            moved = http.put(f"/queues/q/messages/{got[0]['receipt']}/visibility", json={"timeout": 5}).json()
+            http.post("/queues/q/messages/delete", json={"receipts": [moved["receipt"], got[1]["receipt"]]})
+            assert http.get("/queues/q/messages").status_code == 204  # a long poll: receive_wait
+            for path in ("/queues", "/queues/q", "/queues/q/stats", "/metrics", "/healthz"):
+                assert http.get(path).status_code == 200, path
+            http.post("/queues/q/suspend", json={}), http.post("/queues/q/resume", json={})
+            http.post("/queues/q/purge"), http.post("/queues/q/redrive", json={})
+            sqs = {"X-Amz-Target": "AmazonSQS.SendMessage", "Content-Type": "application/x-amz-json-1.0"}
+            url = f"http://127.0.0.1:{port}/000000000000/q"
+            assert http.post("/", json={"QueueUrl": url, "MessageBody": "s"}, headers=sqs).status_code == 200
+            sqs["X-Amz-Target"] = "AmazonSQS.ReceiveMessage"
+            handle = http.post("/", json={"QueueUrl": url}, headers=sqs).json()["Messages"][0]["ReceiptHandle"]
+            sqs["X-Amz-Target"] = "AmazonSQS.DeleteMessage"
+            assert http.post("/", json={"QueueUrl": url, "ReceiptHandle": handle}, headers=sqs).status_code == 200
+            assert http.delete("/queues/q").status_code == 200
+    finally:
+        server.should_exit = True
+        thread.join(10)
+    assert on_the_loop == []

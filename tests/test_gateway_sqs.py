@@ -32,7 +32,7 @@ from botocore.credentials import Credentials
 from botocore.exceptions import ClientError
 
 import vsqs
-from tests.gateway_server import Server, running_gateway
+from tests.gateway_server import Server, running_gateway, tree_around
 from vsqs import _sqs
 
 KEY, SECRET = "AKIDVSQSTEST", "vsqs-test-secret"
@@ -57,7 +57,8 @@ def no_aws_config() -> Iterator[None]:
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    spool = tmp_path_factory.mktemp("sqs-spool")
+    spool = tmp_path_factory.mktemp("sqs") / "spool"  # one level down: escapes to .. show
+    spool.mkdir()
     logs = tmp_path_factory.mktemp("sqs-logs")
     env = {"VSQS_AWS_ACCESS_KEY_ID": KEY, "VSQS_AWS_SECRET_ACCESS_KEY": SECRET}
     with running_gateway(str(spool), env=env, log_dir=str(logs)) as running:
@@ -67,7 +68,8 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
 
 @pytest.fixture(scope="module")
 def open_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    spool = tmp_path_factory.mktemp("sqs-open-spool")
+    spool = tmp_path_factory.mktemp("sqs-open") / "spool"
+    spool.mkdir()
     logs = tmp_path_factory.mktemp("sqs-open-logs")
     with running_gateway(str(spool), log_dir=str(logs)) as running:
         yield running
@@ -95,7 +97,7 @@ def library_queue(server: Server, name: str) -> vsqs.Queue:
 
 
 def spool_entries(server: Server) -> list[str]:
-    return sorted(os.listdir(server.spool))
+    return tree_around(server.spool)
 
 
 def error_of(caught: pytest.ExceptionInfo[ClientError]) -> tuple[str, int]:

@@ -305,8 +305,8 @@ def router() -> APIRouter:
         except QueueNotFound:
             existing = None
         if existing is None:
-            made = await gateway.call(gateway.spool.create_queue, queue, **changes)
-            return QueueOut(name=queue, settings=dict(made.settings))
+            made = await gateway.call(lambda: dict(gateway.spool.create_queue(queue, **changes).settings))
+            return QueueOut(name=queue, settings=made)
         wanted = {**existing, **validate_settings(changes)}
         if wanted != existing:
             raise ApiError(409, "queue_exists", f"queue {queue!r} exists with other settings; PATCH changes them",
