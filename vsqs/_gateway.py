@@ -67,7 +67,7 @@ T = TypeVar("T")
 
 CONFIG_ENV = "VSQS_GATEWAY_CONFIG"  # how `vsqs serve --workers N` hands its config to each worker
 DEFAULT_MAX_MESSAGE_BYTES = 1024 * 1024  # SQS's own limit since 2025
-MAX_BATCH = 10  # messages per request in a batch, as SQS
+_CAP_MESSAGES = 10  # the native request cap holds this many full-size bodies (a batch of small ones may hold 100)
 _HANDLE_CHECK_SECONDS = 2.0
 _POLL_FIRST, _POLL_MAX = 0.01, 0.5
 _MIN_REPOLL = 0.1  # seconds between receive attempts of the idle long polls of one queue
@@ -87,8 +87,8 @@ class GatewayConfig:
 
     @property
     def max_request_bytes(self) -> int:
-        """The native API's cap: a batch of MAX_BATCH bodies in base64, plus the JSON around them."""
-        return (MAX_BATCH * self.max_message_bytes * 4) // 3 + 256 * 1024
+        """The native API's cap: _CAP_MESSAGES full-size bodies in base64, plus the JSON around them."""
+        return (_CAP_MESSAGES * self.max_message_bytes * 4) // 3 + 256 * 1024
 
     @property
     def max_sqs_request_bytes(self) -> int:

@@ -134,7 +134,7 @@ from vsqs._errors import (
     StorageError,
     VsqsError,
 )
-from vsqs._gateway import MAX_BATCH, MAX_WAIT, Gateway, gateway_of, without_paths
+from vsqs._gateway import MAX_WAIT, Gateway, gateway_of, without_paths
 from vsqs._message import Message, Outgoing
 from vsqs._queue import Queue
 from vsqs._spool import check_queue_name
@@ -152,6 +152,7 @@ RESERVED_PREFIX = "sqs."
 FIFO_SUFFIX = ".fifo"
 FIFO_DEDUP_WINDOW = 300.0  # SQS's five minutes
 MAX_WAIT_SECONDS = int(MAX_WAIT)
+MAX_BATCH = 10  # entries per batch request, and messages per receive: SQS's limit
 MAX_VISIBILITY_TIMEOUT = 43200
 MAX_DELAY_SECONDS = 900
 MAX_MESSAGE_ATTRIBUTES = 10
