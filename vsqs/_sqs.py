@@ -1228,6 +1228,10 @@ def router() -> APIRouter:
             if handler is None:
                 if action in UNSUPPORTED_ACTIONS:
                     raise SqsError("UnsupportedOperation", f"vsqs does not support {action}.")
+                if not target and b"Action=" in body[:4096]:  # the older query protocol
+                    raise SqsError("UnknownOperationException",
+                                   "this gateway speaks SQS's AWS JSON 1.0 protocol, not the query protocol: "
+                                   "use an SDK from after April 2024 (boto3/botocore 1.34.90 or later)")
                 raise SqsError("UnknownOperationException",
                                f"Unknown operation {target[:100]!r}: send X-Amz-Target: AmazonSQS.<Action> "
                                "(the AWS JSON 1.0 protocol)")
