@@ -452,6 +452,18 @@ def test_api_key(tmp_path, monkeypatch):
 
 
 
+def test_queues_made_by_the_gateway_get_its_file_mode(tmp_path):
+    with running_gateway(str(tmp_path), "--file-mode", "640") as server, httpx.Client(base_url=server.url) as http:
+        assert http.put("/queues/native").status_code == 201
+        sqs = {"X-Amz-Target": "AmazonSQS.CreateQueue", "Content-Type": "application/x-amz-json-1.0"}
+        assert http.post("/", json={"QueueName": "viasqs"}, headers=sqs).status_code == 200
+        for name in ("native", "viasqs"):
+            assert vsqs.Spool(str(tmp_path)).queue(name).settings["file_mode"] == "0640"
+            http.post(f"/queues/{name}/messages", content=b"x")
+            files = [f for f in os.listdir(tmp_path / name) if not f.startswith(".")]
+            assert [os.stat(tmp_path / name / f).st_mode & 0o777 for f in files] == [0o640]
+
+
 def test_workers_share_the_spool_and_the_metrics(tmp_path):
     with running_gateway(str(tmp_path), "--workers", "2") as server, httpx.Client(base_url=server.url) as http:
         http.put("/queues/q")

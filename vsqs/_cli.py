@@ -692,6 +692,8 @@ def _aws_credentials(path: str | None) -> dict[str, str]:
 @click.option("--region", default="us-east-1", show_default=True, help="Region in queue ARNs and signatures.")
 @click.option("--max-message-bytes", type=click.IntRange(1, 64 * 1024 * 1024), default=1024 * 1024,
               show_default=True, help="Largest body the gateway takes (a queue's own limit may be lower).")
+@click.option("--file-mode", default=None, metavar="MODE",
+              help="Octal mode for the queues the gateway creates, e.g. 660 for a group-shared spool.")
 @click.option("--limit-concurrency", type=click.IntRange(1), default=None,
               help="Answer 503 past this many open connections and requests per worker [default: no limit].")
 @click.option("--create", is_flag=True, help="Create SPOOL if it does not exist.")
@@ -699,7 +701,8 @@ def _aws_credentials(path: str | None) -> dict[str, str]:
               default="info", show_default=True)
 def serve(
     spool: str, host: str, port: int, workers: int, api_key_file: str | None, aws_credentials_file: str | None,
-    region: str, max_message_bytes: int, limit_concurrency: int | None, create: bool, log_level: str,
+    region: str, max_message_bytes: int, file_mode: str | None, limit_concurrency: int | None, create: bool,
+    log_level: str,
 ) -> None:
     """Serve SPOOL over HTTP: the native API under /queues and the Amazon SQS
     protocol on POST / (needs the extra: pip install 'vsqs[server]').
@@ -716,9 +719,14 @@ def serve(
 
     Spool(spool, create=create)  # QueueNotFound (a clear one-line error) if it is missing
     api_key = _read_secret_file(api_key_file) if api_key_file else os.environ.get("VSQS_API_KEY") or None
+    if file_mode is not None:
+        try:
+            file_mode = _settings.validate({"file_mode": file_mode})["file_mode"]
+        except VsqsError as exc:
+            raise click.BadParameter(str(exc), param_hint="--file-mode") from None
     config = GatewayConfig(
         spool=os.path.abspath(spool), api_key=api_key, aws_credentials=_aws_credentials(aws_credentials_file),
-        region=region, max_message_bytes=max_message_bytes,
+        region=region, max_message_bytes=max_message_bytes, file_mode=file_mode,
     )
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(name)s %(levelname)s %(message)s")
     run(config, host=host, port=port, workers=workers, log_level=log_level, limit_concurrency=limit_concurrency)

@@ -84,6 +84,7 @@ class GatewayConfig:
     region: str = "us-east-1"
     account_id: str = "000000000000"
     max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES
+    file_mode: str | None = None  # given to the queues the gateway creates (e.g. "0660")
 
     @property
     def max_request_bytes(self) -> int:
@@ -199,6 +200,13 @@ class Gateway:
     async def handle(self, name: str) -> Queue:
         """:meth:`queue` from the event loop (opening a queue reads its metadata)."""
         return await self.call(self.queue, name)
+
+    def create_queue(self, name: str, **settings: Any) -> Queue:
+        """Create (or open) queue ``name`` with ``settings``; a queue the gateway makes
+        gets the operator's ``--file-mode`` (HTTP clients cannot choose modes)."""
+        if self.config.file_mode is not None:
+            settings = {"file_mode": self.config.file_mode, **settings}
+        return self.spool.create_queue(name, **settings)
 
     def forget(self, name: str) -> None:
         with self._handles_lock:

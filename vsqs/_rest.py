@@ -305,7 +305,7 @@ def router() -> APIRouter:
         except QueueNotFound:
             existing = None
         if existing is None:
-            made = await gateway.call(lambda: dict(gateway.spool.create_queue(queue, **changes).settings))
+            made = await gateway.call(lambda: dict(gateway.create_queue(queue, **changes).settings))
             return QueueOut(name=queue, settings=made)
         wanted = {**existing, **validate_settings(changes)}
         if wanted != existing:

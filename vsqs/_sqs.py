@@ -879,7 +879,7 @@ async def create_queue(call: _Call) -> dict[str, Any]:
             existing = spool.queue(name)
         except QueueNotFound:
             extra = {"dedup_window": FIFO_DEDUP_WINDOW, "group_concurrency": 1} if _is_fifo(name) else {}
-            spool.create_queue(name, **extra, **settings)
+            call.gateway.create_queue(name, **extra, **settings)
             return
         current = existing.settings
         differing = sorted(key for key, value in settings.items() if current[key] != value)
