@@ -32,7 +32,7 @@ import re
 import secrets
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
@@ -108,16 +108,66 @@ def parse_name(name: str) -> Name | None:
     m = _NAME_RE.fullmatch(name)
     if m is None:
         return None
-    stem, group, origin, envelope, ready_count, until, count, tag, new = m.group(
-        "stem", "group", "origin", "envelope", "ready_count", "until", "count", "tag", "new"
+    # positional groups (see _NAME_RE): cheaper than looking each up by name
+    stem, _key, group, origin, envelope, ready_count, until, count, tag, new = m.groups()
+    if until is not None:
+        return Name(stem, State.HIDDEN, int(count), int(until), tag, group or "", origin or "", envelope is not None)
+    if new is not None:
+        return Name(stem, State.WRITING, 0, 0, "", group or "", origin or "", envelope is not None)
+    return Name(
+        stem, State.READY, int(ready_count) if ready_count else 0, 0, "", group or "", origin or "", envelope is not None
     )
-    if new:
-        state, receive_count, until_us = State.WRITING, 0, 0
-    elif until is not None:
-        state, receive_count, until_us = State.HIDDEN, int(count), int(until)
-    else:
-        state, receive_count, until_us = State.READY, int(ready_count or 0), 0
-    return Name(stem, state, receive_count, until_us, tag or "", group or "", origin or "", bool(envelope))
+
+
+def is_message_name(name: str) -> bool:
+    """Whether ``name`` is of the grammar (cheaper than parsing it)."""
+    return _NAME_RE.fullmatch(name) is not None
+
+
+class Triage(NamedTuple):
+    """One directory listing sorted out by state, with as little parsing as it can."""
+
+    visible: list[str]  # ungrouped names claimable now; dotless ones not yet validated
+    hidden: list[tuple[int, str]]  # (until_us, name): ungrouped names hidden until then
+    grouped: list[Name]  # messages of groups, parsed, in any state but writing
+    writing: list[str]  # .new files
+
+
+def triage(names: Iterable[str], visible_from_us: int) -> Triage:
+    """Sort the entries of a queue directory out by state, for receive.
+
+    A hidden name counts as visible when its UNTIL <= ``visible_from_us``.
+    Most entries of a deep queue are never-received ready names, ``STEM``
+    with no dot: those are passed through unparsed (a foreign dotless name
+    gets in too; whoever claims a name must parse it first, see
+    :func:`parse_name`). Every name with a dot, or with a group flag, is
+    parsed here.
+    """
+    visible: list[str] = []
+    hidden: list[tuple[int, str]] = []
+    grouped: list[Name] = []
+    writing: list[str] = []
+    for name in names:
+        if "." not in name and "-g" not in name:  # no KEY holds a "g": only a group flag does
+            visible.append(name)
+            continue
+        parsed = parse_name(name)
+        if parsed is None:
+            continue
+        if parsed.state is State.WRITING:
+            writing.append(name)
+        elif parsed.group_hash:
+            grouped.append(parsed)
+        elif parsed.state is State.HIDDEN and parsed.until_us > visible_from_us:
+            hidden.append((parsed.until_us, name))
+        else:
+            visible.append(name)
+    return Triage(visible, hidden, grouped, writing)
+
+
+def group_of(name: str) -> str:
+    """The group hash of a message name already known to be of the grammar ("" if none)."""
+    return name[KEY_LENGTH + 2 : KEY_LENGTH + 14] if name.startswith("-g", KEY_LENGTH) else ""
 
 
 def make_stem(key: str, *, group_hash: str = "", origin: str = "", envelope: bool = False) -> str:
@@ -148,7 +198,11 @@ def ready_name(stem: str, receive_count: int = 0) -> str:
 
 
 def hidden_name(stem: str, until_us: int, receive_count: int, tag: str | None = None) -> str:
-    return f"{stem}.{until_us:016d}.{min(receive_count, MAX_COUNT)}.{tag or new_tag()}"
+    """``STEM.UNTIL.COUNT.TAG``, with a fresh TAG unless one is given (on every receive)."""
+    count = min(receive_count, MAX_COUNT)
+    if tag:
+        return f"{stem}.{until_us:016d}.{count}.{tag}"
+    return f"{stem}.{until_us:016d}.{count}.{_tags.getrandbits(48):012x}"  # new_tag(), inlined
 
 
 def writing_name(stem: str) -> str:
