@@ -110,13 +110,16 @@ def parse_name(name: str) -> Name | None:
         return None
     # positional groups (see _NAME_RE): cheaper than looking each up by name
     stem, _key, group, origin, envelope, ready_count, until, count, tag, new = m.groups()
+    flags = (group or "", origin or "", envelope is not None)
     if until is not None:
-        return Name(stem, State.HIDDEN, int(count), int(until), tag, group or "", origin or "", envelope is not None)
+        return _new_name(Name, (stem, State.HIDDEN, int(count), int(until), tag, *flags))
     if new is not None:
-        return Name(stem, State.WRITING, 0, 0, "", group or "", origin or "", envelope is not None)
-    return Name(
-        stem, State.READY, int(ready_count) if ready_count else 0, 0, "", group or "", origin or "", envelope is not None
-    )
+        return _new_name(Name, (stem, State.WRITING, 0, 0, "", *flags))
+    return _new_name(Name, (stem, State.READY, int(ready_count) if ready_count else 0, 0, "", *flags))
+
+
+# Name(...) without NamedTuple's generated Python __new__: parse_name is on every hot path
+_new_name = tuple.__new__
 
 
 def is_message_name(name: str) -> bool:
@@ -172,6 +175,8 @@ def group_of(name: str) -> str:
 
 def make_stem(key: str, *, group_hash: str = "", origin: str = "", envelope: bool = False) -> str:
     """The stem of a message: its key and the flags that travel with it."""
+    if not (group_hash or origin or envelope):
+        return key
     return (
         key
         + (f"-g{group_hash}" if group_hash else "")
@@ -214,7 +219,7 @@ def now_us() -> int:
     return time.time_ns() // 1000
 
 
-_tags = random.Random()  # not for secrets: tags only keep names apart
+_tags = random.Random()  # not for secrets: tags and the random part of keys only keep names apart
 if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_tags.seed)  # a forked child must not repeat its parent's tags
 
@@ -245,8 +250,10 @@ def new_key(priority: int = DEFAULT_PRIORITY) -> str:
 
     Send times strictly increase within a process (FIFO per producer); 64
     random bits make two processes' keys differ even at the same microsecond.
+    They come from this process's generator, seeded from the OS and reseeded
+    in a forked child (as for tags): no system call per key.
     """
-    return f"{MAX_PRIORITY - priority}-{_clock.next():016d}-{secrets.token_hex(8)}"
+    return f"{MAX_PRIORITY - priority}-{_clock.next():016d}-{_tags.getrandbits(64):016x}"
 
 
 # -- stages: private directories whose messages a commit publishes at once --

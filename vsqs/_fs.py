@@ -104,9 +104,11 @@ def create_exclusive(path: str, data: bytes, *, durable: bool, mode: int | None 
     try:
         if mode is not None:
             os.fchmod(fd, mode)  # explicit, never through the process-wide umask
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view) :]
+        written = os.write(fd, data)
+        if written < len(data):  # a short write: write the rest
+            view = memoryview(data)[written:]
+            while view:
+                view = view[os.write(fd, view) :]
         if durable:
             os.fsync(fd)
     except OSError as exc:

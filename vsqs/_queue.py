@@ -137,7 +137,7 @@ class _Presence:
 class _Listing:
     """A handle's cached view of its directory: visible names and timed hidden ones."""
 
-    __slots__ = ("visible", "grouped", "hidden", "blocked", "listed_at", "cost", "truncated", "claimed")
+    __slots__ = ("visible", "grouped", "hidden", "blocked", "listed_at", "cost", "stale_at", "truncated", "claimed")
 
     def __init__(self) -> None:
         self.visible: list[str] = []  # heap: smallest name = next to deliver
@@ -148,6 +148,7 @@ class _Listing:
         self.blocked: set[str] = set()  # groups to leave alone until the next listing
         self.listed_at = -math.inf  # time.monotonic() of the listing
         self.cost = 0.0  # seconds the listing took
+        self.stale_at = -math.inf  # time.monotonic() from which it is re-read even if not used up
         self.truncated = False  # the listing had more candidates than the window kept
         self.claimed = 0  # messages claimed from this listing
 
@@ -446,24 +447,27 @@ class Queue:
         published and the rest are left for gc.
         """
         settings = self._current_settings()
-        self._check_suspended("publish", settings)
+        if settings["suspended"]:  # (a cheap test first: this is on every publish)
+            self._check_suspended("publish", settings)
         if dedup not in (None, "content"):
             raise InvalidArgument(f"dedup must be 'content' or None, not {dedup!r}")
         defaults = _Defaults(delay, at, priority, attributes, group, _dedup_id, dedup == "content")
         entries = [self._prepare(item, defaults, settings) for item in bodies]
         if len(entries) > MAX_BATCH:
             raise InvalidArgument(f"bodies: at most {MAX_BATCH} messages per batch, not {len(entries)}")
-        self._check_limits([entry.body for entry in entries], settings)
+        if settings["max_message_bytes"] is not None or settings["max_messages"] is not None:
+            self._check_limits([entry.body for entry in entries], settings)
         written: list[tuple[_Prepared, str, str]] = []
         duplicates: dict[int, str] = {}  # position -> id of the message already holding the dedup id
         reserved: dict[str, tuple[str, int]] = {}  # dedup hash -> (key, generation), this batch
-        presence = _Presence(self)
+        presence = _Presence(self) if any(entry.digest for entry in entries) else None
         try:
             for position, entry in enumerate(entries):
                 stem, temp = self._write_new(entry, durable, self._prefix)
                 if entry.digest:
                     # the body is written first, so a reservation always has its message
                     # (or the .new file of its publisher) behind it
+                    assert presence is not None
                     holder = self._reserve(entry.digest, stem, settings, reserved, presence)
                     if holder is not None:
                         _fs.unlink(temp)
@@ -486,7 +490,7 @@ class Queue:
             self._reservations.confirm(digest, gen, key)
         with self._lock:
             self._count += len(ids)
-        for position in sorted(duplicates):
+        for position in sorted(duplicates) if duplicates else ():
             ids.insert(position, duplicates[position])
         return ids
 
@@ -505,8 +509,10 @@ class Queue:
             delay, at, priority = defaults.delay, defaults.at, defaults.priority
             attributes, group, dedup_id, body = defaults.attributes, defaults.group, defaults.dedup_id, item
         data = to_bytes(body)
-        seconds = self._delay_of(delay, at, settings)
-        priority = _check_priority(priority)
+        # the defaults need no checks: the setting was validated when it was read
+        seconds = settings["delay"] if delay is None and at is None else self._delay_of(delay, at, settings)
+        if type(priority) is not int or not 0 <= priority <= _format.MAX_PRIORITY:
+            priority = _check_priority(priority)
         header: dict[str, Any] = {}
         if attributes:
             header["attributes"] = _format.check_attributes(attributes)
@@ -727,7 +733,8 @@ class Queue:
         deadline = time.monotonic() + wait if wait else 0.0
         pause = _POLL_FIRST
         while True:
-            self._check_suspended("receive", settings)  # a long poll notices a suspension too
+            if settings["suspended"]:  # a long poll notices a suspension too
+                self._check_suspended("receive", settings)
             got = self._claim(max_messages, lease_us, queue_id, read_bodies, settings)
             if got or not wait:
                 return got
@@ -819,10 +826,10 @@ class Queue:
         cache = self._listing
         if cache.hidden:
             self._promote(_format.now_us())
-        age = time.monotonic() - cache.listed_at
         if cache.visible or cache.grouped:
-            stale = age >= max(_MAX_LISTING_AGE, _AGE_FACTOR * cache.cost)
-        else:  # ran out: at once if the window left names behind (and was of use), else not too often
+            stale = time.monotonic() >= cache.stale_at
+        else:
+            age = time.monotonic() - cache.listed_at  # ran out: at once if the window left names behind (and was of use), else not too often
             stale = (
                 (cache.truncated and cache.claimed > 0)
                 or cache.cost < _CHEAP_LISTING
@@ -877,6 +884,7 @@ class Queue:
         cache.blocked = set()
         cache.listed_at = time.monotonic()
         cache.cost = cache.listed_at - started
+        cache.stale_at = cache.listed_at + max(_MAX_LISTING_AGE, _AGE_FACTOR * cache.cost)
 
     def _group_candidates(
         self, members_of_groups: list[_format.Name], now: int, hidden: list[tuple[int, str]]
@@ -958,7 +966,9 @@ class Queue:
             _, text, slot = _format.parse_receipt(self.id, receipt)
         else:  # a receipt this handle made: already valid
             text, slot = issued
-        self._check_suspended("delete", self._current_settings())
+        settings = self._current_settings()
+        if settings["suspended"]:
+            self._check_suspended("delete", settings)
         deleted = _fs.unlink(self._prefix + text)
         if slot is not None:  # harmless if the slot moved on: the next generation exists then
             with self._lock:
@@ -1356,7 +1366,9 @@ def _first_messages(names: list[str], n: int) -> tuple[list[str], bool]:
     while len(kept) < len(names):
         foreign = {name for name in kept if not _format.is_message_name(name)}
         if not foreign:
-            return kept, True
+            # fresh copies, packed together: the originals lie scattered among the
+            # whole listing's strings and would keep all their memory pages alive
+            return "\0".join(kept).split("\0"), True  # no file name holds a NUL
         names = [name for name in names if name not in foreign]
         kept = _first(names, n)
     return kept, False
