@@ -110,12 +110,13 @@ def parse_name(name: str) -> Name | None:
         return None
     # positional groups (see _NAME_RE): cheaper than looking each up by name
     stem, _key, group, origin, envelope, ready_count, until, count, tag, new = m.groups()
-    flags = (group or "", origin or "", envelope is not None)
+    group, origin, envelope = group or "", origin or "", envelope is not None
     if until is not None:
-        return _new_name(Name, (stem, State.HIDDEN, int(count), int(until), tag, *flags))
+        return _new_name(Name, (stem, State.HIDDEN, int(count), int(until), tag, group, origin, envelope))
     if new is not None:
-        return _new_name(Name, (stem, State.WRITING, 0, 0, "", *flags))
-    return _new_name(Name, (stem, State.READY, int(ready_count) if ready_count else 0, 0, "", *flags))
+        return _new_name(Name, (stem, State.WRITING, 0, 0, "", group, origin, envelope))
+    count = int(ready_count) if ready_count else 0
+    return _new_name(Name, (stem, State.READY, count, 0, "", group, origin, envelope))
 
 
 # Name(...) without NamedTuple's generated Python __new__: parse_name is on every hot path
@@ -204,7 +205,7 @@ def ready_name(stem: str, receive_count: int = 0) -> str:
 
 def hidden_name(stem: str, until_us: int, receive_count: int, tag: str | None = None) -> str:
     """``STEM.UNTIL.COUNT.TAG``, with a fresh TAG unless one is given (on every receive)."""
-    count = min(receive_count, MAX_COUNT)
+    count = receive_count if receive_count < MAX_COUNT else MAX_COUNT  # noqa: FURB136 - min() costs more
     if tag:
         return f"{stem}.{until_us:016d}.{count}.{tag}"
     return f"{stem}.{until_us:016d}.{count}.{_tags.getrandbits(48):012x}"  # new_tag(), inlined
