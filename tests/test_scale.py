@@ -8,7 +8,7 @@ import random
 import time
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import vsqs
@@ -18,6 +18,7 @@ from vsqs._errors import InvalidReceipt, StaleReceipt
 # -- the n smallest of a listing ------------------------------------------------
 
 
+@settings(deadline=None)  # no timing in tests: a loaded machine must not fail it
 @given(st.lists(st.text(alphabet="0123456789ab-", max_size=6), max_size=300), st.integers(1, 320))
 def test_first_is_the_sorted_prefix_as_a_heap(items, n):
     kept = _queue._first(list(items), n)
@@ -198,3 +199,27 @@ def test_the_receipt_cache_is_bounded(queue, monkeypatch):
     assert len(queue._receipts) <= 8
     assert queue.delete_batch([m.receipt for m in got]) == [None] * 20  # the forgotten ones parse
     assert queue.stats().total == 0
+
+
+def test_a_listing_that_gives_nothing_is_not_repeated_within_one_receive(queue, monkeypatch):
+    from vsqs import _fs
+
+    monkeypatch.setattr(_queue, "_CHEAP_LISTING", 3600.0)  # every listing is cheap: re-list when out
+    for name in ("0", "1-foreign", "README", "9-1795305501723584-892190c0ba72466Z"):
+        with open(os.path.join(queue.path, name), "w") as f:
+            f.write("not a message")
+    queue.publish(b"only")
+    calls = []
+    list_names = _fs.list_names
+
+    def counted(directory):
+        calls.append(directory)
+        if len(calls) > 20:
+            raise RuntimeError("listing in a loop")
+        return list_names(directory)
+
+    monkeypatch.setattr(_fs, "list_names", counted)
+    assert [m.body for m in queue.receive_batch(10)] == [b"only"]
+    assert queue.receive_batch(10) == []
+    assert queue.receive_batch(10) == []
+    assert len(calls) <= 4  # no busy loop: a listing that gave nothing is not repeated in one call

@@ -105,6 +105,12 @@ class Name(NamedTuple):
 
 def parse_name(name: str) -> Name | None:
     """Parse a directory entry; ``None`` for anything not of the grammar."""
+    if "." not in name:  # STEM alone: ready, never received (most names of a deep queue)
+        m = _STEM_RE.fullmatch(name)
+        if m is None:
+            return None
+        _key, group, origin, envelope = m.groups()
+        return _new_name(Name, (name, State.READY, 0, 0, "", group or "", origin or "", envelope is not None))
     m = _NAME_RE.fullmatch(name)
     if m is None:
         return None

@@ -704,7 +704,7 @@ class Queue:
         ``None`` after ``wait`` seconds. ``visibility_timeout`` defaults to the
         queue's setting (30 s unless configured).
         """
-        got = self.receive_batch(1, visibility_timeout=visibility_timeout, wait=wait)
+        got = self._receive(1, visibility_timeout, wait, True)
         return got[0] if got else None
 
     def receive_batch(
@@ -722,6 +722,11 @@ class Queue:
         """
         if type(max_messages) is not int or not 1 <= max_messages <= MAX_BATCH:
             _check_batch_size(max_messages)
+        return self._receive(max_messages, visibility_timeout, wait, read_bodies)
+
+    def _receive(
+        self, max_messages: int, visibility_timeout: float | None, wait: float, read_bodies: bool
+    ) -> list[Message]:
         settings = self._current_settings()
         if visibility_timeout is None:  # the setting was validated when it was read
             lease_us = to_us(settings["visibility_timeout"])
@@ -757,9 +762,13 @@ class Queue:
         failure: StorageError | None = None  # raised only if nothing else was claimed
         max_receives, throttle = settings["max_receives"], settings["throttle"]
         lock, prefix = self._lock, self._prefix
+        may_list = True  # False after a listing of this call that has given nothing yet
         while len(got) < limit:
             with lock:
-                name = self._next_candidate()
+                listed_at = self._listing.listed_at
+                name = self._next_candidate(may_list)
+                if self._listing.listed_at != listed_at:
+                    may_list = False  # until a claim succeeds: no spinning on names that fail
             if name is None:
                 break
             parsed = _format.parse_name(name)  # the one parse of this name on its way out
@@ -798,6 +807,7 @@ class Queue:
                         self._listing.blocked.add(group)  # our view of the group is stale
                 continue  # another consumer got it first
             self._listing.claimed += 1
+            may_list = True
             header = None
             if read_bodies:
                 try:
@@ -821,8 +831,9 @@ class Queue:
             raise failure
         return got
 
-    def _next_candidate(self) -> str | None:
-        """The next name to try to claim (not yet validated); caller holds the lock."""
+    def _next_candidate(self, may_list: bool = True) -> str | None:
+        """The next name to try to claim (not yet validated); caller holds the lock.
+        The directory is listed again if the cache is stale and ``may_list``."""
         cache = self._listing
         if cache.hidden:
             self._promote(_format.now_us())
@@ -835,7 +846,7 @@ class Queue:
                 or cache.cost < _CHEAP_LISTING
                 or age >= _EXHAUSTED_FACTOR * cache.cost
             )
-        if stale:
+        if stale and may_list:
             self._relist(_format.now_us())
         while cache.grouped:
             turn, name = cache.grouped[0]
