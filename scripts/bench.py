@@ -86,14 +86,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+# the checkout this script is in, whatever vsqs the interpreter has installed (an
+# editable install may point at another worktree)
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 try:
     import vsqs
-except ImportError:  # not installed in this Python: use the checkout this script is in
-    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    try:
-        import vsqs
-    except ImportError as exc:
-        sys.exit(f"scripts/bench.py: cannot import vsqs ({exc}); run it with .venv/bin/python")
+    import vsqs._queue
+except ImportError as exc:
+    sys.exit(f"scripts/bench.py: cannot import vsqs ({exc}); run it with .venv/bin/python")
 
 CREATE_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC
 READ_FLAGS = os.O_RDONLY | os.O_CLOEXEC
