@@ -839,8 +839,8 @@ class Queue:
             self._promote(_format.now_us())
         if cache.visible or cache.grouped:
             stale = time.monotonic() >= cache.stale_at
-        else:
-            age = time.monotonic() - cache.listed_at  # ran out: at once if the window left names behind (and was of use), else not too often
+        else:  # ran out: at once if the window left names behind (and was of use), else not too often
+            age = time.monotonic() - cache.listed_at
             stale = (
                 (cache.truncated and cache.claimed > 0)
                 or cache.cost < _CHEAP_LISTING
