@@ -892,6 +892,7 @@ class Queue:
         cache = self._listing
         cache.visible, cache.grouped, cache.hidden = visible, kept_grouped, hidden
         cache.truncated = truncated
+        cache.claimed = 0
         cache.blocked = set()
         cache.listed_at = time.monotonic()
         cache.cost = cache.listed_at - started
