@@ -694,6 +694,8 @@ def print_report(doc: dict[str, Any], args: argparse.Namespace) -> None:
     print(f"{'peer':<{w}}  {'workload':<26} {'msgs/s':>9} {'CPU us/msg':>10}  notes")
     print("-" * (w + 62))
     for peer, rows in table.items():
+        if args.depths_only:
+            break
         for wl in WORKLOADS:
             rec = rows[wl]
             if "skip" in rec:

@@ -72,7 +72,7 @@ _SWEEP_EVERY = 60.0  # seconds between sweeps of superseded group leases
 # At most this many names of a listing are kept per handle (visible ones; as
 # many hidden ones): the first ones in delivery order. A deeper queue is
 # listed again when they run out, so a handle's memory does not grow with
-# the queue (about 110 bytes a name: some 11 MB at most).
+# the queue (90-110 bytes a name: some 9-11 MB at most).
 _LISTING_WINDOW = 100_000
 _RECEIPTS_KEPT = 1024  # receipts this handle issued and remembers parsed (two generations of this many)
 
