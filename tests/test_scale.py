@@ -223,3 +223,32 @@ def test_a_listing_that_gives_nothing_is_not_repeated_within_one_receive(queue, 
     assert queue.receive_batch(10) == []
     assert queue.receive_batch(10) == []
     assert len(calls) <= 4  # no busy loop: a listing that gave nothing is not repeated in one call
+
+
+# -- publish() without options: its own short path ------------------------------
+
+
+def test_plain_publish_keeps_the_checks_and_settings_of_publish_batch(queue):
+    from vsqs._errors import InvalidArgument, MessageTooLarge, QueueFull, QueueSuspended
+
+    queue.configure(delay=30)
+    key = queue.publish(b"later", priority=3, durable=False)
+    [info] = list(queue.messages())
+    assert (info.id, info.state, info.priority) == (key, "delayed", 3)
+    assert queue.receive() is None
+    queue.configure(delay=None, max_message_bytes=4, max_messages=2)
+    with pytest.raises(MessageTooLarge):
+        queue.publish(b"12345")
+    queue.publish(b"1234")
+    with pytest.raises(QueueFull):
+        queue.publish(b"x")
+    with pytest.raises(InvalidArgument):
+        queue.publish(b"x", priority=10)
+    with pytest.raises(TypeError):
+        queue.publish(12)  # type: ignore[arg-type]
+    queue.configure(max_messages=None, max_message_bytes=None)
+    queue.suspend("publish")
+    with pytest.raises(QueueSuspended):
+        queue.publish(b"x")
+    queue.resume()
+    assert queue.receive().body == b"1234"

@@ -413,6 +413,8 @@ class Queue:
         """
         if dedup_id is not None and dedup is not None:
             raise InvalidArgument("give dedup_id or dedup, not both")
+        if delay is at is attributes is group is dedup_id is dedup is None:  # every option unset
+            return self._publish_plain(body, priority, durable)
         return self.publish_batch(
             [body],
             delay=delay,
@@ -493,6 +495,28 @@ class Queue:
         for position in sorted(duplicates) if duplicates else ():
             ids.insert(position, duplicates[position])
         return ids
+
+    def _publish_plain(self, body: Body, priority: int, durable: bool) -> str:
+        """publish() of a body with no option but its priority: what publish_batch
+        does for it (same checks, same system calls), without the batch's
+        bookkeeping for de-duplication and envelopes."""
+        settings = self._current_settings()
+        if settings["suspended"]:
+            self._check_suspended("publish", settings)
+        data = to_bytes(body)
+        if type(priority) is not int or not 0 <= priority <= _format.MAX_PRIORITY:
+            priority = _check_priority(priority)
+        if settings["max_message_bytes"] is not None or settings["max_messages"] is not None:
+            self._check_limits([data], settings)
+        delay = settings["delay"]  # validated when it was read
+        stem, temp = self._write_new(_Prepared(data, {}, priority, "", delay, ""), durable, self._prefix)
+        if not _fs.rename(temp, self._file(self._final_name(stem, delay))):
+            raise StorageError(2, "message file vanished before it was published", temp)
+        if durable:
+            _fs.fsync_dir(self._path)
+        with self._lock:
+            self._count += 1
+        return stem[: _format.KEY_LENGTH]
 
     def _prepare(self, item: Body | Outgoing, defaults: _Defaults, settings: Mapping[str, Any]) -> _Prepared:
         """Check one message's options and build what goes on disk."""
