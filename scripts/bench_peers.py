@@ -92,6 +92,7 @@ LABELS = {
 }
 NEEDS = {"dirq": "dirq", "pq-file": "persist-queue", "pq-sqlite-ack": "persist-queue", "vsqs-0.3": "vsqs 0.3"}
 WORKLOADS = ["publish", "publish_durable", "receive_delete", "multiprocess"]
+CREATE_ONLY = ("publish", "publish_durable")  # workloads that delete nothing: they run first
 WL_LABELS = {
     "publish": "publish",
     "publish_durable": "durable publish",
@@ -564,35 +565,48 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                     rec["skip"] = f"unavailable: {unavailable[pkg]}"
                 elif (peer, wl) in NOT_APPLICABLE:
                     rec["skip"] = f"n/a: {NOT_APPLICABLE[(peer, wl)]}"
-        # repetitions outermost, and the peers in a rotated order each time, so a
-        # slow spell of the machine or the kernel does not fall on one peer only
-        for rep in range(0 if args.depths_only else args.repeat):
-            for wl in WORKLOADS:
-                order = args.peers[rep % len(args.peers):] + args.peers[: rep % len(args.peers)]
-                for peer in order:
-                    rec = table[peer][wl]
-                    if "skip" in rec:
-                        continue
-                    progress(f"rep {rep + 1}/{args.repeat}: {LABELS[peer]}: {WL_LABELS[wl]}")
-                    serial += 1
-                    path = os.path.join(scratch, f"{serial:04d}-{peer}-{wl}", "q")
-                    os.makedirs(os.path.dirname(path))
-                    try:
-                        if wl == "multiprocess":
-                            r = run_multiprocess(peer, path, args, scratch)
-                            mps.setdefault(peer, []).append(r)
-                            if "wall" not in r:
-                                raise Failed("; ".join(r["errors"]) or "no message received")
+        # Creates first: every repetition of the workloads that only create files
+        # runs before any file of this run is deleted (their directories are kept
+        # until then). On ext4 without a journal, deletes leave block groups where
+        # the next creates cost ten times as much for minutes (see
+        # docs/benchmarks.md), which would swamp the libraries' own costs.
+        # Within each phase, repetitions are outermost and the peers rotate, so a
+        # slow spell of the machine or the kernel does not fall on one peer only.
+        phases = [[wl for wl in WORKLOADS if wl in CREATE_ONLY], [wl for wl in WORKLOADS if wl not in CREATE_ONLY]]
+        for phase in phases:
+            kept: list[str] = []
+            for rep in range(0 if args.depths_only else args.repeat):
+                for wl in phase:
+                    order = args.peers[rep % len(args.peers):] + args.peers[: rep % len(args.peers)]
+                    for peer in order:
+                        rec = table[peer][wl]
+                        if "skip" in rec:
+                            continue
+                        progress(f"rep {rep + 1}/{args.repeat}: {LABELS[peer]}: {WL_LABELS[wl]}")
+                        serial += 1
+                        path = os.path.join(scratch, f"{serial:04d}-{peer}-{wl}", "q")
+                        os.makedirs(os.path.dirname(path))
+                        try:
+                            if wl == "multiprocess":
+                                r = run_multiprocess(peer, path, args, scratch)
+                                mps.setdefault(peer, []).append(r)
+                                if "wall" not in r:
+                                    raise Failed("; ".join(r["errors"]) or "no message received")
+                            else:
+                                count = args.durable_count if wl == "publish_durable" else args.count
+                                r = run_worker(peer, wl, path, args, count=count, tag="m")
+                            walls.setdefault((peer, wl), []).append(r["wall"] / r["count"])
+                            cpus.setdefault((peer, wl), []).append(r["cpu"] / r["count"])
+                        except Failed as exc:
+                            rec["skip"] = f"failed: {exc}"
+                        except Exception as exc:  # noqa: BLE001 -- a peer's surprise must not end the run
+                            rec["skip"] = f"failed: {type(exc).__name__}: {exc}"
+                        if wl in CREATE_ONLY:
+                            kept.append(os.path.dirname(path))
                         else:
-                            count = args.durable_count if wl == "publish_durable" else args.count
-                            r = run_worker(peer, wl, path, args, count=count, tag="m")
-                        walls.setdefault((peer, wl), []).append(r["wall"] / r["count"])
-                        cpus.setdefault((peer, wl), []).append(r["cpu"] / r["count"])
-                    except Failed as exc:
-                        rec["skip"] = f"failed: {exc}"
-                    except Exception as exc:  # noqa: BLE001 -- a peer's surprise must not end the run
-                        rec["skip"] = f"failed: {type(exc).__name__}: {exc}"
-                    shutil.rmtree(os.path.dirname(path), ignore_errors=True)
+                            shutil.rmtree(os.path.dirname(path), ignore_errors=True)
+            for directory in kept:
+                shutil.rmtree(directory, ignore_errors=True)
         depth_rows = run_depths(args, scratch, unavailable)
         for peer in args.peers:
             for wl in WORKLOADS:
