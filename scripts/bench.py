@@ -86,14 +86,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+# the checkout this script is in, whatever vsqs the interpreter has installed (an
+# editable install may point at another worktree)
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 try:
     import vsqs
-except ImportError:  # not installed in this Python: use the checkout this script is in
-    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    try:
-        import vsqs
-    except ImportError as exc:
-        sys.exit(f"scripts/bench.py: cannot import vsqs ({exc}); run it with .venv/bin/python")
+    import vsqs._queue
+except ImportError as exc:
+    sys.exit(f"scripts/bench.py: cannot import vsqs ({exc}); run it with .venv/bin/python")
 
 CREATE_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC
 READ_FLAGS = os.O_RDONLY | os.O_CLOEXEC
@@ -191,6 +191,42 @@ def vsqs_consume(queue: vsqs.Queue, count: int) -> None:
         if message is None:
             raise RuntimeError(f"queue {queue.path} ran dry early")
         delete(message.receipt)
+
+
+def timed_at_depth(depth: int, count: int) -> int:
+    """How many receive+deletes to time at ``depth``: at least two and a half
+    listing windows where the depth exceeds one, so that the re-listings a
+    deep queue needs are inside the timed loop, not left out."""
+    window = getattr(vsqs._queue, "_LISTING_WINDOW", 0)  # names a handle keeps of one listing
+    if window and depth > window:
+        count = max(count, window * 5 // 2)
+    return min(depth, count)
+
+
+def count_listings(queue: vsqs.Queue) -> list[int]:
+    """A counter of the handle's directory listings (a one-item list, reset by the caller)."""
+    counter = [0]
+    relist = queue._relist
+
+    def counted(*args: Any) -> None:
+        counter[0] += 1
+        relist(*args)
+
+    queue._relist = counted  # type: ignore[method-assign]
+    return counter
+
+
+def cache_bytes(queue: vsqs.Queue) -> int:
+    """Bytes the handle holds for its listing cache and its issued receipts (objects and lists)."""
+    cache, receipts = queue._listing, queue._receipts
+    total = sys.getsizeof(cache.visible) + sum(map(sys.getsizeof, cache.visible))
+    total += sys.getsizeof(cache.hidden) + sum(sys.getsizeof(x) + sys.getsizeof(x[1]) for x in cache.hidden)
+    total += sys.getsizeof(cache.grouped) + sum(sys.getsizeof(x) + sys.getsizeof(x[1]) for x in cache.grouped)
+    for generation in (receipts.new, receipts.old):
+        total += sys.getsizeof(generation) + sum(
+            sys.getsizeof(k) + sys.getsizeof(v) + sys.getsizeof(v[0]) for k, v in generation.items()
+        )
+    return total
 
 
 def timed(fn: Callable[..., None], *args: Any) -> tuple[float, float]:
@@ -526,20 +562,42 @@ class Bench:
         big = [d for d in args.depths if d > BIG_DEPTH]
 
         def case(depth: int) -> None:
+            bare = self.measure(f"bare_depth_{depth}", f"bare consume at depth {depth:,}")
             m = self.measure(f"depth_{depth}", f"receive + delete at depth {depth:,}")
-            timed_count = min(depth, args.depth_count)
-            progress(f"depth {depth:,}: fill {depth + args.warmup:,}, warm up {args.warmup}, "
-                     f"time {timed_count:,} (rep {m.reps + 1})")
+            timed_count = timed_at_depth(depth, args.depth_count)
+            progress(f"depth {depth:,}: fill {depth + args.warmup:,} (vsqs) and as many bare files, "
+                     f"warm up {args.warmup}, time {timed_count:,} (rep {m.reps + 1})")
             os.sync()
             started = time.monotonic()
+            bare_dir = self.fresh_dir(phase, f"bare_depth_{depth}")
+            paths = [os.path.join(bare_dir, n) for n in message_names(depth + args.warmup)]
+            for start in range(0, len(paths), PREFILL_CHUNK):
+                bare_create(paths[start : start + PREFILL_CHUNK], self.body)
             queue = self.new_queue(phase, f"depth_{depth}")
             self.prefill(queue, depth + args.warmup)
             queue = vsqs.Queue(queue.path)
             if args.settled:
                 os.sync()
+            listings = count_listings(queue)
+            bare_consume(paths[: args.warmup])
             warm_wall, _ = timed(vsqs_consume, queue, args.warmup)  # includes the first listing
-            m.add(timed_count, *timed(vsqs_consume, queue, timed_count))
+            first_listing = queue._listing.cost
+            listings[0] = 0
+            paths = paths[args.warmup : args.warmup + timed_count]
+            chunk = 500
+            bare_chunks: list[Chunk] = []
+            vsqs_chunks: list[Chunk] = []
+            for i in range(0, timed_count, chunk):
+                part = paths[i : i + chunk]
+                bare_chunks.append((len(part), bare_consume, (part,)))
+                vsqs_chunks.append((len(part), vsqs_consume, (queue, len(part))))
+            self.interleave(m.reps, bare, bare_chunks, m, vsqs_chunks)
             m.warmup_wall.append(warm_wall)
+            if depth > queue._window or m.reps == 1:
+                m.notes.append(
+                    f"first listing {first_listing * 1e3:.0f} ms; {listings[0]} more in the timed loop; "
+                    f"handle's listing cache after it: {cache_bytes(queue) / 2**20:.1f} MB"
+                )
             elapsed = time.monotonic() - started
             if not args.settled and expire_s is not None and elapsed > expire_s:
                 m.notes.append(
@@ -547,6 +605,8 @@ class Bench:
                     "some consumed files were on disk"
                 )
             self.check_count(queue.path, depth - timed_count, f"depth {depth}")
+            del paths, bare_chunks
+            shutil.rmtree(bare_dir)
             shutil.rmtree(queue.path)
 
         for rep in range(args.depth_repeat):
@@ -600,7 +660,8 @@ def print_table(results: dict[str, Measure]) -> None:
         "bare_create_durable_batch", "publish_batch_durable",
         "bare_consume", "receive_delete",
     ]
-    order += sorted((k for k in results if k.startswith("depth_")), key=lambda k: int(k[6:]))
+    for depth in sorted(int(k[6:]) for k in results if k.startswith("depth_")):
+        order += [f"bare_depth_{depth}", f"depth_{depth}"]
     width = max(len(results[k].label) for k in order if k in results)
     head = (f"{'measurement':<{width}}  {'msgs/rep':>8} {'reps':>4} {'msgs/s':>9}  "
             f"{'wall us/msg (min-max)':<24} {'CPU us/msg (min-max)':<24}")
@@ -656,6 +717,11 @@ def evaluate(results: dict[str, Measure], depths: list[int]) -> list[dict[str, A
         if cpu is None or wall is None:
             continue
         target = TARGET_DEPTH if d == deep else None
+        bare_cpu = slowdown(results, f"bare_depth_{d}", f"bare_depth_{shallow}", "cpu")
+        bare_wall = slowdown(results, f"bare_depth_{d}", f"bare_depth_{shallow}", "wall")
+        if bare_cpu is not None and bare_wall is not None:
+            rows.append({"name": f"bare consume time/msg at depth {d:,} / at depth {shallow:,}",
+                         "kind": "slowdown", "cpu": bare_cpu, "wall": bare_wall, "target": None})
         row = {"name": f"receive+delete time/msg at depth {d:,} / at depth {shallow:,}",
                "kind": "slowdown", "cpu": cpu, "wall": wall, "target": target,
                "target_depth": TARGET_DEPTHS[1]}

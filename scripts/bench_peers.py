@@ -92,6 +92,7 @@ LABELS = {
 }
 NEEDS = {"dirq": "dirq", "pq-file": "persist-queue", "pq-sqlite-ack": "persist-queue", "vsqs-0.3": "vsqs 0.3"}
 WORKLOADS = ["publish", "publish_durable", "receive_delete", "multiprocess"]
+CREATE_ONLY = ("publish", "publish_durable")  # workloads that delete nothing: they run first
 WL_LABELS = {
     "publish": "publish",
     "publish_durable": "durable publish",
@@ -107,8 +108,12 @@ NOT_APPLICABLE = {
     ("maildir", "publish"): "no non-durable mode (add fsyncs the file)",
 }
 
-DEFAULTS = {"count": 2_000, "durable_count": 300, "mp_count": 2_000, "repeat": 3}
-QUICK = {"count": 300, "durable_count": 50, "mp_count": 600, "repeat": 1}
+DEFAULTS = {"count": 2_000, "durable_count": 300, "mp_count": 2_000, "repeat": 3,
+            "depths": "1000,100000", "depth_count": 10_000}
+QUICK = {"count": 300, "durable_count": 50, "mp_count": 600, "repeat": 1,
+         "depths": "1000,10000", "depth_count": 1_000}
+DEPTH_PEERS = ["vsqs", "dirq"]  # the peers a depth run compares
+DEPTH_WARMUP = 100
 WORKER_TIMEOUT = 120.0
 
 
@@ -126,11 +131,10 @@ class Adapter:
     def _open(self) -> None:
         peer, path = self.peer, self.path
         if peer == "vsqs":
-            try:
-                import vsqs
-            except ImportError:
+            if REPO not in sys.path:  # this checkout's vsqs, not one the interpreter has installed
                 sys.path.insert(0, REPO)
-                import vsqs
+            import vsqs
+
             self.q = vsqs.Queue(path, create=True)
         elif peer == "vsqs-0.3":
             # the PyPI 0.3 in the peers venv (sys.path[0] is scripts/, not the checkout)
@@ -157,6 +161,42 @@ class Adapter:
             self.q = mailbox.Maildir(path, factory=None, create=True)
         else:
             raise ValueError(peer)
+
+    def fill(self, count: int, size: int) -> None:
+        """Put ``count`` messages in, fast (untimed set-up of a depth run)."""
+        if self.peer == "vsqs":
+            for start in range(0, count, 10_000):
+                n = min(10_000, count - start)
+                self.q.publish_batch([body_for(f"d{start + i}", size) for i in range(n)], durable=False)
+        else:
+            for i in range(count):
+                self.publish(body_for(f"d{i}", size), False)
+
+    def take_n(self, n: int) -> int:
+        """Receive and delete up to ``n`` messages one by one; how many."""
+        peer, q, done = self.peer, self.q, 0
+        if peer == "vsqs":
+            receive, delete = q.receive, q.delete
+            while done < n:
+                m = receive()
+                if m is None:
+                    break
+                m.body  # noqa: B018 - read, as the other workloads do
+                delete(m.receipt)
+                done += 1
+            return done
+        if peer == "dirq":
+            while done < n:
+                name = q.next() if getattr(self, "_iterating", False) else q.first()
+                self._iterating = True
+                if not name:
+                    break
+                if q.lock(name):
+                    q.get(name)
+                    q.remove(name)
+                    done += 1
+            return done
+        raise ValueError(peer)
 
     def reopen(self) -> None:
         self.close()
@@ -246,6 +286,12 @@ def ident_of(body: Any) -> str:
     return bytes(body).split(b":", 1)[0].decode()
 
 
+def rss_mb() -> float:
+    """Resident memory of this process now, in MiB (Linux)."""
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+
+
 def wait_until(t0: float) -> None:
     while True:
         left = t0 - time.time()
@@ -257,13 +303,16 @@ def wait_until(t0: float) -> None:
 def worker(argv: list[str]) -> int:
     p = argparse.ArgumentParser()
     p.add_argument("peer")
-    p.add_argument("role", choices=["init", "publish", "publish_durable", "receive_delete", "producer", "consumer"])
+    p.add_argument("role", choices=["init", "publish", "publish_durable", "receive_delete", "receive_depth",
+                                    "producer", "consumer"])
     p.add_argument("path")
     p.add_argument("--count", type=int, default=0)
     p.add_argument("--body-size", type=int, default=100)
     p.add_argument("--tag", default="p")
     p.add_argument("--ctl", help="control directory of a multi-process run")
     p.add_argument("--out", help="where a multi-process worker writes its ids")
+    p.add_argument("--timed", type=int, default=0, help="depth run: messages timed")
+    p.add_argument("--warmup", type=int, default=100, help="depth run: untimed receives first")
     a = p.parse_args(argv)
     result: dict[str, Any] = {}
     q = Adapter(a.peer, a.path)
@@ -292,6 +341,24 @@ def worker(argv: list[str]) -> int:
             seen += len(got)
         wall, cpu = time.perf_counter() - wall0, time.process_time() - cpu0
         result = {"count": seen, "wall": wall, "cpu": cpu}
+    elif a.role == "receive_depth":
+        q.fill(a.count, a.body_size)  # untimed
+        q.close()
+        rss0 = rss_mb()
+        q = Adapter(a.peer, a.path)  # a fresh handle
+        wall0 = time.perf_counter()
+        warm = q.take_n(a.warmup)  # includes the first listing
+        warmup_wall = time.perf_counter() - wall0
+        cpu0, wall0 = time.process_time(), time.perf_counter()
+        seen = 0
+        while seen < a.timed:
+            got = q.take_n(min(500, a.timed - seen))
+            if not got:
+                raise RuntimeError(f"queue ran dry after {warm + seen} of {a.count}")
+            seen += got
+        wall, cpu = time.perf_counter() - wall0, time.process_time() - cpu0
+        result = {"count": seen, "wall": wall, "cpu": cpu, "warmup_wall": warmup_wall,
+                  "rss_mb": rss_mb() - rss0}
     else:
         ctl = a.ctl
         with open(os.path.join(ctl, f"ready-{a.tag}"), "w"):
@@ -389,16 +456,17 @@ def python_for(peer: str) -> str:
     return sys.executable if peer in ("vsqs", "maildir") else venv_python()
 
 
-def run_worker(peer: str, role: str, path: str, args: argparse.Namespace, **extra: Any) -> dict[str, Any]:
+def run_worker(peer: str, role: str, path: str, args: argparse.Namespace, timeout: float = WORKER_TIMEOUT,
+               **extra: Any) -> dict[str, Any]:
     cmd = [python_for(peer), os.path.abspath(__file__), "--worker", peer, role, path,
            "--body-size", str(args.body_size)]
     for k, v in extra.items():
         cmd += [f"--{k.replace('_', '-')}", str(v)]
     try:
-        r = subprocess.run(cmd, capture_output=True, text=True, timeout=WORKER_TIMEOUT, cwd=REPO,
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=REPO,
                            check=False)
     except subprocess.TimeoutExpired:
-        raise Failed(f"timed out after {WORKER_TIMEOUT:.0f} s") from None
+        raise Failed(f"timed out after {timeout:.0f} s") from None
     if r.returncode != 0 or not r.stdout.strip():
         lines = [x for x in r.stderr.strip().splitlines() if x.strip()]
         raise Failed(lines[-1][:160] if lines else f"exit {r.returncode}")
@@ -497,35 +565,49 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                     rec["skip"] = f"unavailable: {unavailable[pkg]}"
                 elif (peer, wl) in NOT_APPLICABLE:
                     rec["skip"] = f"n/a: {NOT_APPLICABLE[(peer, wl)]}"
-        # repetitions outermost, and the peers in a rotated order each time, so a
-        # slow spell of the machine or the kernel does not fall on one peer only
-        for rep in range(args.repeat):
-            for wl in WORKLOADS:
-                order = args.peers[rep % len(args.peers):] + args.peers[: rep % len(args.peers)]
-                for peer in order:
-                    rec = table[peer][wl]
-                    if "skip" in rec:
-                        continue
-                    progress(f"rep {rep + 1}/{args.repeat}: {LABELS[peer]}: {WL_LABELS[wl]}")
-                    serial += 1
-                    path = os.path.join(scratch, f"{serial:04d}-{peer}-{wl}", "q")
-                    os.makedirs(os.path.dirname(path))
-                    try:
-                        if wl == "multiprocess":
-                            r = run_multiprocess(peer, path, args, scratch)
-                            mps.setdefault(peer, []).append(r)
-                            if "wall" not in r:
-                                raise Failed("; ".join(r["errors"]) or "no message received")
+        # Creates first: every repetition of the workloads that only create files
+        # runs before any file of this run is deleted (their directories are kept
+        # until then). On ext4 without a journal, deletes leave block groups where
+        # the next creates cost ten times as much for minutes (see
+        # docs/benchmarks.md), which would swamp the libraries' own costs.
+        # Within each phase, repetitions are outermost and the peers rotate, so a
+        # slow spell of the machine or the kernel does not fall on one peer only.
+        phases = [[wl for wl in WORKLOADS if wl in CREATE_ONLY], [wl for wl in WORKLOADS if wl not in CREATE_ONLY]]
+        for phase in phases:
+            kept: list[str] = []
+            for rep in range(0 if args.depths_only else args.repeat):
+                for wl in phase:
+                    order = args.peers[rep % len(args.peers):] + args.peers[: rep % len(args.peers)]
+                    for peer in order:
+                        rec = table[peer][wl]
+                        if "skip" in rec:
+                            continue
+                        progress(f"rep {rep + 1}/{args.repeat}: {LABELS[peer]}: {WL_LABELS[wl]}")
+                        serial += 1
+                        path = os.path.join(scratch, f"{serial:04d}-{peer}-{wl}", "q")
+                        os.makedirs(os.path.dirname(path))
+                        try:
+                            if wl == "multiprocess":
+                                r = run_multiprocess(peer, path, args, scratch)
+                                mps.setdefault(peer, []).append(r)
+                                if "wall" not in r:
+                                    raise Failed("; ".join(r["errors"]) or "no message received")
+                            else:
+                                count = args.durable_count if wl == "publish_durable" else args.count
+                                r = run_worker(peer, wl, path, args, count=count, tag="m")
+                            walls.setdefault((peer, wl), []).append(r["wall"] / r["count"])
+                            cpus.setdefault((peer, wl), []).append(r["cpu"] / r["count"])
+                        except Failed as exc:
+                            rec["skip"] = f"failed: {exc}"
+                        except Exception as exc:  # noqa: BLE001 -- a peer's surprise must not end the run
+                            rec["skip"] = f"failed: {type(exc).__name__}: {exc}"
+                        if wl in CREATE_ONLY:
+                            kept.append(os.path.dirname(path))
                         else:
-                            count = args.durable_count if wl == "publish_durable" else args.count
-                            r = run_worker(peer, wl, path, args, count=count, tag="m")
-                        walls.setdefault((peer, wl), []).append(r["wall"] / r["count"])
-                        cpus.setdefault((peer, wl), []).append(r["cpu"] / r["count"])
-                    except Failed as exc:
-                        rec["skip"] = f"failed: {exc}"
-                    except Exception as exc:  # noqa: BLE001 -- a peer's surprise must not end the run
-                        rec["skip"] = f"failed: {type(exc).__name__}: {exc}"
-                    shutil.rmtree(os.path.dirname(path), ignore_errors=True)
+                            shutil.rmtree(os.path.dirname(path), ignore_errors=True)
+            for directory in kept:
+                shutil.rmtree(directory, ignore_errors=True)
+        depth_rows = run_depths(args, scratch, unavailable)
         for peer in args.peers:
             for wl in WORKLOADS:
                 rec = table[peer][wl]
@@ -546,8 +628,61 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         shutil.rmtree(scratch, ignore_errors=True)
         with contextlib.suppress(OSError):
             os.rmdir(parent)
-    return {"installed": installed, "unavailable": unavailable, "table": table,
+    return {"installed": installed, "unavailable": unavailable, "table": table, "depths": depth_rows,
             "seconds": time.perf_counter() - started}
+
+
+def listing_window() -> int:
+    """How many names a vsqs handle keeps of one listing (0 if this vsqs has no window)."""
+    if REPO not in sys.path:
+        sys.path.insert(0, REPO)
+    from vsqs import _queue
+
+    return int(getattr(_queue, "_LISTING_WINDOW", 0))
+
+
+def run_depths(args: argparse.Namespace, scratch: str, unavailable: dict[str, str]) -> dict[str, Any]:
+    """receive+delete on a fresh handle over a queue filled to each depth, for
+    the peers that take part (vsqs and dirq). The first listing and warm-up
+    receives are timed apart; the timed loop covers at least 2.5 vsqs listing
+    windows where the depth exceeds one, so vsqs's re-listings are counted."""
+    peers = [p for p in DEPTH_PEERS if p in args.peers and NEEDS.get(p) not in unavailable]
+    window = listing_window()
+    rows: dict[str, Any] = {}
+    for depth in args.depths:
+        timed = min(depth, args.depth_count)
+        if window and depth > window:
+            timed = min(depth, max(timed, window * 5 // 2))
+        reps = args.repeat if depth <= 100_000 else 1
+        timeout = WORKER_TIMEOUT + depth * 0.0006 + timed * 0.0006
+        row: dict[str, Any] = {"timed": timed, "warmup": DEPTH_WARMUP}
+        rows[str(depth)] = row
+        for rep in range(reps):
+            order = peers[rep % len(peers):] + peers[: rep % len(peers)] if peers else []
+            for peer in order:
+                rec = row.setdefault(peer, {"runs": []})
+                if "skip" in rec:
+                    continue
+                progress(f"depth {depth:,}, rep {rep + 1}/{reps}: {LABELS[peer]}: fill {depth + DEPTH_WARMUP:,}, "
+                         f"time {timed:,}")
+                path = os.path.join(scratch, f"depth-{depth}-{peer}-{rep}", "q")
+                os.makedirs(os.path.dirname(path))
+                try:
+                    rec["runs"].append(run_worker(peer, "receive_depth", path, args, timeout=timeout,
+                                                  count=depth + DEPTH_WARMUP, timed=timed, warmup=DEPTH_WARMUP))
+                except Failed as exc:
+                    rec["skip"] = f"failed: {exc}"
+                shutil.rmtree(os.path.dirname(path), ignore_errors=True)
+        for peer in peers:
+            rec = row.get(peer, {})
+            runs = rec.get("runs", [])
+            if runs and "skip" not in rec:
+                rec["cpu_us"] = statistics.median(r["cpu"] / r["count"] for r in runs) * 1e6
+                rec["wall_us"] = statistics.median(r["wall"] / r["count"] for r in runs) * 1e6
+                rec["rate"] = 1e6 / rec["wall_us"]
+                rec["warmup_ms"] = statistics.median(r["warmup_wall"] for r in runs) * 1e3
+                rec["rss_mb"] = statistics.median(r["rss_mb"] for r in runs)
+    return rows
 
 
 def print_report(doc: dict[str, Any], args: argparse.Namespace) -> None:
@@ -573,11 +708,15 @@ def print_report(doc: dict[str, Any], args: argparse.Namespace) -> None:
     print(f"{'peer':<{w}}  {'workload':<26} {'msgs/s':>9} {'CPU us/msg':>10}  notes")
     print("-" * (w + 62))
     for peer, rows in table.items():
+        if args.depths_only:
+            break
         for wl in WORKLOADS:
             rec = rows[wl]
             if "skip" in rec:
                 print(f"{LABELS[peer]:<{w}}  {WL_LABELS[wl]:<26} {rec['skip']}")
                 continue
+            if "rate" not in rec:
+                continue  # not run (--depths-only)
             note = ""
             if wl == "multiprocess":
                 note = (f"lost {'/'.join(map(str, rec['lost']))}, "
@@ -592,6 +731,25 @@ def print_report(doc: dict[str, Any], args: argparse.Namespace) -> None:
             r = rec["mp_runs"]
             print(f"{LABELS[peer]} multi-process: lost {[x['lost'] for x in r]}, duplicated "
                   f"{[x['duplicates'] for x in r]}, published {[x['published'] for x in r]}")
+    depths = doc.get("depths", {})
+    if depths:
+        print("receive+delete on a deep queue (fresh handle; the first listing and "
+              f"{DEPTH_WARMUP} receives are timed apart, as 'first')")
+        print(f"{'peer':<{w}}  {'depth':>9} {'timed':>8} {'msgs/s':>9} {'CPU us/msg':>10} {'first':>9} "
+              f"{'RSS':>8}")
+        print("-" * (w + 62))
+        for depth, row in depths.items():
+            for peer in DEPTH_PEERS:
+                rec = row.get(peer)
+                if rec is None:
+                    continue
+                if "skip" in rec:
+                    print(f"{LABELS[peer]:<{w}}  {int(depth):>9,} {rec['skip']}")
+                    continue
+                print(f"{LABELS[peer]:<{w}}  {int(depth):>9,} {row['timed']:>8,} {rec['rate']:>9,.0f} "
+                      f"{rec['cpu_us']:>10.1f} {rec['warmup_ms']:>6.0f} ms {rec['rss_mb']:>+5.1f} MB")
+        print("RSS: the worker's resident memory after the timed loop, less before the handle was opened.")
+        print()
     print("vsqs / dirq QueueSimple (throughput ratio; > 1 means vsqs is faster)")
     mine, theirs = table.get("vsqs", {}), table.get("dirq", {})
     for wl in WORKLOADS:
@@ -599,8 +757,13 @@ def print_report(doc: dict[str, Any], args: argparse.Namespace) -> None:
         if "rate" in a and "rate" in b:
             print(f"  {WL_LABELS[wl]:<26} wall {a['rate'] / b['rate']:5.2f}x   "
                   f"CPU {b['cpu_us'] / a['cpu_us']:5.2f}x")
-        else:
+        elif not args.depths_only:
             print(f"  {WL_LABELS[wl]:<26} -")
+    for depth, row in depths.items():
+        a, b = row.get("vsqs", {}), row.get("dirq", {})
+        if "rate" in a and "rate" in b:
+            label = f"receive+delete at {int(depth):,}"
+            print(f"  {label:<26} wall {a['rate'] / b['rate']:5.2f}x   CPU {b['cpu_us'] / a['cpu_us']:5.2f}x")
     print()
     print(f"total time {doc['seconds']:.0f} s")
 
@@ -617,12 +780,20 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--mp-count", type=int, metavar="N", help="messages in the multi-process run (2000)")
     p.add_argument("--repeat", type=int, metavar="N", help="repetitions (3)")
     p.add_argument("--only", metavar="PEER,...", help="run only these peers: " + ", ".join(PEERS))
+    p.add_argument("--depths", metavar="D,...",
+                   help="queue depths for receive+delete on a deep queue, vsqs and dirq "
+                        "(1000,100000; '' for none; add 1000000 for the long run)")
+    p.add_argument("--depth-count", type=int, metavar="N",
+                   help="receive+deletes timed per depth: min(depth, N) (10000), at least 2.5 "
+                        "vsqs listing windows where the depth exceeds one")
+    p.add_argument("--depths-only", action="store_true", help="run the depth runs only")
     args = p.parse_args(argv)
     preset = QUICK if args.quick else DEFAULTS
     for name, value in preset.items():
         if getattr(args, name, None) is None:
             setattr(args, name, value)
     args.peers = args.only.split(",") if args.only else list(PEERS)
+    args.depths = [int(d) for d in args.depths.replace("_", "").split(",") if d.strip()]
     for peer in args.peers:
         if peer not in PEERS:
             p.error(f"unknown peer {peer!r}; known: {', '.join(PEERS)}")

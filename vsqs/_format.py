@@ -32,7 +32,7 @@ import re
 import secrets
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
@@ -105,23 +105,85 @@ class Name(NamedTuple):
 
 def parse_name(name: str) -> Name | None:
     """Parse a directory entry; ``None`` for anything not of the grammar."""
+    if "." not in name:  # STEM alone: ready, never received (most names of a deep queue)
+        m = _STEM_RE.fullmatch(name)
+        if m is None:
+            return None
+        _key, group, origin, envelope = m.groups()
+        return _new_name(Name, (name, State.READY, 0, 0, "", group or "", origin or "", envelope is not None))
     m = _NAME_RE.fullmatch(name)
     if m is None:
         return None
-    stem, group, origin, envelope, ready_count, until, count, tag, new = m.group(
-        "stem", "group", "origin", "envelope", "ready_count", "until", "count", "tag", "new"
-    )
-    if new:
-        state, receive_count, until_us = State.WRITING, 0, 0
-    elif until is not None:
-        state, receive_count, until_us = State.HIDDEN, int(count), int(until)
-    else:
-        state, receive_count, until_us = State.READY, int(ready_count or 0), 0
-    return Name(stem, state, receive_count, until_us, tag or "", group or "", origin or "", bool(envelope))
+    # positional groups (see _NAME_RE): cheaper than looking each up by name
+    stem, _key, group, origin, envelope, ready_count, until, count, tag, new = m.groups()
+    group, origin, envelope = group or "", origin or "", envelope is not None
+    if until is not None:
+        return _new_name(Name, (stem, State.HIDDEN, int(count), int(until), tag, group, origin, envelope))
+    if new is not None:
+        return _new_name(Name, (stem, State.WRITING, 0, 0, "", group, origin, envelope))
+    count = int(ready_count) if ready_count else 0
+    return _new_name(Name, (stem, State.READY, count, 0, "", group, origin, envelope))
+
+
+# Name(...) without NamedTuple's generated Python __new__: parse_name is on every hot path
+_new_name = tuple.__new__
+
+
+def is_message_name(name: str) -> bool:
+    """Whether ``name`` is of the grammar (cheaper than parsing it)."""
+    return _NAME_RE.fullmatch(name) is not None
+
+
+class Triage(NamedTuple):
+    """One directory listing sorted out by state, with as little parsing as it can."""
+
+    visible: list[str]  # ungrouped names claimable now; dotless ones not yet validated
+    hidden: list[tuple[int, str]]  # (until_us, name): ungrouped names hidden until then
+    grouped: list[Name]  # messages of groups, parsed, in any state but writing
+    writing: list[str]  # .new files
+
+
+def triage(names: Iterable[str], visible_from_us: int) -> Triage:
+    """Sort the entries of a queue directory out by state, for receive.
+
+    A hidden name counts as visible when its UNTIL <= ``visible_from_us``.
+    Most entries of a deep queue are never-received ready names, ``STEM``
+    with no dot: those are passed through unparsed (a foreign dotless name
+    gets in too; whoever claims a name must parse it first, see
+    :func:`parse_name`). Every name with a dot, or with a group flag, is
+    parsed here.
+    """
+    visible: list[str] = []
+    hidden: list[tuple[int, str]] = []
+    grouped: list[Name] = []
+    writing: list[str] = []
+    for name in names:
+        if "." not in name and "-g" not in name:  # no KEY holds a "g": only a group flag does
+            visible.append(name)
+            continue
+        parsed = parse_name(name)
+        if parsed is None:
+            continue
+        if parsed.state is State.WRITING:
+            writing.append(name)
+        elif parsed.group_hash:
+            grouped.append(parsed)
+        elif parsed.state is State.HIDDEN and parsed.until_us > visible_from_us:
+            hidden.append((parsed.until_us, name))
+        else:
+            visible.append(name)
+    return Triage(visible, hidden, grouped, writing)
+
+
+def group_of(name: str) -> str:
+    """The group hash of a message name already known to be of the grammar ("" if none)."""
+    return name[KEY_LENGTH + 2 : KEY_LENGTH + 14] if name.startswith("-g", KEY_LENGTH) else ""
 
 
 def make_stem(key: str, *, group_hash: str = "", origin: str = "", envelope: bool = False) -> str:
     """The stem of a message: its key and the flags that travel with it."""
+    if not (group_hash or origin or envelope):
+        return key
     return (
         key
         + (f"-g{group_hash}" if group_hash else "")
@@ -148,7 +210,11 @@ def ready_name(stem: str, receive_count: int = 0) -> str:
 
 
 def hidden_name(stem: str, until_us: int, receive_count: int, tag: str | None = None) -> str:
-    return f"{stem}.{until_us:016d}.{min(receive_count, MAX_COUNT)}.{tag or new_tag()}"
+    """``STEM.UNTIL.COUNT.TAG``, with a fresh TAG unless one is given (on every receive)."""
+    count = receive_count if receive_count < MAX_COUNT else MAX_COUNT  # noqa: FURB136 - min() costs more
+    if tag:
+        return f"{stem}.{until_us:016d}.{count}.{tag}"
+    return f"{stem}.{until_us:016d}.{count}.{_tags.getrandbits(48):012x}"  # new_tag(), inlined
 
 
 def writing_name(stem: str) -> str:
@@ -160,7 +226,7 @@ def now_us() -> int:
     return time.time_ns() // 1000
 
 
-_tags = random.Random()  # not for secrets: tags only keep names apart
+_tags = random.Random()  # not for secrets: tags and the random part of keys only keep names apart
 if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_tags.seed)  # a forked child must not repeat its parent's tags
 
@@ -205,8 +271,10 @@ def new_key(priority: int = DEFAULT_PRIORITY) -> str:
 
     Send times strictly increase within a process (FIFO per producer); 64
     random bits make two processes' keys differ even at the same microsecond.
+    They come from this process's generator, seeded from the OS and reseeded
+    in a forked child (as for tags): no system call per key.
     """
-    return f"{MAX_PRIORITY - priority}-{_clock.next():016d}-{secrets.token_hex(8)}"
+    return f"{MAX_PRIORITY - priority}-{_clock.next():016d}-{_tags.getrandbits(64):016x}"
 
 
 # -- stages: private directories whose messages a commit publishes at once --

@@ -29,6 +29,7 @@ from vsqs._errors import QueueNotFound, StorageError
 _AMBIGUOUS = frozenset({errno.ENOENT, errno.ESTALE, errno.EIO, errno.EACCES, errno.EPERM})
 _CREATE_LOST = frozenset({errno.EEXIST}) | _AMBIGUOUS
 _GONE = frozenset({errno.ENOENT, errno.ESTALE})  # the server said: no such file
+_READ_SIZE = 1 << 20
 
 
 def storage_error(exc: OSError, what: str) -> StorageError:
@@ -103,9 +104,11 @@ def create_exclusive(path: str, data: bytes, *, durable: bool, mode: int | None 
     try:
         if mode is not None:
             os.fchmod(fd, mode)  # explicit, never through the process-wide umask
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view) :]
+        written = os.write(fd, data)
+        if written < len(data):  # a short write: write the rest
+            view = memoryview(data)[written:]
+            while view:
+                view = view[os.write(fd, view) :]
         if durable:
             os.fsync(fd)
     except OSError as exc:
@@ -163,10 +166,15 @@ def read(path: str) -> bytes | None:
             return None
         raise storage_error(exc, "cannot open message file") from exc
     try:
-        chunks = []
-        while chunk := os.read(fd, 1 << 20):
-            chunks.append(chunk)
-        return b"".join(chunks)
+        data = os.read(fd, _READ_SIZE)
+        if data:  # read on until a read returns nothing: only that says "end of file"
+            more = os.read(fd, _READ_SIZE)
+            if more:
+                chunks = [data, more]
+                while chunk := os.read(fd, _READ_SIZE):
+                    chunks.append(chunk)
+                data = b"".join(chunks)
+        return data
     except OSError as exc:
         raise storage_error(exc, "cannot read message file") from exc
     finally:

@@ -69,6 +69,12 @@ _METADATA_WAIT = 5.0  # how long to wait for a racing creator to write metadata
 _SETTINGS_TTL = 1.0  # other processes' setting changes are seen within this many seconds
 _COUNT_TTL = 1.0  # max_messages is checked against a count at most this old
 _SWEEP_EVERY = 60.0  # seconds between sweeps of superseded group leases
+# At most this many names of a listing are kept per handle (visible ones; as
+# many hidden ones): the first ones in delivery order. A deeper queue is
+# listed again when they run out, so a handle's memory does not grow with
+# the queue (90-110 bytes a name: some 9-11 MB at most).
+_LISTING_WINDOW = 100_000
+_RECEIPTS_KEPT = 1024  # receipts this handle issued and remembers parsed (two generations of this many)
 
 
 class _Defaults(NamedTuple):
@@ -131,7 +137,7 @@ class _Presence:
 class _Listing:
     """A handle's cached view of its directory: visible names and timed hidden ones."""
 
-    __slots__ = ("visible", "grouped", "hidden", "blocked", "listed_at", "cost")
+    __slots__ = ("visible", "grouped", "hidden", "blocked", "listed_at", "cost", "stale_at", "truncated", "claimed")
 
     def __init__(self) -> None:
         self.visible: list[str] = []  # heap: smallest name = next to deliver
@@ -142,6 +148,40 @@ class _Listing:
         self.blocked: set[str] = set()  # groups to leave alone until the next listing
         self.listed_at = -math.inf  # time.monotonic() of the listing
         self.cost = 0.0  # seconds the listing took
+        self.stale_at = -math.inf  # time.monotonic() from which it is re-read even if not used up
+        self.truncated = False  # the listing had more candidates than the window kept
+        self.claimed = 0  # messages claimed from this listing
+
+
+class _Receipts:
+    """Receipts this handle issued, with what delete needs from them, so that a
+    delete of a receipt just received does not parse it again. Bounded: two
+    generations of ``size`` entries; older receipts are simply parsed.
+
+    Only an exact receipt string this handle made is found here, so nothing
+    foreign gets past validation; a stale one is caught, as always, by the
+    system call that fails on its name.
+    """
+
+    __slots__ = ("new", "old", "size")
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self.new: dict[str, tuple[str, _format.SlotRef | None]] = {}
+        self.old: dict[str, tuple[str, _format.SlotRef | None]] = {}
+
+    def add(self, receipt: str, name: str, slot: _format.SlotRef | None) -> None:
+        if len(self.new) >= self.size:
+            self.old, self.new = self.new, {}  # each step is atomic: safe across threads
+        self.new[receipt] = (name, slot)
+
+    def take(self, receipt: str) -> tuple[str, _format.SlotRef | None] | None:
+        """(hidden name, slot) of a receipt issued here, forgotten as it is taken."""
+        found = self.new.pop(receipt, None)
+        return found if found is not None else self.old.pop(receipt, None)
+
+    def __len__(self) -> int:
+        return len(self.new) + len(self.old)
 
 
 class Queue:
@@ -176,6 +216,9 @@ class Queue:
         self._lock = threading.Lock()  # the listing cache, group leases, throttle tokens
         self._settings_lock = threading.Lock()
         self._listing = _Listing()
+        self._window = _LISTING_WINDOW
+        self._receipts = _Receipts(_RECEIPTS_KEPT)
+        self._default_lease: tuple[Any, int] = (None, 0)  # (visibility_timeout setting, in µs)
         self._settings_read_at = -math.inf
         self._settings: dict[str, Any] = dict(_settings.DEFAULTS)
         self._counted_at = -math.inf
@@ -370,6 +413,8 @@ class Queue:
         """
         if dedup_id is not None and dedup is not None:
             raise InvalidArgument("give dedup_id or dedup, not both")
+        if delay is at is attributes is group is dedup_id is dedup is None:  # every option unset
+            return self._publish_plain(body, priority, durable)
         return self.publish_batch(
             [body],
             delay=delay,
@@ -404,24 +449,27 @@ class Queue:
         published and the rest are left for gc.
         """
         settings = self._current_settings()
-        self._check_suspended("publish", settings)
+        if settings["suspended"]:  # (a cheap test first: this is on every publish)
+            self._check_suspended("publish", settings)
         if dedup not in (None, "content"):
             raise InvalidArgument(f"dedup must be 'content' or None, not {dedup!r}")
         defaults = _Defaults(delay, at, priority, attributes, group, _dedup_id, dedup == "content")
         entries = [self._prepare(item, defaults, settings) for item in bodies]
         if len(entries) > MAX_BATCH:
             raise InvalidArgument(f"bodies: at most {MAX_BATCH} messages per batch, not {len(entries)}")
-        self._check_limits([entry.body for entry in entries], settings)
+        if settings["max_message_bytes"] is not None or settings["max_messages"] is not None:
+            self._check_limits([entry.body for entry in entries], settings)
         written: list[tuple[_Prepared, str, str]] = []
         duplicates: dict[int, str] = {}  # position -> id of the message already holding the dedup id
         reserved: dict[str, tuple[str, int]] = {}  # dedup hash -> (key, generation), this batch
-        presence = _Presence(self)
+        presence = _Presence(self) if any(entry.digest for entry in entries) else None
         try:
             for position, entry in enumerate(entries):
                 stem, temp = self._write_new(entry, durable, self._prefix)
                 if entry.digest:
                     # the body is written first, so a reservation always has its message
                     # (or the .new file of its publisher) behind it
+                    assert presence is not None
                     holder = self._reserve(entry.digest, stem, settings, reserved, presence)
                     if holder is not None:
                         _fs.unlink(temp)
@@ -444,9 +492,33 @@ class Queue:
             self._reservations.confirm(digest, gen, key)
         with self._lock:
             self._count += len(ids)
-        for position in sorted(duplicates):
+        for position in sorted(duplicates) if duplicates else ():
             ids.insert(position, duplicates[position])
         return ids
+
+    def _publish_plain(self, body: Body, priority: int, durable: bool) -> str:
+        """publish() of a body with no option but its priority: what publish_batch
+        does for it (same checks, same system calls), without the batch's
+        bookkeeping for de-duplication and envelopes."""
+        settings = self._current_settings()
+        if settings["content_dedup"]:  # the queue de-duplicates every publish: the full path
+            return self.publish_batch([body], priority=priority, durable=durable)[0]
+        if settings["suspended"]:
+            self._check_suspended("publish", settings)
+        data = to_bytes(body)
+        if type(priority) is not int or not 0 <= priority <= _format.MAX_PRIORITY:
+            priority = _check_priority(priority)
+        if settings["max_message_bytes"] is not None or settings["max_messages"] is not None:
+            self._check_limits([data], settings)
+        delay = settings["delay"]  # validated when it was read
+        stem, temp = self._write_new(_Prepared(data, {}, priority, "", delay, ""), durable, self._prefix)
+        if not _fs.rename(temp, self._file(self._final_name(stem, delay))):
+            raise StorageError(2, "message file vanished before it was published", temp)
+        if durable:
+            _fs.fsync_dir(self._path)
+        with self._lock:
+            self._count += 1
+        return stem[: _format.KEY_LENGTH]
 
     def _prepare(self, item: Body | Outgoing, defaults: _Defaults, settings: Mapping[str, Any]) -> _Prepared:
         """Check one message's options and build what goes on disk."""
@@ -463,8 +535,10 @@ class Queue:
             delay, at, priority = defaults.delay, defaults.at, defaults.priority
             attributes, group, dedup_id, body = defaults.attributes, defaults.group, defaults.dedup_id, item
         data = to_bytes(body)
-        seconds = self._delay_of(delay, at, settings)
-        priority = _check_priority(priority)
+        # the defaults need no checks: the setting was validated when it was read
+        seconds = settings["delay"] if delay is None and at is None else self._delay_of(delay, at, settings)
+        if type(priority) is not int or not 0 <= priority <= _format.MAX_PRIORITY:
+            priority = _check_priority(priority)
         header: dict[str, Any] = {}
         if attributes:
             header["attributes"] = _format.check_attributes(attributes)
@@ -656,7 +730,7 @@ class Queue:
         ``None`` after ``wait`` seconds. ``visibility_timeout`` and ``wait``
         default to the queue's settings (30 s and 0 s unless configured).
         """
-        got = self.receive_batch(1, visibility_timeout=visibility_timeout, wait=wait)
+        got = self._receive(1, visibility_timeout, wait, True)
         return got[0] if got else None
 
     def receive_batch(
@@ -672,28 +746,37 @@ class Queue:
         ``read_bodies=False`` only claims: each body is read when first used
         (for example by another process holding the receipt, see :meth:`read`).
         """
-        if isinstance(max_messages, bool) or not isinstance(max_messages, int):
-            raise InvalidArgument(f"max_messages must be an int, not {max_messages!r}")
-        if not 1 <= max_messages <= MAX_BATCH:
-            raise InvalidArgument(f"max_messages must be 1..{MAX_BATCH}, not {max_messages}")
+        if type(max_messages) is not int or not 1 <= max_messages <= MAX_BATCH:
+            _check_batch_size(max_messages)
+        return self._receive(max_messages, visibility_timeout, wait, read_bodies)
+
+    def _receive(
+        self, max_messages: int, visibility_timeout: float | None, wait: float | None, read_bodies: bool
+    ) -> list[Message]:
         settings = self._current_settings()
-        if visibility_timeout is None:
-            visibility_timeout = settings["visibility_timeout"]
-        lease_us = to_us(check_seconds(visibility_timeout, "visibility_timeout", MAX_VISIBILITY_TIMEOUT))
-        wait = check_seconds(settings["receive_wait"] if wait is None else wait, "wait", MAX_WAIT)
-        queue_id = self.id
-        self._check_suspended("receive", settings)
-        deadline = time.monotonic() + wait
+        if visibility_timeout is None:  # the setting was validated when it was read
+            lease_us = to_us(settings["visibility_timeout"])
+        else:
+            lease_us = to_us(check_seconds(visibility_timeout, "visibility_timeout", MAX_VISIBILITY_TIMEOUT))
+        if wait is None:
+            wait = settings["receive_wait"]  # validated when it was read
+        elif type(wait) is not int or wait:  # 0 needs no check
+            wait = check_seconds(wait, "wait", MAX_WAIT)
+        queue_id = self._queue_id or self.id
+        deadline = time.monotonic() + wait if wait else 0.0
         pause = _POLL_FIRST
         while True:
-            settings = self._current_settings()
-            self._check_suspended("receive", settings)  # a long poll notices a suspension too
+            if settings["suspended"]:  # a long poll notices a suspension too
+                self._check_suspended("receive", settings)
             got = self._claim(max_messages, lease_us, queue_id, read_bodies, settings)
+            if got or not wait:
+                return got
             left = deadline - time.monotonic()
-            if got or left <= 0:
+            if left <= 0:
                 return got
             time.sleep(min(pause, left, self._until_next_expiry()))
             pause = min(pause * 2, _POLL_MAX)
+            settings = self._current_settings()
 
     def throttled(self) -> bool:
         """Whether receives are throttled right now (every token of this window taken)."""
@@ -706,13 +789,19 @@ class Queue:
         got: list[Message] = []
         failure: StorageError | None = None  # raised only if nothing else was claimed
         max_receives, throttle = settings["max_receives"], settings["throttle"]
+        lock, prefix = self._lock, self._prefix
+        may_list = True  # False after a listing of this call that has given nothing yet
         while len(got) < limit:
-            with self._lock:
-                name = self._next_candidate()
+            with lock:
+                listed_at = self._listing.listed_at
+                name = self._next_candidate(may_list)
+                if self._listing.listed_at != listed_at:
+                    may_list = False  # until a claim succeeds: no spinning on names that fail
             if name is None:
                 break
-            parsed = _format.parse_name(name)
-            assert parsed is not None and parsed.state is not State.WRITING
+            parsed = _format.parse_name(name)  # the one parse of this name on its way out
+            if parsed is None or parsed.state is State.WRITING:
+                continue  # a foreign name the listing passed through unparsed
             if max_receives is not None and parsed.receive_count >= max_receives:
                 try:
                     self._dead_letter(parsed)
@@ -720,7 +809,7 @@ class Queue:
                     failure = failure or exc
                 continue
             if throttle is not None:
-                with self._lock:
+                with lock:
                     allowed = self._throttle.take(throttle[0], throttle[1], time.time())
                 if not allowed:
                     self._remember(name)  # still a candidate later
@@ -732,25 +821,29 @@ class Queue:
             slot = None
             group = parsed.group_hash
             if group:
-                with self._lock:
+                with lock:
                     slot = self._groups.claim(group, settings["group_concurrency"], until, now, self._skew_us)
                 if slot is None:
-                    with self._lock:
+                    with lock:
                         self._listing.blocked.add(group)  # its slots are all held
                     continue
-            if not _fs.rename(self._file(name), self._file(new)):
+            path = prefix + new
+            if not _fs.rename(prefix + name, path):
                 if group and slot is not None:
-                    with self._lock:
+                    with lock:
                         self._groups.free(group, slot)
                         self._listing.blocked.add(group)  # our view of the group is stale
                 continue  # another consumer got it first
+            self._listing.claimed += 1
+            may_list = True
             header = None
             if read_bodies:
                 try:
-                    data = _fs.read(self._file(new))
+                    data = _fs.read(path)
                     if data is None:
                         continue  # only if another host's clock is far ahead: it took our lease
-                    data, header = self._decode(parsed, data, self._file(new))
+                    if parsed.envelope:
+                        data, header = self._decode(parsed, data, path)
                 except StorageError as exc:  # unreadable (permissions) or corrupt
                     # a corrupt file stays in flight and comes back with its lease (and
                     # goes to the dead-letter queue after max_receives); the rest go on
@@ -760,29 +853,35 @@ class Queue:
             else:
                 data = None
             receipt = _format.make_receipt(queue_id, new, slot)
+            self._receipts.add(receipt, new, slot)
             got.append(Message(self, parsed.key, data, receipt, count, parsed.sent_us / 1e6, header))
         if failure is not None and not got:
             raise failure
         return got
 
-    def _next_candidate(self) -> str | None:
-        """The next name to try to claim; caller holds the lock."""
+    def _next_candidate(self, may_list: bool = True) -> str | None:
+        """The next name to try to claim (not yet validated); caller holds the lock.
+        The directory is listed again if the cache is stale and ``may_list``."""
         cache = self._listing
-        now = _format.now_us()
-        self._promote(now)
-        age = time.monotonic() - cache.listed_at
+        if cache.hidden:
+            self._promote(_format.now_us())
         if cache.visible or cache.grouped:
-            stale = age >= max(_MAX_LISTING_AGE, _AGE_FACTOR * cache.cost)
-        else:
-            stale = cache.cost < _CHEAP_LISTING or age >= _EXHAUSTED_FACTOR * cache.cost
-        if stale:
-            self._relist(now)
+            stale = time.monotonic() >= cache.stale_at
+        else:  # ran out: at once if the window left names behind (and was of use), else not too often
+            age = time.monotonic() - cache.listed_at
+            stale = (
+                (cache.truncated and cache.claimed > 0)
+                or cache.cost < _CHEAP_LISTING
+                or age >= _EXHAUSTED_FACTOR * cache.cost
+            )
+        if stale and may_list:
+            self._relist(_format.now_us())
         while cache.grouped:
             turn, name = cache.grouped[0]
             if cache.visible and (turn > 0 or cache.visible[0] < name):
                 break
             heapq.heappop(cache.grouped)
-            if name[_format.KEY_LENGTH + 2 : _format.KEY_LENGTH + 14] not in cache.blocked:
+            if _format.group_of(name) not in cache.blocked:
                 return name
         return heapq.heappop(cache.visible) if cache.visible else None
 
@@ -790,55 +889,50 @@ class Queue:
         cache = self._listing
         while cache.hidden and cache.hidden[0][0] + self._skew_us <= now:
             name = heapq.heappop(cache.hidden)[1]
-            if _format.parse_name(name).group_hash:  # type: ignore[union-attr]
+            if _format.group_of(name):
                 heapq.heappush(cache.grouped, (0, name))
             else:
                 heapq.heappush(cache.visible, name)
 
     def _relist(self, now: int) -> None:
+        """List the directory; keep the first names of each kind (see _LISTING_WINDOW)."""
         started = time.monotonic()
-        visible, hidden = [], []
-        groups: dict[str, list[_format.Name]] = {}
-        orphans = []
-        for name in _fs.list_names(self._path):
-            parsed = _format.parse_name(name)
-            if parsed is None:
-                continue
-            if parsed.state is State.WRITING:
-                orphans.append(name)
-                continue
-            if parsed.group_hash:
-                groups.setdefault(parsed.group_hash, []).append(parsed)
-            elif parsed.state is State.HIDDEN and parsed.until_us + self._skew_us > now:
-                hidden.append((parsed.until_us, name))
-            else:
-                visible.append(name)
-        grouped = self._group_candidates(groups, now, hidden) if groups else []
-        heapq.heapify(visible)
-        heapq.heapify(grouped)
-        heapq.heapify(hidden)
-        if orphans and time.monotonic() - self._orphans_swept_at > _SWEEP_EVERY:
+        found = _format.triage(_fs.list_names(self._path), now - self._skew_us)
+        hidden = found.hidden
+        grouped = self._group_candidates(found.grouped, now, hidden) if found.grouped else []
+        window = self._window
+        visible, truncated = _first_messages(found.visible, window)
+        kept_grouped = _first(grouped, window)
+        truncated = truncated or len(kept_grouped) < len(grouped)
+        hidden = _first(hidden, window)  # the soonest to turn visible; later ones wait for a listing
+        if found.writing and time.monotonic() - self._orphans_swept_at > _SWEEP_EVERY:
             # a bulk pass at most once a minute: .new files of publishers that died
             self._orphans_swept_at = time.monotonic()
             cutoff = time.time() - DEFAULT_GC_GRACE
-            for orphan in orphans:
+            for orphan in found.writing:
                 self._remove_orphan(orphan, cutoff)
-        if groups or self._groups_seen:
+        if found.grouped or self._groups_seen:
             if time.monotonic() - self._groups_swept_at > _SWEEP_EVERY:
                 self._groups.sweep()  # a bulk pass, at most once a minute per handle
                 self._groups_swept_at = time.monotonic()
             self._groups.refresh()
-            self._groups_seen = bool(groups)
+            self._groups_seen = bool(found.grouped)
         cache = self._listing
-        cache.visible, cache.grouped, cache.hidden = visible, grouped, hidden
+        cache.visible, cache.grouped, cache.hidden = visible, kept_grouped, hidden
+        cache.truncated = truncated
+        cache.claimed = 0
         cache.blocked = set()
         cache.listed_at = time.monotonic()
         cache.cost = cache.listed_at - started
+        cache.stale_at = cache.listed_at + max(_MAX_LISTING_AGE, _AGE_FACTOR * cache.cost)
 
     def _group_candidates(
-        self, groups: dict[str, list[_format.Name]], now: int, hidden: list[tuple[int, str]]
+        self, members_of_groups: list[_format.Name], now: int, hidden: list[tuple[int, str]]
     ) -> list[tuple[int, str]]:
         """Each group's next messages in order, as many as it has free slots."""
+        groups: dict[str, list[_format.Name]] = {}
+        for name in members_of_groups:
+            groups.setdefault(name.group_hash, []).append(name)
         limit = self._current_settings()["group_concurrency"]
         candidates = []
         for members in groups.values():
@@ -870,8 +964,8 @@ class Queue:
                 return
             if until_us:
                 heapq.heappush(cache.hidden, (until_us, name))
-            elif _format.parse_name(name).group_hash:  # type: ignore[union-attr]
-                cache.blocked.discard(_format.parse_name(name).group_hash)  # type: ignore[union-attr]
+            elif _format.group_of(name):
+                cache.blocked.discard(_format.group_of(name))
                 heapq.heappush(cache.grouped, (0, name))
             else:
                 heapq.heappush(cache.visible, name)
@@ -907,14 +1001,20 @@ class Queue:
 
     def delete(self, receipt: str) -> None:
         """Delete the message held by ``receipt``; :class:`StaleReceipt` if it no longer is."""
-        name, text, slot = _format.parse_receipt(self.id, receipt)
-        self._check_suspended("delete", self._current_settings())
-        deleted = _fs.unlink(self._file(text))
+        issued = self._receipts.take(receipt) if isinstance(receipt, str) else None
+        if issued is None:
+            _, text, slot = _format.parse_receipt(self.id, receipt)
+        else:  # a receipt this handle made: already valid
+            text, slot = issued
+        settings = self._current_settings()
+        if settings["suspended"]:
+            self._check_suspended("delete", settings)
+        deleted = _fs.unlink(self._prefix + text)
         if slot is not None:  # harmless if the slot moved on: the next generation exists then
             with self._lock:
-                self._groups.free(name.group_hash, slot)
+                self._groups.free(_format.group_of(text), slot)
         if not deleted:
-            raise StaleReceipt(_stale_message(name.key))
+            raise StaleReceipt(_stale_message(text[: _format.KEY_LENGTH]))
 
     def delete_batch(self, receipts: Iterable[str]) -> list[VsqsError | None]:
         """Delete several messages; one outcome per receipt, in order: ``None``
@@ -1298,6 +1398,53 @@ class Queue:
         """Remove the .new file ``entry`` if it was last written before ``cutoff``."""
         modified = _fs.mtime(self._file(entry))
         return int(modified is not None and modified <= cutoff and _fs.unlink(self._file(entry)))
+
+
+def _first(items: list[Any], n: int) -> list[Any]:
+    """The ``n`` smallest of ``items`` as a heap (``items`` itself, heapified, if
+    there are no more than ``n``).
+
+    For a long list, a sorted sample gives a cutoff, the items below it are
+    sorted (a sorted list is a heap) and cut to ``n``: much cheaper than a heap
+    selection over a million names. Any cutoff yields an exact prefix of the
+    sorted order; if the sample set it too low, a heap selection does it.
+    """
+    if len(items) <= n:
+        heapq.heapify(items)
+        return items
+    step = max(1, len(items) // 4096)
+    sample = sorted(items[::step])
+    cutoff = sample[min(len(sample) - 1, (n + n // 4) // step)]  # some slack: usually > n pass
+    below = [item for item in items if item <= cutoff]
+    if len(below) < n:
+        return heapq.nsmallest(n, items)
+    below.sort()
+    del below[n:]
+    return below
+
+
+def _first_messages(names: list[str], n: int) -> tuple[list[str], bool]:
+    """The ``n`` first message names of ``names`` (as :func:`_first`), none of
+    them foreign, and whether any message name was left out. When the window
+    leaves names out, a foreign name must not take a place in it, or foreign
+    names first in order could starve every message."""
+    kept = _first(names, n)
+    while len(kept) < len(names):
+        foreign = {name for name in kept if not _format.is_message_name(name)}
+        if not foreign:
+            # fresh copies, packed together: the originals lie scattered among the
+            # whole listing's strings and would keep all their memory pages alive
+            return "\0".join(kept).split("\0"), True  # no file name holds a NUL
+        names = [name for name in names if name not in foreign]
+        kept = _first(names, n)
+    return kept, False
+
+
+def _check_batch_size(max_messages: object) -> None:
+    if isinstance(max_messages, bool) or not isinstance(max_messages, int):
+        raise InvalidArgument(f"max_messages must be an int, not {max_messages!r}")
+    if not 1 <= max_messages <= MAX_BATCH:
+        raise InvalidArgument(f"max_messages must be 1..{MAX_BATCH}, not {max_messages}")
 
 
 def _check_priority(priority: object) -> int:
