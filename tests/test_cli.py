@@ -53,7 +53,8 @@ def test_publish_create_flag(run, tmp_path):
     assert vsqs.Queue(tmp_path / "q").stats().ready == 1
 
 
-def test_publish_stdin_whole_and_lines(run, queue):
+def test_publish_stdin_whole_and_lines(run, flat_queue):
+    queue = flat_queue  # one delivery order across the queue: no shards
     run("publish", queue.path, input="one message\nstill one\n")
     result = run("publish", queue.path, "--lines", input="a\nb\n\nc")
     assert result.exit_code == 0 and len(result.output.split()) == 4
@@ -84,7 +85,8 @@ def test_receive_empty_exits_3(run, queue):
     assert result.exit_code == 3 and result.output == ""
 
 
-def test_receive_delete_and_batch(run, queue):
+def test_receive_delete_and_batch(run, flat_queue):
+    queue = flat_queue  # one delivery order across the queue: no shards
     queue.publish_batch([b"1", b"2", b"3"])
     result = run("receive", queue.path, "-n", 5, "--delete")
     assert result.stdout == "1\n2\n3\n"
@@ -144,7 +146,8 @@ def test_stats_formats(run, queue):
     assert "vsqs_oldest_message_age_seconds{" in prom
 
 
-def test_ls(run, queue):
+def test_ls(run, flat_queue):
+    queue = flat_queue  # one delivery order across the queue: no shards
     ids = queue.publish_batch([b"1", b"2"])
     queue.receive()
     lines = run("ls", queue.path).output.splitlines()
@@ -307,7 +310,8 @@ def test_redrive_command(run, tmp_path):
     assert q.receive().body == b"x"
 
 
-def test_publish_priority_attributes_at(run, queue):
+def test_publish_priority_attributes_at(run, flat_queue):
+    queue = flat_queue  # priority orders a whole queue only without shards
     run("publish", queue.path, "low")
     run("publish", queue.path, "high", "--priority", "9", "-a", "trace=1", "--attribute", "k=v")
     run("publish", queue.path, "later", "--at", "2999-01-01T00:00")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import multiprocessing
 import re
 
@@ -9,7 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from vsqs import IncompatibleFormat, InvalidReceipt, _format
+from vsqs import IncompatibleFormat, InvalidArgument, InvalidReceipt, _format
 from vsqs._format import Name, State
 
 keys = st.builds(
@@ -194,7 +195,14 @@ def test_no_text_escapes_through_a_receipt(text):
 
 
 def test_metadata_round_trip():
-    assert _format.decode_metadata(_format.encode_metadata("0a1b2c3d"), "m") == "0a1b2c3d"
+    assert _format.decode_metadata(_format.encode_metadata("0a1b2c3d"), "m") == ("0a1b2c3d", 1)
+    assert _format.decode_metadata(_format.encode_metadata("0a1b2c3d", 16), "m") == ("0a1b2c3d", 16)
+
+
+def test_unsharded_queues_stay_format_1_for_older_readers():
+    assert json.loads(_format.encode_metadata("0a1b2c3d"))["format"] == 1
+    assert "shards" not in json.loads(_format.encode_metadata("0a1b2c3d"))
+    assert json.loads(_format.encode_metadata("0a1b2c3d", 4))["format"] == 2
 
 
 @pytest.mark.parametrize(
@@ -202,7 +210,12 @@ def test_metadata_round_trip():
     [
         (b"", "unreadable"),
         (b"{not json", "unreadable"),
-        (b'{"format": 2, "queue_id": "0a1b2c3d"}', "format 2"),
+        (b'{"format": 3, "queue_id": "0a1b2c3d"}', "format 3"),
+        (b'{"format": true, "queue_id": "0a1b2c3d"}', "format True"),
+        (b'[1, 2]', "unreadable"),
+        (b'{"format": 2, "queue_id": "0a1b2c3d", "shards": 3}', "bad shards 3"),
+        (b'{"format": 2, "queue_id": "0a1b2c3d", "shards": 512}', "bad shards 512"),
+        (b'{"format": 2, "queue_id": "0a1b2c3d", "shards": "4"}', "bad shards"),
         (b'{"format": 1}', "unreadable"),
         (b'{"format": 1, "queue_id": "../x"}', "bad queue_id"),
     ],
@@ -210,3 +223,41 @@ def test_metadata_round_trip():
 def test_bad_metadata(data, match):
     with pytest.raises(IncompatibleFormat, match=match):
         _format.decode_metadata(data, "/q/.vsqs.json")
+
+
+# -- shards ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("shards", [1, 2, 16, 256])
+def test_every_name_of_a_message_maps_to_one_shard(shards):
+    key = _format.new_key()
+    stem = _format.make_stem(key, envelope=True)
+    hidden = _format.hidden_name(stem, 1795305531723584, 1)
+    names = [stem, _format.ready_name(stem, 3), hidden, _format.writing_name(stem),
+             _format.hidden_name(stem, 1795305531723584, 1, _format.moved_tag(hidden.rsplit(".", 1)[1]))]
+    assert len({_format.shard_of(name, shards) for name in names}) == 1
+    assert 0 <= _format.shard_of(stem, shards) < shards
+
+
+def test_a_group_lives_in_one_shard_whatever_its_keys():
+    group = _format.group_hash("tenant-7")
+    shards = {_format.shard_of(_format.make_stem(_format.new_key(), group_hash=group), 64) for _ in range(200)}
+    assert shards == {int(group[:2], 16) % 64}
+
+
+def test_keys_spread_over_the_shards():
+    counts = [0] * 16
+    for _ in range(16_000):
+        counts[_format.shard_of(_format.new_key(), 16)] += 1
+    assert min(counts) > 800 and max(counts) < 1200
+
+
+@pytest.mark.parametrize("bad", [0, 3, 257, 512, -2, True, 2.0, "4", None])
+def test_bad_shard_counts(bad):
+    with pytest.raises(InvalidArgument, match="power of two"):
+        _format.check_shards(bad)
+
+
+def test_shard_directory_names():
+    assert _format.shard_dir_name(0) == "shards/00"
+    assert _format.shard_dir_name(255) == "shards/ff"

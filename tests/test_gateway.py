@@ -97,6 +97,24 @@ def test_queue_lifecycle(http, server):
     assert missing.json()["error"] == {"code": "queue_not_found", "message": "no queue 'life'", "parameter": "queue"}
 
 
+def test_a_sharded_queue_over_http(http, server):
+    made = http.put("/queues/deep", params={"shards": 8}, json={})
+    assert made.status_code == 201 and made.json()["shards"] == 8
+    assert vsqs.Spool(server.spool).queue("deep").shards == 8
+    assert http.put("/queues/deep", params={"shards": 8}, json={}).status_code == 200
+    assert http.put("/queues/deep", json={}).json()["shards"] == 8  # not saying is not asking for 1
+    conflict = http.put("/queues/deep", params={"shards": 16}, json={})
+    assert conflict.status_code == 409 and conflict.json()["error"]["parameter"] == "shards"
+    bad = http.put("/queues/odd", params={"shards": 3}, json={})
+    assert bad.status_code == 422 and bad.json()["error"]["parameter"] == "shards"
+    assert "odd" not in http.get("/queues").json()["queues"]
+    for i in range(20):
+        http.post("/queues/deep/messages", content=b"%d" % i)
+    assert http.get("/queues/deep").json()["stats"]["ready"] == 20
+    got = http.post("/queues/deep/messages/receive", params={"max_messages": 10}).json()
+    assert len(got["messages"]) == 10
+
+
 @pytest.mark.parametrize("name", ["..", ".hidden", "a" * 81, "a..b", "-x", "a%00b", "%2E%2E", "..%2F..%2Fetc"])
 def test_escaping_queue_names_touch_nothing(http, server, name):
     before = spool_entries(server)

@@ -18,7 +18,8 @@ def shell_example() -> str:
 
 
 @pytest.mark.skipif(shutil.which("bash") is None, reason="needs bash")
-def test_shell_example_interoperates(queue):
+def test_shell_example_interoperates(flat_queue):
+    queue = flat_queue  # one delivery order across the queue: no shards
     queue.publish(b"from python")
     script = shell_example().replace("Q=/spool/jobs", f"Q={queue.path}")
     result = subprocess.run(["bash", "-c", script], capture_output=True, timeout=60)
@@ -30,7 +31,8 @@ def test_shell_example_interoperates(queue):
     assert queue.stats().total == 0
 
 
-def test_documented_regex_is_the_code(queue):
+def test_documented_regex_is_the_code(flat_queue):
+    queue = flat_queue  # one delivery order across the queue: no shards
     text = FORMAT_MD.read_text()
     [pattern] = re.findall(r"```\n(\(\?P<stem>.*?)```", text, re.S)
     regex = re.compile("".join(line.strip() for line in pattern.splitlines()))

@@ -13,7 +13,7 @@ import pytest
 import vsqs
 from vsqs import _format, _fs
 
-from .conftest import message_files
+from .conftest import message_dirs, message_files, message_names, message_path
 
 
 def test_open_missing_queue(tmp_path):
@@ -57,7 +57,8 @@ def test_publish_receive_delete(queue):
     assert queue.receive() is None  # invisible while in flight
     m.delete()
     assert queue.stats().total == 0
-    assert os.listdir(queue.path) == [_format.METADATA_NAME]
+    assert not [n for n in message_names(queue.path) if _format.parse_name(n)]
+    assert sorted(os.listdir(queue.path)) == [_format.METADATA_NAME] + (["shards"] if queue.shards > 1 else [])
 
 
 def test_str_body_is_utf8(queue):
@@ -65,7 +66,8 @@ def test_str_body_is_utf8(queue):
     assert queue.receive().body == "héllo".encode()
 
 
-def test_empty_and_binary_bodies(queue):
+def test_empty_and_binary_bodies(flat_queue):
+    queue = flat_queue
     blob = bytes(range(256)) * 1000
     queue.publish_batch([b"", blob, bytearray(b"ba"), memoryview(b"mv")])
     got = [m.body for m in queue.receive_batch(10)]
@@ -79,7 +81,8 @@ def test_bad_body_type(queue, body):
     assert queue.stats().total == 0
 
 
-def test_fifo_per_producer(queue):
+def test_fifo_per_producer(flat_queue):
+    queue = flat_queue
     ids = queue.publish_batch([str(i) for i in range(50)], durable=False)
     ids += [queue.publish(str(i), durable=False) for i in range(50, 100)]
     got = []
@@ -285,7 +288,7 @@ def test_long_poll_gives_up_after_wait(queue):
 def test_long_poll_does_not_spin(queue):
     with mock.patch.object(_fs, "list_names", wraps=_fs.list_names) as listing:
         assert queue.receive(wait=1.0) is None
-    assert listing.call_count < 25  # backs off: a spinning loop would list thousands of times
+    assert listing.call_count < 25 * queue.shards  # backs off: a spinning loop would list thousands of times
 
 
 def test_long_poll_notices_an_expired_lease(queue):
@@ -325,7 +328,8 @@ def test_receiving_respects_manual_settling(queue):
     assert queue.stats().ready == 1
 
 
-def test_stats_and_messages(queue):
+def test_stats_and_messages(flat_queue):
+    queue = flat_queue
     queue.publish(b"a")
     queue.publish(b"b")
     queue.publish(b"c", delay=60)
@@ -348,10 +352,12 @@ def test_purge_counts_every_state(queue):
     queue.publish_batch([b"1", b"2"])
     queue.publish(b"3", delay=60)
     queue.receive()
-    (open(os.path.join(queue.path, "foreign.txt"), "w")).close()
+    (open(os.path.join(message_dirs(queue.path)[0], "foreign.txt"), "w")).close()
     assert queue.purge() == 3
     assert queue.stats().total == 0
-    assert sorted(os.listdir(queue.path)) == [_format.METADATA_NAME, "foreign.txt"]
+    assert sorted(message_names(queue.path)) == sorted(
+        ["foreign.txt"] + ([] if queue.shards > 1 else [_format.METADATA_NAME])
+    )
 
 
 def test_requeue_expired(queue):
@@ -362,13 +368,13 @@ def test_requeue_expired(queue):
     states = sorted((i.state, i.receive_count) for i in queue.messages())
     assert states == [("in_flight", 1), ("ready", 1)]
     assert any(_format.parse_name(n).state is _format.State.READY and n.endswith(".1")
-               for n in os.listdir(queue.path) if _format.parse_name(n))
+               for n in message_names(queue.path) if _format.parse_name(n))
     assert queue.receive().receive_count == 2
 
 
 def test_collect_garbage_removes_only_old_orphans(queue):
-    old = os.path.join(queue.path, _format.writing_name(_format.new_key()))
-    young = os.path.join(queue.path, _format.writing_name(_format.new_key()))
+    old = message_path(queue, _format.writing_name(_format.new_key()))
+    young = message_path(queue, _format.writing_name(_format.new_key()))
     for path in (old, young):
         open(path, "wb").close()
     os.utime(old, (time.time() - 3600, time.time() - 3600))
@@ -380,11 +386,12 @@ def test_collect_garbage_removes_only_old_orphans(queue):
 
 def test_foreign_files_are_ignored(queue):
     junk = ["README", ".hidden", "9-123.new", "x.new", "9-1795305501723584-892190c0ba72466Z"]
+    home = message_dirs(queue.path)[0]  # where messages live: the queue, or a shard
     for name in junk:
-        with open(os.path.join(queue.path, name), "w") as f:
+        with open(os.path.join(home, name), "w") as f:
             f.write("not a message")
-    os.mkdir(os.path.join(queue.path, "subdir"))
-    os.symlink("/etc/passwd", os.path.join(queue.path, "link"))
+    os.mkdir(os.path.join(home, "subdir"))
+    os.symlink("/etc/passwd", os.path.join(home, "link"))
     queue.publish(b"real")
     assert [m.body for m in queue.receive_batch(10)] == [b"real"]
     assert queue.stats().total == 1
@@ -392,9 +399,9 @@ def test_foreign_files_are_ignored(queue):
     queue.requeue_expired()
     old = time.time() - 10**6
     for name in junk:
-        os.utime(os.path.join(queue.path, name), (old, old))
+        os.utime(os.path.join(home, name), (old, old))
     assert queue.collect_garbage(grace=0) == 0
-    assert set(junk) | {"subdir", "link"} <= set(os.listdir(queue.path))
+    assert set(junk) | {"subdir", "link"} <= set(os.listdir(home))
 
 
 def test_queue_pickles_as_path_and_options(queue):
@@ -451,10 +458,11 @@ def test_receive_does_not_list_on_every_call(queue):
     with mock.patch.object(_fs, "list_names", wraps=_fs.list_names) as listing:
         for _ in range(200):
             queue.receive().delete()
-    assert listing.call_count <= 3
+    assert listing.call_count <= 3 * queue.shards  # not one per receive
 
 
-def test_a_stolen_candidate_is_skipped(queue):
+def test_a_stolen_candidate_is_skipped(flat_queue):
+    queue = flat_queue
     queue.publish_batch([b"1", b"2"])
     other = vsqs.Queue(queue.path)
     assert queue.receive().body == b"1"  # queue's cache now holds "2"
@@ -504,7 +512,8 @@ def test_claim_without_reading_then_read_by_receipt(queue):
 # -- stages ---------------------------------------------------------------------
 
 
-def test_stage_is_invisible_until_committed(queue):
+def test_stage_is_invisible_until_committed(flat_queue):
+    queue = flat_queue
     ids = queue.publish_staged([b"1", b"2"], stage="job-1-part-0-attempt-0")
     assert queue.receive() is None and queue.stats().total == 0
     assert queue.stages() == ["job-1-part-0-attempt-0"]
@@ -557,10 +566,10 @@ def test_gc_drops_abandoned_stages(queue):
 
 
 def test_receive_collects_old_orphans_on_its_own(queue):
-    orphan = os.path.join(queue.path, _format.writing_name(_format.new_key()))
+    orphan = message_path(queue, _format.writing_name(_format.new_key()))
     open(orphan, "wb").close()
     os.utime(orphan, (time.time() - 3600, time.time() - 3600))
-    young = os.path.join(queue.path, _format.writing_name(_format.new_key()))
+    young = message_path(queue, _format.writing_name(_format.new_key()))
     open(young, "wb").close()
     queue.receive()  # its listing notices the orphan: a bulk pass, at most once a minute
     assert not os.path.exists(orphan) and os.path.exists(young)

@@ -66,7 +66,8 @@ def test_triage_sorts_names_by_state():
 # -- the bounded window --------------------------------------------------------------
 
 
-def test_a_small_window_still_delivers_everything_in_priority_order(queue):
+def test_a_small_window_still_delivers_everything_in_priority_order(flat_queue):
+    queue = flat_queue  # one delivery order across the queue: no shards
     queue._window = 7
     ids = {}
     for i in range(40):
@@ -81,7 +82,8 @@ def test_a_small_window_still_delivers_everything_in_priority_order(queue):
     assert got == sorted(ids, key=lambda key: (-ids[key], key))  # priority first, then send time
 
 
-def test_a_small_window_lists_again_only_when_it_runs_out(queue):
+def test_a_small_window_lists_again_only_when_it_runs_out(flat_queue):
+    queue = flat_queue  # one delivery order across the queue: no shards
     queue._window = 10
     queue.publish_batch([b"%d" % i for i in range(95)], durable=False)
     from unittest import mock
@@ -129,7 +131,8 @@ def test_a_small_window_with_groups(queue):
     assert order == {g: [f"{g}{i}" for i in range(6)] for g in "abc"}
 
 
-def test_foreign_dotless_names_first_in_order_are_never_claimed(queue):
+def test_foreign_dotless_names_first_in_order_are_never_claimed(flat_queue):
+    queue = flat_queue  # one delivery order across the queue: no shards
     queue._window = 2
     for name in ("0-foreign", "0", "1-1795305501723584-892190c0ba72466Z", "README"):
         with open(os.path.join(queue.path, name), "w") as f:
@@ -201,7 +204,8 @@ def test_the_receipt_cache_is_bounded(queue, monkeypatch):
     assert queue.stats().total == 0
 
 
-def test_a_listing_that_gives_nothing_is_not_repeated_within_one_receive(queue, monkeypatch):
+def test_a_listing_that_gives_nothing_is_not_repeated_within_one_receive(flat_queue, monkeypatch):
+    queue = flat_queue  # one delivery order across the queue: no shards
     from vsqs import _fs
 
     monkeypatch.setattr(_queue, "_CHEAP_LISTING", 3600.0)  # every listing is cheap: re-list when out

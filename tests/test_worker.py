@@ -25,7 +25,8 @@ def test_burst_processes_everything_once(queue):
     assert queue.stats().total == 0
 
 
-def test_burst_tries_a_failing_message_once_and_gives_it_back(queue):
+def test_burst_tries_a_failing_message_once_and_gives_it_back(flat_queue):
+    queue = flat_queue  # one delivery order across the queue: no shards
     queue.publish_batch([b"bad", b"good"])
     calls = []
 
@@ -86,7 +87,8 @@ def test_max_messages_bounds_work(queue):
     assert stats.processed == 4 and queue.stats().ready == 6
 
 
-def test_stop_is_warm(queue):
+def test_stop_is_warm(flat_queue):
+    queue = flat_queue  # one delivery order across the queue: no shards
     queue.publish_batch([b"1", b"2", b"3"])
     worker = None
     done = []

@@ -94,14 +94,21 @@ def _setting_options(command: Any) -> Any:
 
 @main.command()
 @_queue_arg
+@click.option(
+    "--shards", type=int, default=None, metavar="N",
+    help="Spread the messages over N directories (a power of two up to 256; fixed at creation). "
+    "For queues that stand deeper than about 100,000 messages.",
+)
 @_setting_options
 @click.pass_context
-def create(ctx: click.Context, queue: str, **settings: str | None) -> None:
+def create(ctx: click.Context, queue: str, shards: int | None, **settings: str | None) -> None:
     """Create QUEUE (a directory with queue metadata) if it does not exist,
     and apply the settings given."""
     changes = {key: value for key, value in settings.items() if value is not None}
     _settings.validate(changes)  # a bad setting creates nothing
-    q = Queue(queue, create=True, clock_skew=ctx.obj["clock_skew"], mode=changes.get("file_mode"))
+    q = Queue(
+        queue, create=True, clock_skew=ctx.obj["clock_skew"], mode=changes.get("file_mode"), shards=shards
+    )
     if changes:
         q.configure(**changes)
 
@@ -401,6 +408,7 @@ def _stats_fields(q: Queue, groups: bool) -> dict[str, Any]:
         "dead_lettered": s.dead_lettered,
         "oldest_ready_age": round(s.oldest_ready_age, 6),
         "writing": s.writing,
+        "shards": q.shards,
     }
     if groups:
         fields["groups"] = s.groups

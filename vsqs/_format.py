@@ -38,8 +38,11 @@ from typing import Any, NamedTuple
 
 from vsqs._errors import IncompatibleFormat, InvalidArgument, InvalidReceipt
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # the newest format this vsqs reads and writes
+UNSHARDED_FORMAT = 1  # a queue without shards is written as format 1, for older readers
 METADATA_NAME = ".vsqs.json"
+SHARDS_DIR = "shards"  # in a sharded queue: shards/00 .. shards/NN hold the messages
+MAX_SHARDS = 256
 SOURCES_DIR = ".sources"  # in a dead-letter queue: QUEUE_ID -> path of the queue it serves
 MAX_COUNT = 999_999_999
 DEFAULT_PRIORITY = 0
@@ -453,22 +456,62 @@ def new_queue_id() -> str:
     return secrets.token_hex(4)
 
 
-def encode_metadata(queue_id: str) -> bytes:
-    doc = {"format": FORMAT_VERSION, "queue_id": queue_id, "created": time.time()}
+class Metadata(NamedTuple):
+    """What ``.vsqs.json`` fixes for the life of a queue."""
+
+    queue_id: str
+    shards: int  # 1: messages in the queue directory; else in shards/00 .. shards/NN
+
+
+def check_shards(shards: object) -> int:
+    """A shard count: a power of two from 1 to MAX_SHARDS."""
+    if isinstance(shards, bool) or not isinstance(shards, int) or not 1 <= shards <= MAX_SHARDS or shards & (shards - 1):
+        raise InvalidArgument(f"shards must be a power of two from 1 to {MAX_SHARDS}, not {shards!r}")
+    return shards
+
+
+def encode_metadata(queue_id: str, shards: int = 1) -> bytes:
+    doc: dict[str, Any] = {"format": UNSHARDED_FORMAT, "queue_id": queue_id, "created": time.time()}
+    if shards != 1:
+        doc.update(format=FORMAT_VERSION, shards=shards)
     return (json.dumps(doc, sort_keys=True) + "\n").encode()
 
 
-def decode_metadata(data: bytes, where: str) -> str:
-    """Check the format version; return the queue id."""
+def decode_metadata(data: bytes, where: str) -> Metadata:
+    """Check the format version; return the queue id and its shard count."""
     try:
         doc = json.loads(data)
         version, queue_id = doc["format"], doc["queue_id"]
-    except (ValueError, TypeError, KeyError) as exc:
+        shards = doc.get("shards", 1) if version == FORMAT_VERSION else 1
+    except (ValueError, TypeError, KeyError, AttributeError) as exc:
         raise IncompatibleFormat(f"{where}: unreadable queue metadata ({exc})") from None
-    if version != FORMAT_VERSION:
+    if version not in (UNSHARDED_FORMAT, FORMAT_VERSION) or isinstance(version, bool):
         raise IncompatibleFormat(
-            f"{where}: queue format {version!r}, this vsqs reads format {FORMAT_VERSION}"
+            f"{where}: queue format {version!r}, this vsqs reads formats {UNSHARDED_FORMAT} and {FORMAT_VERSION}"
         )
     if not isinstance(queue_id, str) or not _QUEUE_ID_RE.fullmatch(queue_id):
         raise IncompatibleFormat(f"{where}: bad queue_id {queue_id!r} in queue metadata")
-    return queue_id
+    try:
+        check_shards(shards)
+    except InvalidArgument:
+        raise IncompatibleFormat(f"{where}: bad shards {shards!r} in queue metadata") from None
+    return Metadata(queue_id, shards)
+
+
+# -- shards ---------------------------------------------------------------------
+
+
+def shard_dir_name(index: int) -> str:
+    """The directory of shard ``index``, relative to the queue: ``shards/0a``."""
+    return f"{SHARDS_DIR}/{index:02x}"
+
+
+def shard_of(name: str, shards: int) -> int:
+    """The shard a message of the grammar lives in: chosen by the first two hex
+    digits of its GROUP if it has one (a group stays in one directory, in
+    order), else of its RAND. Every name of a message's life (the stem stays)
+    maps to the same shard; a dead letter's maps by the same rule in its
+    dead-letter queue."""
+    if name.startswith("-g", KEY_LENGTH):
+        return int(name[KEY_LENGTH + 2 : KEY_LENGTH + 4], 16) & (shards - 1)
+    return int(name[19:21], 16) & (shards - 1)

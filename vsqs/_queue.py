@@ -14,6 +14,7 @@ import heapq
 import logging
 import math
 import os
+import random
 import threading
 import time
 from collections.abc import Iterable, Iterator, Mapping
@@ -128,7 +129,7 @@ class _Presence:
         if key in self._live:
             return "live"
         if key in self._writing:
-            written = _fs.mtime(self._queue._file(self._writing[key]))
+            written = _fs.mtime(self._queue._message_file(self._writing[key]))
             if written is None or written > time.time() - _dedup.WRITE_GRACE:
                 return "writing"  # at work (or gone since the listing: just published)
         return None
@@ -199,13 +200,22 @@ class Queue:
         create: bool = False,
         clock_skew: float = 0.0,
         mode: int | str | None = None,
+        shards: int | None = None,
     ) -> None:
         self._path = os.path.abspath(os.fspath(path))
         self._clock_skew = check_seconds(clock_skew, "clock_skew", 3600.0)
         self._init_runtime()
         if mode is not None:  # the queue's file_mode, needed before its settings exist
             self._mode = _settings.file_mode_of(_settings.validate({"file_mode": mode}))
-        self._queue_id: str | None = self._open(create)
+        if shards is not None:
+            _format.check_shards(shards)
+        self._queue_id: str | None = None
+        self._adopt(self._open(create, shards or 1))
+        if shards is not None and shards != self._shards:
+            raise InvalidArgument(
+                f"queue {self._path} exists with {self._shards} shard(s), not {shards}: "
+                "the shard count is fixed when a queue is created"
+            )
         if create and mode is not None and self.settings["file_mode"] is None:
             self.configure(file_mode=mode)
 
@@ -230,6 +240,19 @@ class Queue:
         self._groups_swept_at = -math.inf
         self._orphans_swept_at = -math.inf
         self._reservations = Reservations(self._path)
+        self._shards = 0  # 0 until the metadata is read (see _adopt)
+        self._shard_prefixes: list[str] = []
+        self._cursor = 0  # the shard a sharded queue's next listing starts at
+
+    def _adopt(self, metadata: _format.Metadata) -> None:
+        """Take what the queue's metadata fixes: its id and its shards."""
+        if metadata.shards > 1:
+            self._shard_prefixes = [
+                self._prefix + _format.shard_dir_name(index) + os.sep for index in range(metadata.shards)
+            ]
+            self._cursor = random.randrange(metadata.shards)  # consumers start apart
+        self._shards = metadata.shards
+        self._queue_id = metadata.queue_id
 
     # -- pickling: path and options only; reopened lazily where unpickled --
 
@@ -259,18 +282,45 @@ class Queue:
     def id(self) -> str:
         """The queue's random id from its metadata; it prefixes every receipt."""
         if self._queue_id is None:
-            self._queue_id = self._open(create=False)
+            self._adopt(self._open(create=False))
+        assert self._queue_id is not None
         return self._queue_id
 
+    @property
+    def shards(self) -> int:
+        """How many shard directories hold the messages (1: the queue directory itself)."""
+        if not self._shards:
+            self._adopt(self._open(create=False))
+        return self._shards
+
     def _file(self, name: str) -> str:
+        """An entry of the queue directory itself (metadata, settings, stages...)."""
         return self._prefix + name  # names are single components: no join needed
 
-    def _open(self, create: bool) -> str:
-        """Check (or make) the queue directory and its metadata; return the queue id."""
+    def _message_file(self, name: str) -> str:
+        """Where the message file ``name`` (of the grammar) lives: the queue
+        directory, or in a sharded queue the shard its name maps to."""
+        shards = self._shards
+        if shards == 1:
+            return self._prefix + name
+        if not shards:  # an unpickled handle: read the metadata first
+            shards = self.shards
+            if shards == 1:
+                return self._prefix + name
+        return self._shard_prefixes[_format.shard_of(name, shards)] + name
+
+    def _message_dirs(self) -> list[str]:
+        """The directories that hold messages: the queue's, or each shard's."""
+        if self.shards == 1:
+            return [self._path]
+        return [prefix[:-1] for prefix in self._shard_prefixes]
+
+    def _open(self, create: bool, shards: int = 1) -> _format.Metadata:
+        """Check (or make) the queue directory and its metadata; return what it fixes."""
         meta = self._file(_format.METADATA_NAME)
         data = _fs.read(meta)
         if data is None and create:
-            self._create()
+            self._create(shards)
             data = _fs.read(meta)
         if data is None:
             if _fs.is_dir(self._path):
@@ -284,16 +334,18 @@ class Queue:
             data = _fs.read(meta) or b""
         return _format.decode_metadata(data, meta)
 
-    def _create(self) -> None:
+    def _create(self, shards: int) -> None:
         """Make the queue so that it appears whole: a private directory holding
-        the metadata is renamed into place. An existing directory is adopted by
-        an exclusive create of the metadata file."""
-        meta = _format.encode_metadata(_format.new_queue_id())
+        the metadata (and the shard directories) is renamed into place. An
+        existing directory is adopted by an exclusive create of the metadata
+        file, after its shard directories."""
+        meta = _format.encode_metadata(_format.new_queue_id(), shards)
         if not _fs.is_dir(self._path):
             parent, base = os.path.split(self._path)
             _fs.make_dirs(parent)
             private = os.path.join(parent, f".{base}.creating-{_format.new_tag()}")
             _fs.make_dir(private, self._mode)
+            self._make_shards(private, shards)
             _fs.create_exclusive(
                 os.path.join(private, _format.METADATA_NAME), meta, durable=True, mode=self._mode
             )
@@ -301,9 +353,23 @@ class Queue:
             if _fs.rename_dir(private, self._path):
                 _fs.fsync_dir(parent)
                 return
-            _fs.remove_tree_quietly(private, [_format.METADATA_NAME])  # another creator won
+            if shards > 1:  # another creator won
+                _fs.remove_tree(private)
+            else:
+                _fs.remove_tree_quietly(private, [_format.METADATA_NAME])
+        else:
+            self._make_shards(self._path, shards)
         if _fs.create_exclusive(self._file(_format.METADATA_NAME), meta, durable=True, mode=self._mode):
             _fs.fsync_dir(self._path)
+
+    def _make_shards(self, directory: str, shards: int) -> None:
+        """The shard directories of a new queue (none for one shard)."""
+        if shards == 1:
+            return
+        _fs.make_dirs(os.path.join(directory, _format.SHARDS_DIR), self._mode)
+        for index in range(shards):
+            _fs.make_dirs(os.path.join(directory, _format.shard_dir_name(index)), self._mode)
+        _fs.fsync_dir(os.path.join(directory, _format.SHARDS_DIR))
 
     # -- settings ------------------------------------------------------------
 
@@ -465,7 +531,7 @@ class Queue:
         presence = _Presence(self) if any(entry.digest for entry in entries) else None
         try:
             for position, entry in enumerate(entries):
-                stem, temp = self._write_new(entry, durable, self._prefix)
+                stem, temp = self._write_new(entry, durable)
                 if entry.digest:
                     # the body is written first, so a reservation always has its message
                     # (or the .new file of its publisher) behind it
@@ -483,11 +549,11 @@ class Queue:
             raise
         ids: list[str] = []
         for entry, stem, temp in written:
-            if not _fs.rename(temp, self._file(self._final_name(stem, entry.delay))):
+            if not _fs.rename(temp, self._message_file(self._final_name(stem, entry.delay))):
                 raise StorageError(2, "message file vanished before it was published", temp)
             ids.append(stem[: _format.KEY_LENGTH])
         if durable and ids:
-            _fs.fsync_dir(self._path)
+            self._fsync_message_dirs(stem for _, stem, _ in written)
         for digest, (key, gen) in reserved.items():
             self._reservations.confirm(digest, gen, key)
         with self._lock:
@@ -511,11 +577,11 @@ class Queue:
         if settings["max_message_bytes"] is not None or settings["max_messages"] is not None:
             self._check_limits([data], settings)
         delay = settings["delay"]  # validated when it was read
-        stem, temp = self._write_new(_Prepared(data, {}, priority, "", delay, ""), durable, self._prefix)
-        if not _fs.rename(temp, self._file(self._final_name(stem, delay))):
+        stem, temp = self._write_new(_Prepared(data, {}, priority, "", delay, ""), durable)
+        if not _fs.rename(temp, self._message_file(self._final_name(stem, delay))):
             raise StorageError(2, "message file vanished before it was published", temp)
         if durable:
-            _fs.fsync_dir(self._path)
+            _fs.fsync_dir(os.path.dirname(temp))
         with self._lock:
             self._count += 1
         return stem[: _format.KEY_LENGTH]
@@ -611,16 +677,26 @@ class Queue:
                     f"queue {self._path} is full: {self._count} messages, max_messages is {capacity}"
                 )
 
-    def _write_new(self, entry: _Prepared, durable: bool, prefix: str) -> tuple[str, str]:
-        """Write ``STEM.new`` under a fresh key in the directory ``prefix``; return (stem, path)."""
+    def _write_new(self, entry: _Prepared, durable: bool, stage: str | None = None) -> tuple[str, str]:
+        """Write ``STEM.new`` under a fresh key, where the message will live (or
+        in the directory ``stage``, ending in a separator); return (stem, path)."""
         content = _format.encode_envelope(entry.header, entry.body) if entry.header else entry.body
         for _attempt in range(8):
             key = _format.new_key(entry.priority)
             stem = _format.make_stem(key, group_hash=entry.group_hash, envelope=bool(entry.header))
-            temp = prefix + _format.writing_name(stem)
+            name = _format.writing_name(stem)
+            temp = stage + name if stage is not None else self._message_file(name)
             if _fs.create_exclusive(temp, content, durable=durable, mode=self._mode):
                 return stem, temp
-        raise StorageError(17, "no free message name after 8 tries", prefix)
+        raise StorageError(17, "no free message name after 8 tries", stage or self._path)
+
+    def _fsync_message_dirs(self, names: Iterable[str]) -> None:
+        """fsync each directory that the messages ``names`` (stems or names) went into, once."""
+        if self.shards == 1:
+            _fs.fsync_dir(self._path)
+            return
+        for index in sorted({_format.shard_of(name, self._shards) for name in names}):
+            _fs.fsync_dir(self._shard_prefixes[index][:-1])
 
     # -- stages: publish many messages at once, later --------------------------
 
@@ -645,7 +721,7 @@ class Queue:
         for entry in entries:
             if entry.digest:  # the commit needs it: it travels in the envelope
                 entry = entry._replace(header={**entry.header, "dedup": entry.digest})
-            stem, temp = self._write_new(entry, True, prefix)
+            stem, temp = self._write_new(entry, True, stage=prefix)
             if not _fs.rename(temp, prefix + self._final_name(stem, entry.delay)):
                 raise StorageError(2, "staged message file vanished", temp)
             ids.append(stem[: _format.KEY_LENGTH])
@@ -665,6 +741,7 @@ class Queue:
         reserved: dict[str, tuple[str, int]] = {}
         presence = _Presence(self)
         moved = 0
+        published: list[str] = []
         leftovers = []
         for name in _fs.list_names(directory):
             parsed = _format.parse_name(name)
@@ -678,15 +755,16 @@ class Queue:
             ):
                 leftovers.append(name)  # a known duplicate never enters the queue
                 continue
-            if not _fs.rename(staged, self._file(name)):
+            if not _fs.rename(staged, self._message_file(name)):
                 continue
             holder = self._reserve(digest, parsed.stem, settings, reserved, presence) if digest else None
             if holder is not None and holder != parsed.key:
-                _fs.unlink(self._file(name))  # a duplicate: take it back
+                _fs.unlink(self._message_file(name))  # a duplicate: take it back
                 continue
             moved += 1
+            published.append(name)
         if moved:
-            _fs.fsync_dir(self._path)
+            self._fsync_message_dirs(published)
         for digest, (key, gen) in reserved.items():
             self._reservations.confirm(digest, gen, key)
         _fs.remove_tree_quietly(directory, leftovers)
@@ -789,14 +867,19 @@ class Queue:
         got: list[Message] = []
         failure: StorageError | None = None  # raised only if nothing else was claimed
         max_receives, throttle = settings["max_receives"], settings["throttle"]
-        lock, prefix = self._lock, self._prefix
-        may_list = True  # False after a listing of this call that has given nothing yet
+        lock, message_file = self._lock, self._message_file
+        # listings this call may make that give nothing: one, or in a sharded
+        # queue one per shard (another consumer may have emptied the shard that
+        # was listed); renewed by each claim that succeeds, so no spinning on
+        # names that fail
+        fruitless = self._shards or 1
+        lists_left = fruitless
         while len(got) < limit:
             with lock:
                 listed_at = self._listing.listed_at
-                name = self._next_candidate(may_list)
+                name = self._next_candidate(lists_left > 0)
                 if self._listing.listed_at != listed_at:
-                    may_list = False  # until a claim succeeds: no spinning on names that fail
+                    lists_left -= 1
             if name is None:
                 break
             parsed = _format.parse_name(name)  # the one parse of this name on its way out
@@ -827,15 +910,15 @@ class Queue:
                     with lock:
                         self._listing.blocked.add(group)  # its slots are all held
                     continue
-            path = prefix + new
-            if not _fs.rename(prefix + name, path):
+            path = message_file(new)
+            if not _fs.rename(message_file(name), path):
                 if group and slot is not None:
                     with lock:
                         self._groups.free(group, slot)
                         self._listing.blocked.add(group)  # our view of the group is stale
                 continue  # another consumer got it first
             self._listing.claimed += 1
-            may_list = True
+            lists_left = fruitless
             header = None
             if read_bodies:
                 try:
@@ -897,9 +980,8 @@ class Queue:
     def _relist(self, now: int) -> None:
         """List the directory; keep the first names of each kind (see _LISTING_WINDOW)."""
         started = time.monotonic()
-        found = _format.triage(_fs.list_names(self._path), now - self._skew_us)
+        found, grouped, more_shards = self._list_for_receive(now)
         hidden = found.hidden
-        grouped = self._group_candidates(found.grouped, now, hidden) if found.grouped else []
         window = self._window
         visible, truncated = _first_messages(found.visible, window)
         kept_grouped = _first(grouped, window)
@@ -919,12 +1001,41 @@ class Queue:
             self._groups_seen = bool(found.grouped)
         cache = self._listing
         cache.visible, cache.grouped, cache.hidden = visible, kept_grouped, hidden
-        cache.truncated = truncated
+        cache.truncated = truncated or more_shards
         cache.claimed = 0
         cache.blocked = set()
         cache.listed_at = time.monotonic()
         cache.cost = cache.listed_at - started
         cache.stale_at = cache.listed_at + max(_MAX_LISTING_AGE, _AGE_FACTOR * cache.cost)
+
+    def _list_for_receive(self, now: int) -> tuple[_format.Triage, list[tuple[int, str]], bool]:
+        """One listing sorted out for receive: the names by state, the groups'
+        candidates, and whether other shards may hold more.
+
+        A sharded queue lists one shard at a time, going round from where its
+        last listing stopped (each handle starts at a random shard, so
+        consumers spread out), until a shard has something to claim now or
+        every shard was listed once; hidden names and ``.new`` files of the
+        shards passed on the way are kept too."""
+        visible_from = now - self._skew_us
+        shards = self.shards
+        if shards == 1:
+            found = _format.triage(_fs.list_names(self._path), visible_from)
+            grouped = self._group_candidates(found.grouped, now, found.hidden) if found.grouped else []
+            return found, grouped, False
+        merged = _format.Triage([], [], [], [])
+        candidates: list[tuple[int, str]] = []
+        for _ in range(shards):
+            index = self._cursor
+            self._cursor = (index + 1) % shards
+            found = _format.triage(self._list_shard(index), visible_from)
+            grouped = self._group_candidates(found.grouped, now, found.hidden) if found.grouped else []
+            for mine, theirs in zip(merged, found):
+                mine.extend(theirs)
+            candidates.extend(grouped)
+            if grouped or any(_format.is_message_name(name) for name in found.visible):
+                return merged, candidates, True  # (visible names are checked until one is a message)
+        return merged, candidates, False
 
     def _group_candidates(
         self, members_of_groups: list[_format.Name], now: int, hidden: list[tuple[int, str]]
@@ -1009,7 +1120,7 @@ class Queue:
         settings = self._current_settings()
         if settings["suspended"]:
             self._check_suspended("delete", settings)
-        deleted = _fs.unlink(self._prefix + text)
+        deleted = _fs.unlink(self._message_file(text))
         if slot is not None:  # harmless if the slot moved on: the next generation exists then
             with self._lock:
                 self._groups.free(_format.group_of(text), slot)
@@ -1059,10 +1170,10 @@ class Queue:
 
     def _read_content(self, receipt: str) -> tuple[bytes, dict[str, Any] | None]:
         name, text, slot = _format.parse_receipt(self.id, receipt)
-        data = _fs.read(self._file(text))
+        data = _fs.read(self._message_file(text))
         if data is None:
             raise StaleReceipt(_stale_message(name.key))
-        return self._decode(name, data, self._file(text))
+        return self._decode(name, data, self._message_file(text))
 
     @staticmethod
     def _decode(name: _format.Name, data: bytes, path: str) -> tuple[bytes, dict[str, Any] | None]:
@@ -1087,7 +1198,7 @@ class Queue:
             if extended is None:  # the lease ran out and the slot was taken: so was the message
                 raise StaleReceipt(_stale_message(name.key))
             slot = extended
-        if not _fs.rename(self._file(text), self._file(new)):
+        if not _fs.rename(self._message_file(text), self._message_file(new)):
             if slot is not None:
                 with self._lock:
                     self._groups.free(name.group_hash, slot)
@@ -1106,7 +1217,7 @@ class Queue:
         message was deleted, released or received again since.
         """
         name, text, slot = _format.parse_receipt(self.id, receipt)
-        if _fs.exists(self._file(text)):
+        if _fs.exists(self._message_file(text)):
             return receipt
         for other in self._parsed():
             if (other.stem != name.stem or other.state is not State.HIDDEN
@@ -1125,7 +1236,7 @@ class Queue:
         """Make the message visible again now (ready), keeping its receive count."""
         name, text, slot = _format.parse_receipt(self.id, receipt)
         ready = _format.ready_name(name.stem, name.receive_count)
-        released = _fs.rename(self._file(text), self._file(ready))
+        released = _fs.rename(self._message_file(text), self._message_file(ready))
         if slot is not None:
             with self._lock:
                 self._groups.free(name.group_hash, slot)
@@ -1136,8 +1247,50 @@ class Queue:
     # -- inspection and maintenance ------------------------------------------
 
     def _parsed(self) -> list[_format.Name]:
-        names = (_format.parse_name(name) for name in _fs.list_names(self._path))
-        return [name for name in names if name is not None]
+        """Every name of the grammar in the queue (every shard), parsed."""
+        if self.shards == 1:
+            names = (_format.parse_name(entry) for entry in _fs.list_names(self._path))
+            return [name for name in names if name is not None]
+        found = []
+        for index in range(self._shards):
+            for entry in self._list_shard(index):
+                name = _format.parse_name(entry)
+                # a name in a shard it does not map to was moved there by hand: gc moves it home
+                if name is not None and _format.shard_of(entry, self._shards) == index:
+                    found.append(name)
+        return found
+
+    def _list_shard(self, index: int) -> list[str]:
+        """One listing of a shard. A shard directory that is gone from a queue
+        that is still there is damage: reported, passed over (the other
+        shards go on being served), and made again by gc."""
+        try:
+            return _fs.list_names(self._shard_prefixes[index][:-1])
+        except QueueNotFound:
+            if not _fs.is_dir(self._path):
+                raise
+            log.warning("queue %s: shard directory %s is missing (vsqs gc makes it again)",
+                        self._path, _format.shard_dir_name(index))
+            return []
+
+    def _rehome_strays(self) -> int:
+        """Move message files of a sharded queue that lie outside their shard
+        (in the queue directory, or in another shard: put there by hand or by
+        a tool that ignored the shards) to where their name maps; how many moved."""
+        if self.shards == 1:
+            return 0
+        moved = 0
+        self._make_shards(self._path, self._shards)  # any that went missing
+        places = [self._path] + [prefix[:-1] for prefix in self._shard_prefixes]
+        for index, directory in enumerate(places):
+            for entry in _fs.list_names(directory):
+                name = _format.parse_name(entry)
+                if name is None or _format.shard_of(entry, self._shards) == index - 1:
+                    continue
+                if _fs.rename(os.path.join(directory, entry), self._message_file(entry)):
+                    log.warning("moved %s from %s into its shard", entry, directory)
+                    moved += 1
+        return moved
 
     def messages(
         self, *, bodies: bool = False, ids: Iterable[str] | None = None
@@ -1153,7 +1306,7 @@ class Queue:
         for name in sorted(self._parsed(), key=str):
             if name.state is State.WRITING or (wanted is not None and name.key not in wanted):
                 continue
-            data = _fs.read(self._file(str(name))) if bodies else None
+            data = _fs.read(self._message_file(str(name))) if bodies else None
             if bodies and data is None:
                 moved.add(name.key)
                 continue
@@ -1161,13 +1314,13 @@ class Queue:
         if moved:
             for name in sorted(self._parsed(), key=str):
                 if name.key in moved and name.state is not State.WRITING:
-                    data = _fs.read(self._file(str(name)))
+                    data = _fs.read(self._message_file(str(name)))
                     if data is not None:
                         yield self._info(name, now, data)
 
     def _info(self, name: _format.Name, now: int, data: bytes | None) -> MessageInfo:
         visible_at = name.until_us if name.state is State.HIDDEN else name.sent_us
-        body, header = (None, None) if data is None else self._decode(name, data, self._file(str(name)))
+        body, header = (None, None) if data is None else self._decode(name, data, self._message_file(str(name)))
         header = header or {}
         return MessageInfo(
             name.key,
@@ -1218,7 +1371,7 @@ class Queue:
 
     def _group_name(self, name: _format.Name) -> str:
         """A group's name, from the envelope of one of its messages (its hash if unreadable)."""
-        data = _fs.read(self._file(str(name)))
+        data = _fs.read(self._message_file(str(name)))
         try:
             header = self._decode(name, data, str(name))[1] if data else None
         except StorageError:
@@ -1230,14 +1383,17 @@ class Queue:
         path = self._dead_letter_path()
         if path is None or not _fs.is_dir(path):
             return 0
-        names = (_format.parse_name(entry) for entry in _fs.list_names(path))
-        return sum(1 for name in names if name is not None and name.origin == self.id)
+        try:
+            names = Queue(path)._parsed()
+        except QueueNotFound:
+            return 0
+        return sum(1 for name in names if name.origin == self.id)
 
     def purge(self) -> int:
         """Delete every message, in flight and delayed included; return how many."""
         removed = 0
         for name in self._parsed():
-            if name.state is not State.WRITING and _fs.unlink(self._file(str(name))):
+            if name.state is not State.WRITING and _fs.unlink(self._message_file(str(name))):
                 removed += 1
         with self._lock:
             self._listing = _Listing()
@@ -1258,7 +1414,7 @@ class Queue:
                 moved += self._dead_letter(name)
             elif name.state is State.HIDDEN:
                 ready = _format.ready_name(name.stem, name.receive_count)
-                if _fs.rename(self._file(str(name)), self._file(ready)):
+                if _fs.rename(self._message_file(str(name)), self._message_file(ready)):
                     moved += 1
         return moved
 
@@ -1319,7 +1475,7 @@ class Queue:
         assert dlq is not None
         dead = _format.ready_name(_format.with_origin(name, self.id), name.receive_count)
         try:
-            return int(_fs.rename(self._file(str(name)), dlq._file(dead)))
+            return int(_fs.rename(self._message_file(str(name)), dlq._message_file(dead)))
         except StorageError as exc:
             if exc.errno == errno.EXDEV:
                 raise StorageError(
@@ -1357,7 +1513,7 @@ class Queue:
             if home is None:
                 continue
             back = _format.ready_name(_format.with_origin(name, ""))
-            if _fs.rename(self._file(str(name)), home._file(back)):
+            if _fs.rename(self._message_file(str(name)), home._message_file(back)):
                 moved += 1
         return moved
 
@@ -1375,11 +1531,12 @@ class Queue:
         now = time.time()
         removed = 0
         present: set[str] = set()
-        for entry in _fs.list_names(self._path):
+        self._rehome_strays()
+        for entry in self._gc_entries():
             name = _format.parse_name(entry)
             if name is not None and name.state is not State.WRITING:
                 if retention is not None and name.sent_us / 1e6 < now - retention:
-                    removed += _fs.unlink(self._file(entry))
+                    removed += _fs.unlink(self._message_file(entry))
                 else:
                     present.add(name.key)
             elif name is not None:
@@ -1394,10 +1551,16 @@ class Queue:
         removed += self._reservations.sweep(self._current_settings()["dedup_window"], present)
         return removed
 
+    def _gc_entries(self) -> Iterator[str]:
+        """The entries gc looks at: the queue directory's, and each shard's."""
+        yield from _fs.list_names(self._path)
+        for index in range(self._shards if self.shards > 1 else 0):
+            yield from self._list_shard(index)
+
     def _remove_orphan(self, entry: str, cutoff: float) -> int:
         """Remove the .new file ``entry`` if it was last written before ``cutoff``."""
-        modified = _fs.mtime(self._file(entry))
-        return int(modified is not None and modified <= cutoff and _fs.unlink(self._file(entry)))
+        modified = _fs.mtime(self._message_file(entry))
+        return int(modified is not None and modified <= cutoff and _fs.unlink(self._message_file(entry)))
 
 
 def _first(items: list[Any], n: int) -> list[Any]:

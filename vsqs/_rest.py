@@ -86,6 +86,7 @@ class QueueStatsOut(BaseModel):
 class QueueOut(BaseModel):
     name: str
     settings: dict[str, Any]
+    shards: int = Field(1, description="Directories the messages are spread over (fixed at creation)")
     stats: QueueStatsOut | None = None
 
 
@@ -295,39 +296,46 @@ def router() -> APIRouter:
     @api.put("/{queue}", name="create_queue", tags=["queues"], status_code=201,
              responses={200: {"model": QueueOut, "description": "The queue existed already, with these settings"},
                         409: {"description": "The queue exists with other settings (PATCH changes them)"}})
-    async def create_queue(request: Request, response: Response, queue: QueueName,
-                           settings: Annotated[QueueSettings | None, Body()] = None) -> QueueOut:
+    async def create_queue(
+        request: Request, response: Response, queue: QueueName,
+        settings: Annotated[QueueSettings | None, Body()] = None,
+        shards: Annotated[int | None, Query(
+            ge=1, le=256, description="Spread the messages over this many directories (a power of two), "
+            "for queues that stand deep; fixed at creation [default: 1]")] = None,
+    ) -> QueueOut:
         """Create a queue with settings; idempotent when it exists with the same settings."""
         gateway = gateway_of(request)
+        if shards is not None and shards & (shards - 1):
+            raise ApiError(422, "invalid_parameter", f"shards must be a power of two, not {shards}", "shards")
         changes = settings.changes() if settings else {}
         try:
-            existing = await gateway.on(queue, lambda q: dict(q.settings))
+            existing, existing_shards = await gateway.on(queue, lambda q: (dict(q.settings), q.shards))
         except QueueNotFound:
-            existing = None
+            existing, existing_shards = None, 1
         if existing is None:
-            made = await gateway.call(lambda: dict(gateway.create_queue(queue, **changes).settings))
-            return QueueOut(name=queue, settings=made)
+            made = await gateway.call(lambda: gateway.create_queue(queue, shards=shards, **changes))
+            return QueueOut(name=queue, settings=dict(made.settings), shards=made.shards)
         wanted = {**existing, **validate_settings(changes)}
-        if wanted != existing:
+        if wanted != existing or (shards is not None and shards != existing_shards):
             raise ApiError(409, "queue_exists", f"queue {queue!r} exists with other settings; PATCH changes them",
-                           "settings")
+                           "settings" if wanted != existing else "shards")
         response.status_code = 200
-        return QueueOut(name=queue, settings=existing)
+        return QueueOut(name=queue, settings=existing, shards=existing_shards)
 
     @api.get("/{queue}", name="get_queue", tags=["queues"])
     async def get_queue(request: Request, queue: QueueName) -> QueueOut:
         """A queue's settings and message counts."""
         gateway = gateway_of(request)
-        settings, stats = await gateway.on(queue, lambda q: (dict(q.settings), q.stats()))
-        return QueueOut(name=queue, settings=settings, stats=QueueStatsOut(**stats.__dict__))
+        settings, stats, shards = await gateway.on(queue, lambda q: (dict(q.settings), q.stats(), q.shards))
+        return QueueOut(name=queue, settings=settings, stats=QueueStatsOut(**stats.__dict__), shards=shards)
 
     @api.patch("/{queue}", name="configure_queue", tags=["queues"])
     async def configure_queue(request: Request, queue: QueueName, settings: QueueSettings) -> QueueOut:
         """Change some settings (null unsets one); the rest stay."""
         gateway = gateway_of(request)
         changes = settings.changes()
-        new = await gateway.on(queue, lambda q: dict(q.configure(**changes)))
-        return QueueOut(name=queue, settings=new)
+        new, shards = await gateway.on(queue, lambda q: (dict(q.configure(**changes)), q.shards))
+        return QueueOut(name=queue, settings=new, shards=shards)
 
     @api.delete("/{queue}", name="delete_queue", tags=["queues"])
     async def delete_queue(request: Request, queue: QueueName) -> Count:
@@ -377,7 +385,8 @@ def router() -> APIRouter:
         gateway = gateway_of(request)
         handle = await gateway.handle(queue)
         await gateway.call(handle.suspend, *(body.operations if body else []))
-        return QueueOut(name=queue, settings=await gateway.call(lambda: dict(handle.settings)))
+        settings, shards = await gateway.call(lambda: (dict(handle.settings), handle.shards))
+        return QueueOut(name=queue, settings=settings, shards=shards)
 
     @api.post("/{queue}/resume", name="resume", tags=["queues"])
     async def resume(request: Request, queue: QueueName,
@@ -386,7 +395,8 @@ def router() -> APIRouter:
         gateway = gateway_of(request)
         handle = await gateway.handle(queue)
         await gateway.call(handle.resume, *(body.operations if body else []))
-        return QueueOut(name=queue, settings=await gateway.call(lambda: dict(handle.settings)))
+        settings, shards = await gateway.call(lambda: (dict(handle.settings), handle.shards))
+        return QueueOut(name=queue, settings=settings, shards=shards)
 
     # -- messages, raw ---------------------------------------------------------
 

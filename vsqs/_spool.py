@@ -48,10 +48,14 @@ class Spool:
     def path(self, name: str) -> str:
         return os.path.join(self._root, check_queue_name(name))
 
-    def create_queue(self, name: str, **settings: Any) -> Queue:
-        """Create queue ``name`` (or open it if it exists) and apply ``settings``."""
+    def create_queue(self, name: str, *, shards: int | None = None, **settings: Any) -> Queue:
+        """Create queue ``name`` (or open it if it exists) and apply ``settings``.
+
+        ``shards`` (a power of two up to 256, fixed at creation) spreads the
+        messages over that many directories, for queues that stand deep (see
+        docs/FORMAT.md, Shards); an existing queue must have as many."""
         _settings.validate(settings)  # a bad setting fails before anything is made
-        queue = Queue(self.path(name), create=True, mode=settings.get("file_mode"))
+        queue = Queue(self.path(name), create=True, mode=settings.get("file_mode"), shards=shards)
         if settings:
             queue.configure(**settings)
         return queue
@@ -91,6 +95,6 @@ class Spool:
         doomed = os.path.join(self._root, f".{name}.deleting-{_format.new_tag()}")
         if not _fs.rename(path, doomed):
             raise QueueNotFound(f"no queue {name!r} in {self._root}")
-        count = sum(1 for entry in _fs.list_names(doomed) if _format.parse_name(entry) is not None)
+        count = len(Queue(doomed)._parsed())  # every shard's messages
         _fs.remove_tree(doomed)
         return count
