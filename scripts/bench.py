@@ -432,8 +432,8 @@ class Bench:
             os.mkdir(path)
         return path
 
-    def new_queue(self, parent: str, what: str) -> vsqs.Queue:
-        return vsqs.Queue(self.fresh_dir(parent, what, make=False), create=True)
+    def new_queue(self, parent: str, what: str, shards: int | None = None) -> vsqs.Queue:
+        return vsqs.Queue(self.fresh_dir(parent, what, make=False), create=True, shards=shards)
 
     def prefill(self, queue: vsqs.Queue, count: int) -> None:
         for start in range(0, count, PREFILL_CHUNK):
@@ -441,7 +441,9 @@ class Bench:
 
     @staticmethod
     def check_count(directory: str, expected: int, what: str) -> None:
-        found = sum(1 for name in os.listdir(directory) if not name.startswith("."))
+        shards = os.path.join(directory, "shards")
+        places = [os.path.join(shards, s) for s in os.listdir(shards)] if os.path.isdir(shards) else [directory]
+        found = sum(1 for place in places for name in os.listdir(place) if not name.startswith(".") and name != "shards")
         if found != expected:
             raise RuntimeError(f"{what}: {found} files in {directory}, expected {expected}")
 
@@ -561,9 +563,11 @@ class Bench:
         small = [d for d in args.depths if d <= BIG_DEPTH]
         big = [d for d in args.depths if d > BIG_DEPTH]
 
+        sharded = f" ({args.shards} shards)" if args.shards > 1 else ""
+
         def case(depth: int) -> None:
             bare = self.measure(f"bare_depth_{depth}", f"bare consume at depth {depth:,}")
-            m = self.measure(f"depth_{depth}", f"receive + delete at depth {depth:,}")
+            m = self.measure(f"depth_{depth}", f"receive + delete at depth {depth:,}{sharded}")
             timed_count = timed_at_depth(depth, args.depth_count)
             progress(f"depth {depth:,}: fill {depth + args.warmup:,} (vsqs) and as many bare files, "
                      f"warm up {args.warmup}, time {timed_count:,} (rep {m.reps + 1})")
@@ -573,7 +577,7 @@ class Bench:
             paths = [os.path.join(bare_dir, n) for n in message_names(depth + args.warmup)]
             for start in range(0, len(paths), PREFILL_CHUNK):
                 bare_create(paths[start : start + PREFILL_CHUNK], self.body)
-            queue = self.new_queue(phase, f"depth_{depth}")
+            queue = self.new_queue(phase, f"depth_{depth}", shards=args.shards)
             self.prefill(queue, depth + args.warmup)
             queue = vsqs.Queue(queue.path)
             if args.settled:
@@ -789,6 +793,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--depth-repeat", type=int, metavar="N",
                    help=f"repetitions per depth up to {BIG_DEPTH:,}; deeper ones run once (3)")
     p.add_argument("--warmup", type=int, metavar="N", help="untimed receive+deletes before each depth run (100)")
+    p.add_argument("--shards", type=int, default=1, metavar="N",
+                   help="make the queues of the depth runs with N shards (1: none; the bare loop "
+                        "stays in one directory)")
     p.add_argument("--settled", action="store_true",
                    help="sync before timing receives, so consumed messages are on disk")
     p.add_argument("--peers", action="store_true",

@@ -308,3 +308,16 @@ def test_deleting_a_sharded_queue_counts_every_shard(tmp_path):
         q.publish(b"x")
     with pytest.raises(vsqs.QueueNotFound):
         q.receive()
+
+
+def test_current_receipt_lists_only_the_message_shard(sharded):
+    sharded.publish_batch([b"%d" % i for i in range(40)])
+    m = sharded.receive()
+    moved = sharded.change_visibility(m.receipt, 60)
+    with mock.patch.object(_fs, "list_names", wraps=_fs.list_names) as listing:
+        assert sharded.current_receipt(m.receipt) == moved
+    [call] = listing.call_args_list
+    assert call.args[0] == os.path.join(sharded.path, _format.shard_dir_name(_shard(m.id, 8)))
+    sharded.delete(moved)
+    with pytest.raises(vsqs.StaleReceipt):
+        sharded.current_receipt(m.receipt)

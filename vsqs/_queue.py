@@ -17,7 +17,7 @@ import os
 import random
 import threading
 import time
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from datetime import datetime
 from types import MappingProxyType
 from typing import Any, NamedTuple
@@ -242,6 +242,8 @@ class Queue:
         self._reservations = Reservations(self._path)
         self._shards = 0  # 0 until the metadata is read (see _adopt)
         self._shard_prefixes: list[str] = []
+        # name -> its shard's prefix; None: no shards; until the metadata is read, reads it
+        self._locate: Callable[[str], str] | None = self._locate_after_open
         self._cursor = 0  # the shard a sharded queue's next listing starts at
 
     def _adopt(self, metadata: _format.Metadata) -> None:
@@ -251,6 +253,7 @@ class Queue:
                 self._prefix + _format.shard_dir_name(index) + os.sep for index in range(metadata.shards)
             ]
             self._cursor = random.randrange(metadata.shards)  # consumers start apart
+        self._locate = _format.shard_locator(self._shard_prefixes) if metadata.shards > 1 else None
         self._shards = metadata.shards
         self._queue_id = metadata.queue_id
 
@@ -300,14 +303,13 @@ class Queue:
     def _message_file(self, name: str) -> str:
         """Where the message file ``name`` (of the grammar) lives: the queue
         directory, or in a sharded queue the shard its name maps to."""
-        shards = self._shards
-        if shards == 1:
-            return self._prefix + name
-        if not shards:  # an unpickled handle: read the metadata first
-            shards = self.shards
-            if shards == 1:
-                return self._prefix + name
-        return self._shard_prefixes[_format.shard_of(name, shards)] + name
+        locate = self._locate
+        return self._prefix + name if locate is None else locate(name) + name
+
+    def _locate_after_open(self, name: str) -> str:
+        """A handle that has not read the metadata yet (unpickled): read it, then locate."""
+        self._adopt(self._open(create=False))
+        return self._prefix if self._locate is None else self._locate(name)
 
     def _message_dirs(self) -> list[str]:
         """The directories that hold messages: the queue's, or each shard's."""
@@ -1219,7 +1221,7 @@ class Queue:
         name, text, slot = _format.parse_receipt(self.id, receipt)
         if _fs.exists(self._message_file(text)):
             return receipt
-        for other in self._parsed():
+        for other in self._parsed(beside=text):  # (its shard: the stem stays)
             if (other.stem != name.stem or other.state is not State.HIDDEN
                     or other.receive_count != name.receive_count
                     or not _format.same_receive(other.tag, name.tag)):
@@ -1246,13 +1248,15 @@ class Queue:
 
     # -- inspection and maintenance ------------------------------------------
 
-    def _parsed(self) -> list[_format.Name]:
-        """Every name of the grammar in the queue (every shard), parsed."""
+    def _parsed(self, beside: str | None = None) -> list[_format.Name]:
+        """Every name of the grammar in the queue (every shard; or, given the
+        name ``beside``, the shard that name maps to), parsed."""
         if self.shards == 1:
             names = (_format.parse_name(entry) for entry in _fs.list_names(self._path))
             return [name for name in names if name is not None]
         found = []
-        for index in range(self._shards):
+        shards = range(self._shards) if beside is None else [_format.shard_of(beside, self._shards)]
+        for index in shards:
             for entry in self._list_shard(index):
                 name = _format.parse_name(entry)
                 # a name in a shard it does not map to was moved there by hand: gc moves it home
