@@ -139,6 +139,77 @@ def test_foreign_dotless_names_first_in_order_are_never_claimed(queue):
     assert {"0-foreign", "0", "1-1795305501723584-892190c0ba72466Z", "README"} <= set(os.listdir(queue.path))
 
 
+# -- consumers walking the same listing ---------------------------------------------------
+
+
+def _count_renames(monkeypatch):
+    from vsqs import _fs
+
+    outcomes = []
+    rename = _fs.rename
+
+    def counted(src, dst):
+        ok = rename(src, dst)
+        outcomes.append(ok)
+        return ok
+
+    monkeypatch.setattr(_fs, "rename", counted)
+    return outcomes
+
+
+def test_two_handles_on_one_listing_do_not_lose_a_race_per_message(queue, monkeypatch):
+    """Two consumers that list the same names and take turns would each lose a
+    race for about every message they get (each tries the name the other just
+    took); a handle that lost one skips ahead a few names instead."""
+    monkeypatch.setattr(_format, "_tags", random.Random(7))  # the same skips on every run
+    queue.publish_batch([b"%d" % i for i in range(300)], durable=False)
+    a, b = queue, vsqs.Queue(queue.path)
+    renames = _count_renames(monkeypatch)
+    got = []
+    while True:
+        batch = [m for m in (a.receive(), b.receive()) if m is not None]
+        if not batch:
+            break
+        for m in batch:
+            got.append(m.body)
+            m.delete()
+    assert sorted(got) == sorted(b"%d" % i for i in range(300))  # each once, none left behind
+    lost = renames.count(False)
+    assert lost < 60, f"{lost} lost races for 300 messages"  # about 300 without the skipping
+    assert queue.stats().total == 0
+
+
+def test_skipping_after_a_lost_race_never_passes_a_higher_priority(queue, monkeypatch):
+    """The names a handle skips after a lost race stay in the directory; if the
+    skip reaches a lower priority, the handle lists again before taking one."""
+    monkeypatch.setattr(_format, "random_below", lambda n: n - 1)  # skip as far as allowed
+    high = [queue.publish(b"high%d" % i, priority=5, durable=False) for i in range(3)]
+    queue.publish_batch([b"low%d" % i for i in range(5)], durable=False)
+    a, b = queue, vsqs.Queue(queue.path)
+    with b._lock:
+        b._relist(_format.now_us())  # b's listing holds all eight
+    first = a.receive()
+    assert first.id == high[0]
+    renames = _count_renames(monkeypatch)
+    second = b.receive()  # loses the race for high[0], drops high[1] and high[2]...
+    assert renames[0] is False
+    assert second.id == high[1]  # ...and lists again before taking a low one
+    assert [m.id for m in (b.receive(), b.receive())][0] == high[2]
+
+
+def test_skipping_only_drops_names_from_the_cache(queue, monkeypatch):
+    """A skipped message is not lost: the next listing brings it back."""
+    monkeypatch.setattr(_format, "random_below", lambda n: n - 1)
+    keys = [queue.publish(b"%d" % i, durable=False) for i in range(40)]
+    a, b = queue, vsqs.Queue(queue.path)
+    with b._lock:
+        b._relist(_format.now_us())
+    taken = a.receive()  # b will lose the race for it and skip 15 names a does not take
+    got = [m.id for m in b.receive_batch(100)]
+    assert taken.id == keys[0] and sorted(got) == keys[1:]
+    assert got[:24] == keys[16:]  # the 24 after the skipped names came first, then a listing: the rest
+
+
 # -- receipts this handle issued ---------------------------------------------------------
 
 

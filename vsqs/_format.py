@@ -234,6 +234,11 @@ if hasattr(os, "register_at_fork"):
 RECEIVE_ID_LENGTH = 6  # the first hex digits of a TAG: which receive the name belongs to
 
 
+def random_below(n: int) -> int:
+    """A random integer in 0..n-1 from this process's generator (reseeded in a forked child)."""
+    return _tags.randrange(n)
+
+
 def new_tag() -> str:
     """A fresh per-move token: makes every claim's destination name unique."""
     return f"{_tags.getrandbits(48):012x}"

@@ -75,6 +75,13 @@ _SWEEP_EVERY = 60.0  # seconds between sweeps of superseded group leases
 # the queue (90-110 bytes a name: some 9-11 MB at most).
 _LISTING_WINDOW = 100_000
 _RECEIPTS_KEPT = 1024  # receipts this handle issued and remembers parsed (two generations of this many)
+# After losing the race for a name to another consumer, a handle drops a random
+# 0.._SKIP_AFTER_LOSS-1 of the next names of the same priority from its cache (never
+# its last name): the winner is likely to take them next, and consumers that walk
+# the same listing in the same order would otherwise lose a race for about every
+# name they get. The names dropped are still in the directory: the next listing
+# brings back any left (see _skip_ahead for priorities).
+_SKIP_AFTER_LOSS = 16
 
 
 class _Defaults(NamedTuple):
@@ -829,10 +836,12 @@ class Queue:
                     continue
             path = prefix + new
             if not _fs.rename(prefix + name, path):
-                if group and slot is not None:
-                    with lock:
+                with lock:
+                    if group and slot is not None:
                         self._groups.free(group, slot)
                         self._listing.blocked.add(group)  # our view of the group is stale
+                    elif not group:
+                        self._skip_ahead(name)
                 continue  # another consumer got it first
             self._listing.claimed += 1
             may_list = True
@@ -884,6 +893,27 @@ class Queue:
             if _format.group_of(name) not in cache.blocked:
                 return name
         return heapq.heappop(cache.visible) if cache.visible else None
+
+    def _skip_ahead(self, lost: str) -> None:
+        """After losing the race for ``lost``: drop a random few of the next
+        visible names of the same priority from the cache (see _SKIP_AFTER_LOSS).
+        Caller holds the lock."""
+        cache = self._listing
+        visible = cache.visible
+        skip = _format.random_below(_SKIP_AFTER_LOSS)
+        priority = lost[:1]  # the first character of a name: its priority
+        dropped = False
+        while skip and len(visible) > 1 and visible[0][:1] == priority:  # the last name stays
+            heapq.heappop(visible)
+            skip -= 1
+            dropped = True
+        if dropped:
+            cache.truncated = True  # once the cache runs out, list again at once
+            if visible[0][:1] != priority:
+                # list again before going on to a lower priority, in case some of the
+                # dropped names are still there (unless this receive has listed
+                # already: a listing that gives nothing is not repeated in one call)
+                cache.stale_at = -math.inf
 
     def _promote(self, now: int) -> None:
         cache = self._listing
