@@ -762,7 +762,11 @@ class Queue:
     ) -> list[Message]:
         settings = self._current_settings()
         if visibility_timeout is None:  # the setting was validated when it was read
-            lease_us = to_us(settings["visibility_timeout"])
+            setting, lease_us = self._default_lease
+            if setting != settings["visibility_timeout"]:
+                setting = settings["visibility_timeout"]
+                lease_us = to_us(setting)
+                self._default_lease = (setting, lease_us)
         else:
             lease_us = to_us(check_seconds(visibility_timeout, "visibility_timeout", MAX_VISIBILITY_TIMEOUT))
         if wait is None:
@@ -863,7 +867,7 @@ class Queue:
                 data = None
             receipt = _format.make_receipt(queue_id, new, slot)
             self._receipts.add(receipt, new, slot)
-            got.append(Message(self, parsed.key, data, receipt, count, parsed.sent_us / 1e6, header))
+            got.append(Message(self, parsed.key, data, receipt, count, None, header))  # sent_at: from the id
         if failure is not None and not got:
             raise failure
         return got
