@@ -210,6 +210,30 @@ def test_skipping_only_drops_names_from_the_cache(queue, monkeypatch):
     assert got[:24] == keys[16:]  # the 24 after the skipped names came first, then a listing: the rest
 
 
+def test_a_receive_that_skipped_lists_again_before_it_returns_nothing(queue, monkeypatch):
+    """A receive that lists, loses races and skips names must not come back
+    empty while a name it skipped is still there: consumers take "nothing" for
+    "the queue looks empty"."""
+    from vsqs import _fs
+
+    monkeypatch.setattr(_format, "random_below", lambda n: n - 1)
+    first, middle, last = (queue.publish(b"%d" % i, durable=False) for i in range(3))
+    taken = {first, last}  # another consumer takes these two just before this one tries them
+    rename = _fs.rename
+
+    def racing(src, dst):
+        key = os.path.basename(src)[: _format.KEY_LENGTH]
+        if key in taken:
+            taken.discard(key)
+            os.rename(src, src + ".2795305531723584.1.0191cc303a5c")  # the other consumer's claim
+        return rename(src, dst)
+
+    monkeypatch.setattr(_fs, "rename", racing)
+    b = vsqs.Queue(queue.path)  # lists in this receive; loses first, skips middle, loses last
+    m = b.receive()
+    assert m is not None and m.id == middle
+
+
 # -- receipts this handle issued ---------------------------------------------------------
 
 

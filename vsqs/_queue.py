@@ -79,9 +79,12 @@ _RECEIPTS_KEPT = 1024  # receipts this handle issued and remembers parsed (two g
 # 0.._SKIP_AFTER_LOSS-1 of the next names of the same priority from its cache (never
 # its last name): the winner is likely to take them next, and consumers that walk
 # the same listing in the same order would otherwise lose a race for about every
-# name they get. The names dropped are still in the directory: the next listing
-# brings back any left (see _skip_ahead for priorities).
+# name they get. The names dropped are still in the directory: the handle lists
+# again before its cache runs dry (see _skip_ahead), so a receive returns nothing
+# only if every name of its latest listing was tried. At most _SKIPS_PER_CALL
+# skips per receive call; after them it walks its names one by one, as before.
 _SKIP_AFTER_LOSS = 16
+_SKIPS_PER_CALL = 3
 
 
 class _Defaults(NamedTuple):
@@ -144,7 +147,9 @@ class _Presence:
 class _Listing:
     """A handle's cached view of its directory: visible names and timed hidden ones."""
 
-    __slots__ = ("visible", "grouped", "hidden", "blocked", "listed_at", "cost", "stale_at", "truncated", "claimed")
+    __slots__ = (
+        "visible", "grouped", "hidden", "blocked", "listed_at", "cost", "stale_at", "truncated", "claimed", "skipped"
+    )
 
     def __init__(self) -> None:
         self.visible: list[str] = []  # heap: smallest name = next to deliver
@@ -158,6 +163,7 @@ class _Listing:
         self.stale_at = -math.inf  # time.monotonic() from which it is re-read even if not used up
         self.truncated = False  # the listing had more candidates than the window kept
         self.claimed = 0  # messages claimed from this listing
+        self.skipped = False  # names of this listing were dropped after a lost race: list again when out
 
 
 class _Receipts:
@@ -802,6 +808,7 @@ class Queue:
         max_receives, throttle = settings["max_receives"], settings["throttle"]
         lock, prefix = self._lock, self._prefix
         may_list = True  # False after a listing of this call that has given nothing yet
+        skips = _SKIPS_PER_CALL
         while len(got) < limit:
             with lock:
                 listed_at = self._listing.listed_at
@@ -844,8 +851,10 @@ class Queue:
                     if group and slot is not None:
                         self._groups.free(group, slot)
                         self._listing.blocked.add(group)  # our view of the group is stale
-                    elif not group:
-                        self._skip_ahead(name)
+                    elif not group and skips:
+                        skips -= 1
+                        if self._skip_ahead(name):
+                            may_list = True  # the names dropped may still be there: list before giving up
                 continue  # another consumer got it first
             self._listing.claimed += 1
             may_list = True
@@ -883,11 +892,13 @@ class Queue:
         else:  # ran out: at once if the window left names behind (and was of use), else not too often
             age = time.monotonic() - cache.listed_at
             stale = (
-                (cache.truncated and cache.claimed > 0)
+                cache.skipped
+                or (cache.truncated and cache.claimed > 0)
                 or cache.cost < _CHEAP_LISTING
                 or age >= _EXHAUSTED_FACTOR * cache.cost
             )
         if stale and may_list:
+            cache.skipped = False
             self._relist(_format.now_us())
         while cache.grouped:
             turn, name = cache.grouped[0]
@@ -898,10 +909,10 @@ class Queue:
                 return name
         return heapq.heappop(cache.visible) if cache.visible else None
 
-    def _skip_ahead(self, lost: str) -> None:
+    def _skip_ahead(self, lost: str) -> bool:
         """After losing the race for ``lost``: drop a random few of the next
-        visible names of the same priority from the cache (see _SKIP_AFTER_LOSS).
-        Caller holds the lock."""
+        visible names of the same priority from the cache (see _SKIP_AFTER_LOSS);
+        whether any was dropped. Caller holds the lock."""
         cache = self._listing
         visible = cache.visible
         skip = _format.random_below(_SKIP_AFTER_LOSS)
@@ -912,12 +923,12 @@ class Queue:
             skip -= 1
             dropped = True
         if dropped:
-            cache.truncated = True  # once the cache runs out, list again at once
+            cache.skipped = True  # once the cache runs out, list again at once
             if visible[0][:1] != priority:
-                # list again before going on to a lower priority, in case some of the
-                # dropped names are still there (unless this receive has listed
-                # already: a listing that gives nothing is not repeated in one call)
+                # list again before going on to a lower priority, in case some of
+                # the dropped names are still there
                 cache.stale_at = -math.inf
+        return dropped
 
     def _promote(self, now: int) -> None:
         cache = self._listing
