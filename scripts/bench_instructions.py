@@ -9,9 +9,15 @@ start-up, imports and the fill cancel out. Run from the repository root::
     .venv/bin/python scripts/bench_instructions.py --peer dirq \\
         --python .bench-peers-venv/bin/python                        # python-dirq QueueSimple
     .venv/bin/python scripts/bench_instructions.py --syscalls       # also count system calls (strace -c)
+    .venv/bin/python scripts/bench_instructions.py --phase-only --event instructions:k
+                                        # count only the timed phase (perf's --control): kernel counts too
 
 Needs ``perf`` (``instructions:u`` must be countable) and, for ``--syscalls``,
-``strace``. Figures of ``instructions:u`` leave out the kernel's work.
+``strace``. Figures of ``instructions:u`` leave out the kernel's work. The
+kernel's work of a fill swings with the state of the disk (inode allocation
+on a churned ext4), so a difference of two runs cannot count it:
+``--phase-only`` counts only the consuming (or second publishing) phase of
+one run instead, enabling the counters from inside the worker.
 """
 
 from __future__ import annotations
@@ -32,10 +38,32 @@ def body_for(i: int, size: int) -> bytes:
     return head + b"x" * max(0, size - len(head))
 
 
+class _Counters:
+    """perf stat's counters, switched on and off by the worker (--phase-only)."""
+
+    def __init__(self) -> None:
+        ctl, ack = os.environ.get("BENCH_PERF_CTL"), os.environ.get("BENCH_PERF_ACK")
+        self.ctl = open(ctl, "w") if ctl else None  # noqa: SIM115 - held for the run
+        self.ack = open(ack) if ack else None  # noqa: SIM115
+
+    def _say(self, what: str) -> None:
+        if self.ctl and self.ack:
+            self.ctl.write(what + "\n")
+            self.ctl.flush()
+            self.ack.readline()
+
+    def on(self) -> None:
+        self._say("enable")
+
+    def off(self) -> None:
+        self._say("disable")
+
+
 def worker(peer: str, mode: str, path: str, count: int, size: int) -> None:
     """``fill``: publish ``count`` messages (one handle); ``consume``: fill, then a
     fresh handle receives and deletes them all; ``publish``: fill, then publish
     ``count`` more (one by one)."""
+    counters = _Counters()
     if peer == "vsqs":
         sys.path.insert(0, REPO)
         import vsqs
@@ -46,15 +74,19 @@ def worker(peer: str, mode: str, path: str, count: int, size: int) -> None:
         if mode == "consume":
             q = vsqs.Queue(path)  # a fresh handle: its first receive lists the directory
             receive, delete, n = q.receive, q.delete, 0
+            counters.on()
             while (m := receive()) is not None:
                 m.body  # noqa: B018
                 delete(m.receipt)
                 n += 1
+            counters.off()
             assert n == count, (n, count)
         elif mode == "publish":
             publish = q.publish
+            counters.on()
             for i in range(count):
                 publish(body_for(i, size), durable=False)
+            counters.off()
     elif peer == "dirq":
         from dirq.QueueSimple import QueueSimple
 
@@ -64,6 +96,7 @@ def worker(peer: str, mode: str, path: str, count: int, size: int) -> None:
         if mode == "consume":
             q = QueueSimple(path)
             n = 0
+            counters.on()
             name = q.first()
             while name:
                 if q.lock(name):
@@ -71,19 +104,33 @@ def worker(peer: str, mode: str, path: str, count: int, size: int) -> None:
                     q.remove(name)
                     n += 1
                 name = q.next()
+            counters.off()
             assert n == count, (n, count)
         elif mode == "publish":
             add = q.add
+            counters.on()
             for i in range(count):
                 add(body_for(i, size))
+            counters.off()
     else:
         raise SystemExit(f"unknown peer {peer!r}")
 
 
-def count(cmd: list[str], event: str) -> int:
-    with tempfile.NamedTemporaryFile("r", suffix=".perf") as out:
-        subprocess.run(["perf", "stat", "-x,", "-e", event, "-o", out.name, *cmd], check=True,
-                       stdout=subprocess.DEVNULL)
+def count(cmd: list[str], event: str, phase_only: bool = False) -> int:
+    with tempfile.NamedTemporaryFile("r", suffix=".perf") as out, tempfile.TemporaryDirectory() as fifos:
+        perf = ["perf", "stat", "-x,", "-e", event, "-o", out.name]
+        env = dict(os.environ)
+        if phase_only:  # counters start off; the worker switches them on for its phase
+            ctl, ack = os.path.join(fifos, "ctl"), os.path.join(fifos, "ack")
+            os.mkfifo(ctl)
+            os.mkfifo(ack)
+            perf += ["-D", "-1", "--control", f"fifo:{ctl},{ack}"]
+            env.update(BENCH_PERF_CTL=ctl, BENCH_PERF_ACK=ack)
+        r = subprocess.run([*perf, *cmd], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env,
+                           check=False)
+        if r.returncode != 0:
+            sys.stderr.write(r.stderr)
+            raise SystemExit(f"perf stat failed (exit {r.returncode})")
         for line in out.read().splitlines():
             fields = line.split(",")
             if len(fields) > 2 and fields[2].startswith(event.split(":")[0]):
@@ -112,6 +159,8 @@ def main() -> int:
     p.add_argument("--dir", default=os.path.join(REPO, ".bench"))
     p.add_argument("--event", default="instructions:u")
     p.add_argument("--syscalls", action="store_true", help="also count system calls per message (strace -c)")
+    p.add_argument("--phase-only", action="store_true",
+                   help="count only the consuming (publishing) phase of one run, not (fill + it) - fill")
     p.add_argument("--worker", nargs=2, metavar=("MODE", "PATH"), help=argparse.SUPPRESS)
     a = p.parse_args()
     if a.worker:
@@ -131,6 +180,9 @@ def main() -> int:
         for mode in ("consume", "publish"):
             per = []
             for _ in range(a.repeat):
+                if a.phase_only:
+                    per.append(count(cmd(mode), a.event, phase_only=True) / a.count)
+                    continue
                 base = count(cmd("fill"), a.event)
                 both = count(cmd(mode), a.event)
                 per.append((both - base) / a.count)
