@@ -275,6 +275,29 @@ class Adapter:
         raise ValueError(peer)
 
 
+def count_races() -> dict[str, int]:
+    """Count, in this vsqs worker, the claims lost to another consumer (a rename
+    whose source was gone) and the directory listings. Costs a Python call per
+    rename and listing, so it is opt-in (--count-races)."""
+    from vsqs import _fs
+
+    counts = {"lost": 0, "listings": 0}
+    rename, list_names = _fs.rename, _fs.list_names
+
+    def counted_rename(src: str, dst: str) -> bool:
+        won = rename(src, dst)
+        if not won:
+            counts["lost"] += 1
+        return won
+
+    def counted_list_names(directory: str) -> list[str]:
+        counts["listings"] += 1
+        return list_names(directory)
+
+    _fs.rename, _fs.list_names = counted_rename, counted_list_names
+    return counts
+
+
 def body_for(ident: str, size: int) -> bytes:
     head = (ident + ":").encode()
     return head + b"x" * max(0, size - len(head))
@@ -313,9 +336,11 @@ def worker(argv: list[str]) -> int:
     p.add_argument("--out", help="where a multi-process worker writes its ids")
     p.add_argument("--timed", type=int, default=0, help="depth run: messages timed")
     p.add_argument("--warmup", type=int, default=100, help="depth run: untimed receives first")
+    p.add_argument("--count-races", action="store_true", help="vsqs consumer: count lost claims and listings")
     a = p.parse_args(argv)
     result: dict[str, Any] = {}
     q = Adapter(a.peer, a.path)
+    races = count_races() if a.count_races and a.peer == "vsqs" and a.role == "consumer" else None
     if a.role == "init":  # make the queue, so that four processes do not race to create it
         result = {}
     elif a.role in ("publish", "publish_durable"):
@@ -403,6 +428,8 @@ def worker(argv: list[str]) -> int:
         with open(a.out, "w") as f:
             f.write("\n".join(ids))
         result = {"count": len(ids), "cpu": cpu, "t0": t0, "last": last}
+        if races is not None:
+            result["races"] = races
     q.close()
     sys.stdout.write(json.dumps(result) + "\n")
     sys.stdout.flush()
@@ -482,7 +509,7 @@ def run_multiprocess(peer: str, path: str, args: argparse.Namespace, scratch: st
         out = os.path.join(ctl, f"{tag}.ids")
         cmd = [python_for(peer), os.path.abspath(__file__), "--worker", peer, role, path,
                "--body-size", str(args.body_size), "--count", str(per), "--tag", tag,
-               "--ctl", ctl, "--out", out]
+               "--ctl", ctl, "--out", out] + (["--count-races"] if getattr(args, "count_races", False) else [])
         procs.append((role, subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                              text=True, cwd=REPO), out))
     deadline = time.monotonic() + WORKER_TIMEOUT
@@ -535,6 +562,8 @@ def run_multiprocess(peer: str, path: str, args: argparse.Namespace, scratch: st
         t0 = good[0]["t0"]
         span = max(r["last"] for r in good[2:]) - t0
         res.update(count=len(rec_set), wall=span, cpu=sum(r["cpu"] for r in good))
+        if all("races" in r for r in good[2:]):
+            res["races"] = {k: sum(r["races"][k] for r in good[2:]) for k in ("lost", "listings")}
     shutil.rmtree(ctl, ignore_errors=True)
     return res
 
@@ -624,6 +653,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                     rec["lost"] = [r["lost"] for r in mp]
                     rec["duplicates"] = [r["duplicates"] for r in mp]
                     rec["errors"] = sorted({e for r in mp for e in r["errors"]})
+                    if all("races" in r and r.get("count") for r in mp):
+                        rec["races"] = [{k: round(v / r["count"], 3) for k, v in r["races"].items()} for r in mp]
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
         with contextlib.suppress(OSError):
@@ -723,6 +754,9 @@ def print_report(doc: dict[str, Any], args: argparse.Namespace) -> None:
                         f"duplicated {'/'.join(map(str, rec['duplicates']))} (per repetition)")
                 if rec["errors"]:
                     note += "; errors: " + "; ".join(rec["errors"])
+                if rec.get("races"):
+                    note += ("; per message: lost claims " + "/".join(str(x["lost"]) for x in rec["races"])
+                             + ", listings " + "/".join(str(x["listings"]) for x in rec["races"]))
             print(f"{LABELS[peer]:<{w}}  {WL_LABELS[wl]:<26} {rec['rate']:>9,.0f} {rec['cpu_us']:>10.1f}  {note}")
         print()
     for peer, rows in table.items():  # failed multi-process runs still have counts
@@ -787,6 +821,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                    help="receive+deletes timed per depth: min(depth, N) (10000), at least 2.5 "
                         "vsqs listing windows where the depth exceeds one")
     p.add_argument("--depths-only", action="store_true", help="run the depth runs only")
+    p.add_argument("--count-races", action="store_true",
+                   help="multi-process run: vsqs's consumers count the claims they lose to each other "
+                        "and their listings, shown per message received (adds a Python call to each)")
     args = p.parse_args(argv)
     preset = QUICK if args.quick else DEFAULTS
     for name, value in preset.items():

@@ -72,6 +72,17 @@ def test_foreign_names_are_never_messages(name):
     assert (parsed is not None) == bool(GRAMMAR.fullmatch(name))
 
 
+@given(keys, st.integers(0, _format.KEY_LENGTH - 1), st.characters())
+def test_a_key_with_one_character_changed_is_checked_in_full(key, position, char):
+    """A dotless name of a key's length takes a short path through parse_name:
+    it must still accept exactly the grammar (no Unicode digits, no upper case)."""
+    name = key[:position] + char + key[position + 1 :]
+    parsed = _format.parse_name(name)
+    assert (parsed is not None) == bool(GRAMMAR.fullmatch(name))
+    if parsed is not None:
+        assert parsed == Name(name, State.READY) and str(parsed) == name
+
+
 @pytest.mark.parametrize(
     "name",
     [
@@ -85,6 +96,9 @@ def test_foreign_names_are_never_messages(name):
         "9-1795305501723584-892190c0ba724662.1795305501723584.1",
         "9-1795305501723584-892190c0ba724662.1795305501723584.1.abc",
         "9-1795305501723584-892190c0ba724662/../x",
+        "9-1795305501723584-892190c0ba72466\n",  # a key's length, a newline at the end
+        "9-17953055017235\u06684-892190c0ba724662",  # an Arabic-Indic digit
+        "9-1795305501723584_892190c0ba724662",
         "9-1795305501723584-892190c0ba724662\n",
         "../9-1795305501723584-892190c0ba724662",
         "9-1795305501723584-892190c0ba724662.new.new",

@@ -142,6 +142,103 @@ def test_foreign_dotless_names_first_in_order_are_never_claimed(flat_queue):
     assert {"0-foreign", "0", "1-1795305501723584-892190c0ba72466Z", "README"} <= set(os.listdir(queue.path))
 
 
+# -- consumers walking the same listing ---------------------------------------------------
+
+
+def _count_renames(monkeypatch):
+    from vsqs import _fs
+
+    outcomes = []
+    rename = _fs.rename
+
+    def counted(src, dst):
+        ok = rename(src, dst)
+        outcomes.append(ok)
+        return ok
+
+    monkeypatch.setattr(_fs, "rename", counted)
+    return outcomes
+
+
+def test_two_handles_on_one_listing_do_not_lose_a_race_per_message(queue, monkeypatch):
+    """Two consumers that list the same names and take turns would each lose a
+    race for about every message they get (each tries the name the other just
+    took); a handle that lost one skips ahead a few names instead."""
+    monkeypatch.setattr(_format, "_tags", random.Random(7))  # the same skips on every run
+    queue.publish_batch([b"%d" % i for i in range(300)], durable=False)
+    a, b = queue, vsqs.Queue(queue.path)
+    renames = _count_renames(monkeypatch)
+    got = []
+    while True:
+        batch = [m for m in (a.receive(), b.receive()) if m is not None]
+        if not batch:
+            break
+        for m in batch:
+            got.append(m.body)
+            m.delete()
+    assert sorted(got) == sorted(b"%d" % i for i in range(300))  # each once, none left behind
+    lost = renames.count(False)
+    assert lost < 60, f"{lost} lost races for 300 messages"  # about 300 without the skipping
+    assert queue.stats().total == 0
+
+
+def test_skipping_after_a_lost_race_never_passes_a_higher_priority(flat_queue, monkeypatch):
+    """The names a handle skips after a lost race stay in the directory; if the
+    skip reaches a lower priority, the handle lists again before taking one."""
+    queue = flat_queue  # priority orders the whole queue only without shards
+    monkeypatch.setattr(_format, "random_below", lambda n: n - 1)  # skip as far as allowed
+    high = [queue.publish(b"high%d" % i, priority=5, durable=False) for i in range(3)]
+    queue.publish_batch([b"low%d" % i for i in range(5)], durable=False)
+    a, b = queue, vsqs.Queue(queue.path)
+    with b._lock:
+        b._relist(_format.now_us())  # b's listing holds all eight
+    first = a.receive()
+    assert first.id == high[0]
+    renames = _count_renames(monkeypatch)
+    second = b.receive()  # loses the race for high[0], drops high[1] and high[2]...
+    assert renames[0] is False
+    assert second.id == high[1]  # ...and lists again before taking a low one
+    assert b.receive().id == high[2]
+
+
+def test_skipping_only_drops_names_from_the_cache(flat_queue, monkeypatch):
+    """A skipped message is not lost: the next listing brings it back."""
+    queue = flat_queue  # (the order asserted below is one listing's: no shards)
+    monkeypatch.setattr(_format, "random_below", lambda n: n - 1)
+    keys = [queue.publish(b"%d" % i, durable=False) for i in range(40)]
+    a, b = queue, vsqs.Queue(queue.path)
+    with b._lock:
+        b._relist(_format.now_us())
+    taken = a.receive()  # b will lose the race for it and skip 15 names a does not take
+    got = [m.id for m in b.receive_batch(100)]
+    assert taken.id == keys[0] and sorted(got) == keys[1:]
+    assert got[:24] == keys[16:]  # the 24 after the skipped names came first, then a listing: the rest
+
+
+def test_a_receive_that_skipped_lists_again_before_it_returns_nothing(queue, monkeypatch):
+    """A receive that lists, loses races and skips names must not come back
+    empty while a name it skipped is still there: consumers take "nothing" for
+    "the queue looks empty"."""
+    from vsqs import _fs
+
+    monkeypatch.setattr(_format, "random_below", lambda n: n - 1)
+    first, middle, last = (queue.publish(b"%d" % i, durable=False) for i in range(3))
+    taken = {first, last}  # another consumer takes these two just before this one tries them
+    rename = _fs.rename
+
+    def racing(src, dst):
+        key = os.path.basename(src)[: _format.KEY_LENGTH]
+        if key in taken:
+            taken.discard(key)
+            os.rename(src, src + ".2795305531723584.1.0191cc303a5c")  # the other consumer's claim
+        return rename(src, dst)
+
+    monkeypatch.setattr(_fs, "rename", racing)
+    b = vsqs.Queue(queue.path)  # lists in this receive; loses first, skips middle, loses last
+    m = b.receive()
+    assert m is not None and m.id == middle
+
+
 # -- receipts this handle issued ---------------------------------------------------------
 
 

@@ -109,6 +109,8 @@ class Name(NamedTuple):
 def parse_name(name: str) -> Name | None:
     """Parse a directory entry; ``None`` for anything not of the grammar."""
     if "." not in name:  # STEM alone: ready, never received (most names of a deep queue)
+        if len(name) == KEY_LENGTH:  # no room for a flag: the stem can only be a KEY
+            return _new_name(Name, (name, _READY, 0, 0, "", "", "", False)) if _KEY_RE.fullmatch(name) else None
         m = _STEM_RE.fullmatch(name)
         if m is None:
             return None
@@ -130,6 +132,7 @@ def parse_name(name: str) -> Name | None:
 
 # Name(...) without NamedTuple's generated Python __new__: parse_name is on every hot path
 _new_name = tuple.__new__
+_READY = State.READY
 
 
 def is_message_name(name: str) -> bool:
@@ -215,9 +218,10 @@ def ready_name(stem: str, receive_count: int = 0) -> str:
 def hidden_name(stem: str, until_us: int, receive_count: int, tag: str | None = None) -> str:
     """``STEM.UNTIL.COUNT.TAG``, with a fresh TAG unless one is given (on every receive)."""
     count = receive_count if receive_count < MAX_COUNT else MAX_COUNT  # noqa: FURB136 - min() costs more
+    # %-formatting: a quarter fewer instructions than an f-string with format specs
     if tag:
-        return f"{stem}.{until_us:016d}.{count}.{tag}"
-    return f"{stem}.{until_us:016d}.{count}.{_tags.getrandbits(48):012x}"  # new_tag(), inlined
+        return "%s.%016d.%d.%s" % (stem, until_us, count, tag)  # noqa: UP031
+    return "%s.%016d.%d.%012x" % (stem, until_us, count, _tags.getrandbits(48))  # noqa: UP031 - new_tag(), inlined
 
 
 def writing_name(stem: str) -> str:
@@ -235,6 +239,11 @@ if hasattr(os, "register_at_fork"):
 
 
 RECEIVE_ID_LENGTH = 6  # the first hex digits of a TAG: which receive the name belongs to
+
+
+def random_below(n: int) -> int:
+    """A random integer in 0..n-1 from this process's generator (reseeded in a forked child)."""
+    return _tags.randrange(n)
 
 
 def new_tag() -> str:
@@ -373,8 +382,9 @@ _SLOT_REF_RE = re.compile(r"(0|[1-9][0-9]{0,5})\.([1-9][0-9]{0,17})")
 
 
 def make_receipt(queue_id: str, hidden: str, slot: SlotRef | None = None) -> str:
-    tail = f"{RECEIPT_SEPARATOR}{slot.index}.{slot.gen}" if slot else ""
-    return f"{queue_id}{RECEIPT_SEPARATOR}{hidden}{tail}"
+    if slot is None:
+        return queue_id + RECEIPT_SEPARATOR + hidden
+    return f"{queue_id}{RECEIPT_SEPARATOR}{hidden}{RECEIPT_SEPARATOR}{slot.index}.{slot.gen}"
 
 
 def parse_receipt(queue_id: str, receipt: object) -> tuple[Name, str, SlotRef | None]:

@@ -30,6 +30,12 @@ _AMBIGUOUS = frozenset({errno.ENOENT, errno.ESTALE, errno.EIO, errno.EACCES, err
 _CREATE_LOST = frozenset({errno.EEXIST}) | _AMBIGUOUS
 _GONE = frozenset({errno.ENOENT, errno.ESTALE})  # the server said: no such file
 _READ_SIZE = 1 << 20
+# O_CREAT|O_EXCL: atomic claim of the name, also over NFSv3+; O_WRONLY: write only;
+# O_CLOEXEC: never leaks into child processes
+_CREATE_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC
+# O_RDONLY: read only; O_CLOEXEC as above; O_NOFOLLOW: a symlink planted in the
+# queue is never followed
+_READ_FLAGS = os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW
 
 
 def storage_error(exc: OSError, what: str) -> StorageError:
@@ -82,12 +88,10 @@ def create_exclusive(path: str, data: bytes, *, durable: bool, mode: int | None 
     (a full disk, say) the partial file is removed and the error raised, so
     no half-written file survives.
     """
-    # O_CREAT|O_EXCL: atomic claim of the name, also over NFSv3+;
-    # O_WRONLY: write only; O_CLOEXEC: never leaks into child processes;
+    # _CREATE_FLAGS: O_CREAT|O_EXCL, see above;
     # mode 0o666: the process umask applies (we never touch the umask).
-    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC
     try:
-        fd = os.open(path, flags, 0o666)
+        fd = os.open(path, _CREATE_FLAGS, 0o666)
     except OSError as exc:
         if exc.errno == errno.EEXIST or (exc.errno in _CREATE_LOST and exists(path)):
             return False  # taken (even if gone again since: someone else's race)
@@ -158,9 +162,7 @@ def unlink(path: str) -> bool:
 def read(path: str) -> bytes | None:
     """The whole content of ``path``, or ``None`` if it is gone."""
     try:
-        # O_RDONLY: read only; O_CLOEXEC: never leaks into child processes;
-        # O_NOFOLLOW: a symlink planted in the queue is never followed.
-        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
+        fd = os.open(path, _READ_FLAGS)  # O_NOFOLLOW: a symlink planted in the queue is never followed
     except OSError as exc:
         if exc.errno in (errno.ENOENT, errno.ESTALE):
             return None

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
+from vsqs import _format
 from vsqs._errors import InvalidArgument
 
 if TYPE_CHECKING:
@@ -91,7 +92,7 @@ class QueueStats:
 class Message:
     """A received message. Its ``receipt`` proves the lease; it changes on every move."""
 
-    __slots__ = ("queue", "id", "_body", "_header", "receipt", "receive_count", "sent_at", "_settled")
+    __slots__ = ("queue", "id", "_body", "_header", "receipt", "receive_count", "_sent_at", "_settled")
 
     def __init__(
         self,
@@ -100,7 +101,7 @@ class Message:
         body: bytes | None,
         receipt: str,
         receive_count: int,
-        sent_at: float,
+        sent_at: float | None,
         header: dict[str, Any] | None = None,
     ) -> None:
         self.queue = queue
@@ -109,7 +110,7 @@ class Message:
         self._header = header if body is not None else None
         self.receipt = receipt
         self.receive_count = receive_count
-        self.sent_at = sent_at
+        self._sent_at = sent_at  # None: worked out from the id when first asked
         self._settled = False
 
     def __repr__(self) -> str:
@@ -128,6 +129,13 @@ class Message:
                 self._header,
             ),
         )
+
+    @property
+    def sent_at(self) -> float:
+        """When the message was published, epoch seconds (from its id)."""
+        if self._sent_at is None:
+            self._sent_at = _format.sent_us_of(self.id) / 1e6
+        return self._sent_at
 
     @property
     def body(self) -> bytes:

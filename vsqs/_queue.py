@@ -76,6 +76,16 @@ _SWEEP_EVERY = 60.0  # seconds between sweeps of superseded group leases
 # the queue (90-110 bytes a name: some 9-11 MB at most).
 _LISTING_WINDOW = 100_000
 _RECEIPTS_KEPT = 1024  # receipts this handle issued and remembers parsed (two generations of this many)
+# After losing the race for a name to another consumer, a handle drops a random
+# 0.._SKIP_AFTER_LOSS-1 of the next names of the same priority from its cache (never
+# its last name): the winner is likely to take them next, and consumers that walk
+# the same listing in the same order would otherwise lose a race for about every
+# name they get. The names dropped are still in the directory: the handle lists
+# again before its cache runs dry (see _skip_ahead), so a receive returns nothing
+# only if every name of its latest listing was tried. At most _SKIPS_PER_CALL
+# skips per receive call; after them it walks its names one by one, as before.
+_SKIP_AFTER_LOSS = 16
+_SKIPS_PER_CALL = 3
 
 
 class _Defaults(NamedTuple):
@@ -138,7 +148,9 @@ class _Presence:
 class _Listing:
     """A handle's cached view of its directory: visible names and timed hidden ones."""
 
-    __slots__ = ("visible", "grouped", "hidden", "blocked", "listed_at", "cost", "stale_at", "truncated", "claimed")
+    __slots__ = (
+        "visible", "grouped", "hidden", "blocked", "listed_at", "cost", "stale_at", "truncated", "claimed", "skipped"
+    )
 
     def __init__(self) -> None:
         self.visible: list[str] = []  # heap: smallest name = next to deliver
@@ -152,6 +164,7 @@ class _Listing:
         self.stale_at = -math.inf  # time.monotonic() from which it is re-read even if not used up
         self.truncated = False  # the listing had more candidates than the window kept
         self.claimed = 0  # messages claimed from this listing
+        self.skipped = False  # names of this listing were dropped after a lost race: list again when out
 
 
 class _Receipts:
@@ -835,7 +848,11 @@ class Queue:
     ) -> list[Message]:
         settings = self._current_settings()
         if visibility_timeout is None:  # the setting was validated when it was read
-            lease_us = to_us(settings["visibility_timeout"])
+            setting, lease_us = self._default_lease
+            if setting != settings["visibility_timeout"]:
+                setting = settings["visibility_timeout"]
+                lease_us = to_us(setting)
+                self._default_lease = (setting, lease_us)
         else:
             lease_us = to_us(check_seconds(visibility_timeout, "visibility_timeout", MAX_VISIBILITY_TIMEOUT))
         if wait is None:
@@ -876,6 +893,7 @@ class Queue:
         # names that fail
         fruitless = self._shards or 1
         lists_left = fruitless
+        skips = _SKIPS_PER_CALL
         while len(got) < limit:
             with lock:
                 listed_at = self._listing.listed_at
@@ -914,10 +932,14 @@ class Queue:
                     continue
             path = message_file(new)
             if not _fs.rename(message_file(name), path):
-                if group and slot is not None:
-                    with lock:
+                with lock:
+                    if group and slot is not None:
                         self._groups.free(group, slot)
                         self._listing.blocked.add(group)  # our view of the group is stale
+                    elif not group and skips:
+                        skips -= 1
+                        if self._skip_ahead(name):
+                            lists_left = max(lists_left, 1)  # the names dropped may still be there: list before giving up
                 continue  # another consumer got it first
             self._listing.claimed += 1
             lists_left = fruitless
@@ -939,7 +961,7 @@ class Queue:
                 data = None
             receipt = _format.make_receipt(queue_id, new, slot)
             self._receipts.add(receipt, new, slot)
-            got.append(Message(self, parsed.key, data, receipt, count, parsed.sent_us / 1e6, header))
+            got.append(Message(self, parsed.key, data, receipt, count, None, header))  # sent_at: from the id
         if failure is not None and not got:
             raise failure
         return got
@@ -955,11 +977,13 @@ class Queue:
         else:  # ran out: at once if the window left names behind (and was of use), else not too often
             age = time.monotonic() - cache.listed_at
             stale = (
-                (cache.truncated and cache.claimed > 0)
+                cache.skipped
+                or (cache.truncated and cache.claimed > 0)
                 or cache.cost < _CHEAP_LISTING
                 or age >= _EXHAUSTED_FACTOR * cache.cost
             )
         if stale and may_list:
+            cache.skipped = False
             self._relist(_format.now_us())
         while cache.grouped:
             turn, name = cache.grouped[0]
@@ -969,6 +993,27 @@ class Queue:
             if _format.group_of(name) not in cache.blocked:
                 return name
         return heapq.heappop(cache.visible) if cache.visible else None
+
+    def _skip_ahead(self, lost: str) -> bool:
+        """After losing the race for ``lost``: drop a random few of the next
+        visible names of the same priority from the cache (see _SKIP_AFTER_LOSS);
+        whether any was dropped. Caller holds the lock."""
+        cache = self._listing
+        visible = cache.visible
+        skip = _format.random_below(_SKIP_AFTER_LOSS)
+        priority = lost[:1]  # the first character of a name: its priority
+        dropped = False
+        while skip and len(visible) > 1 and visible[0][:1] == priority:  # the last name stays
+            heapq.heappop(visible)
+            skip -= 1
+            dropped = True
+        if dropped:
+            cache.skipped = True  # once the cache runs out, list again at once
+            if visible[0][:1] != priority:
+                # list again before going on to a lower priority, in case some of
+                # the dropped names are still there
+                cache.stale_at = -math.inf
+        return dropped
 
     def _promote(self, now: int) -> None:
         cache = self._listing
