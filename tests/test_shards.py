@@ -20,7 +20,7 @@ import pytest
 import vsqs
 from vsqs import _format, _fs
 
-from .conftest import message_dirs, message_files
+from .conftest import message_dirs, message_files, message_path
 from .racing import Race, run_race
 
 
@@ -321,3 +321,115 @@ def test_current_receipt_lists_only_the_message_shard(sharded):
     sharded.delete(moved)
     with pytest.raises(vsqs.StaleReceipt):
         sharded.current_receipt(m.receipt)
+
+
+def test_a_commit_into_a_missing_shard_fails_loudly_and_loses_nothing(sharded):
+    ids = sharded.publish_staged([b"%d" % i for i in range(40)], stage="job")
+    gone = {i for i in ids if _shard(i, 8) == 2}
+    assert gone
+    shutil.rmtree(os.path.join(sharded.path, _format.shard_dir_name(2)))
+    with pytest.raises(vsqs.QueueNotFound, match="shards/02"):
+        sharded.commit_stage("job")
+    sharded.collect_garbage()  # remakes the shard; the stage is young: kept
+    assert sharded.stages() == ["job"]
+    sharded.commit_stage("job")  # resumed: the rest goes in
+    assert sorted(m.id for m in sharded.receive_batch(100)) == sorted(ids)
+
+
+def test_dead_letters_into_a_missing_shard_stay_home(tmp_path):
+    spool = vsqs.Spool(tmp_path)
+    dlq = spool.create_queue("jobs.dlq", shards=2)
+    source = spool.create_queue("jobs", max_receives=1, visibility_timeout=0)
+    ids = source.publish_batch([b"%d" % i for i in range(20)])
+    source.receive_batch(20)
+    shutil.rmtree(os.path.join(dlq.path, _format.shard_dir_name(1)))
+    with pytest.raises(vsqs.QueueNotFound, match="shards/01"):
+        while source.receive_batch(20):
+            pass
+    assert sorted(list(message_files(source.path)) + list(message_files(dlq.path))) == sorted(ids)  # none lost
+
+
+def test_a_round_that_stopped_early_goes_on_to_the_other_shards(sharded):
+    """A consumer whose listed shard was emptied by others lists the next
+    shards before it answers "empty", even when listings are not cheap."""
+    from vsqs import _queue
+
+    ids = sharded.publish_batch([b"%d" % i for i in range(64)], durable=False)
+    consumer = vsqs.Queue(sharded.path)
+    consumer.id
+    consumer._cursor = _shard(ids[0], 8)
+    with mock.patch.object(_queue, "_CHEAP_LISTING", 0.0), \
+            mock.patch.object(_queue, "_EXHAUSTED_FACTOR", 1e9), \
+            mock.patch.object(_queue, "_SKIPS_PER_CALL", 0):  # as if listings were dear (NFS); no skipping
+        first = consumer.receive()  # lists ids[0]'s shard only
+        for message_id in ids:  # others take the rest of that shard
+            if _shard(message_id, 8) == _shard(first.id, 8) and message_id != first.id:
+                os.unlink(message_path(sharded, message_id))
+        second = consumer.receive()
+    assert second is not None and _shard(second.id, 8) != _shard(first.id, 8)
+
+
+@pytest.mark.parametrize("junk", ["README", "stray"])
+def test_foreign_or_stray_names_cost_one_round_per_receive(sharded, junk):
+    name = "README"
+    if junk == "stray":
+        name = sharded.publish(b"x")
+        os.rename(message_path(sharded, name), os.path.join(
+            sharded.path, _format.shard_dir_name((_shard(name, 8) + 1) % 8), name))
+    else:
+        open(os.path.join(sharded.path, _format.shard_dir_name(5), name), "w").close()
+    with mock.patch.object(_fs, "list_names", wraps=_fs.list_names) as listing:
+        assert sharded.receive() is None
+    assert listing.call_count == 8
+
+
+def test_a_symlinked_shard_is_never_followed(sharded, tmp_path):
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    shard = os.path.join(sharded.path, _format.shard_dir_name(4))
+    os.rmdir(shard)
+    os.symlink(outside, shard)
+    with pytest.raises(vsqs.StorageError, match="not a directory of the queue"):
+        vsqs.Queue(sharded.path)
+    with pytest.raises(vsqs.StorageError, match="not a directory of the queue"):
+        while True:
+            sharded.receive()
+    assert list(outside.iterdir()) == []
+
+
+def test_forked_handles_start_at_different_shards(sharded):
+    sharded.id
+    out = multiprocessing.get_context("fork").Queue()
+
+    def child():
+        sharded.receive()  # an empty queue: one whole round, back to where it started
+        out.put(sharded._cursor)
+
+    starts = set()
+    for _ in range(6):
+        p = multiprocessing.get_context("fork").Process(target=child)
+        p.start()
+        starts.add(out.get(timeout=30))
+        p.join(30)
+    assert len(starts) > 1
+
+
+def test_gc_on_a_deleted_sharded_queue_makes_nothing(tmp_path):
+    spool = vsqs.Spool(tmp_path)
+    q = spool.create_queue("jobs", shards=4)
+    spool.delete_queue("jobs")
+    with pytest.raises(vsqs.QueueNotFound):
+        q.collect_garbage()
+    assert os.listdir(tmp_path) == []
+
+
+def test_a_queue_with_broken_metadata_can_still_be_deleted(tmp_path):
+    spool = vsqs.Spool(tmp_path)
+    q = spool.create_queue("jobs", shards=4)
+    q.publish_batch([b"1", b"2", b"3"])
+    meta = os.path.join(q.path, _format.METADATA_NAME)
+    os.chmod(meta, 0o644)
+    with open(meta, "w") as f:
+        f.write('{"format": 99}')
+    assert spool.delete_queue("jobs") == 3
+    assert os.listdir(tmp_path) == []

@@ -492,7 +492,7 @@ def decode_metadata(data: bytes, where: str) -> Metadata:
     try:
         doc = json.loads(data)
         version, queue_id = doc["format"], doc["queue_id"]
-        shards = doc.get("shards", 1) if version == FORMAT_VERSION else 1
+        shards = doc["shards"] if version == FORMAT_VERSION else 1
     except (ValueError, TypeError, KeyError, AttributeError) as exc:
         raise IncompatibleFormat(f"{where}: unreadable queue metadata ({exc})") from None
     if version not in (UNSHARDED_FORMAT, FORMAT_VERSION) or isinstance(version, bool):
@@ -503,6 +503,8 @@ def decode_metadata(data: bytes, where: str) -> Metadata:
         raise IncompatibleFormat(f"{where}: bad queue_id {queue_id!r} in queue metadata")
     try:
         check_shards(shards)
+        if version == FORMAT_VERSION and shards == 1:
+            raise InvalidArgument("format 2 is for shards >= 2")
     except InvalidArgument:
         raise IncompatibleFormat(f"{where}: bad shards {shards!r} in queue metadata") from None
     return Metadata(queue_id, shards)

@@ -149,7 +149,8 @@ class _Listing:
     """A handle's cached view of its directory: visible names and timed hidden ones."""
 
     __slots__ = (
-        "visible", "grouped", "hidden", "blocked", "listed_at", "cost", "stale_at", "truncated", "claimed", "skipped"
+        "visible", "grouped", "hidden", "blocked", "listed_at", "cost", "stale_at", "truncated", "claimed", "skipped",
+        "rest_of_round",
     )
 
     def __init__(self) -> None:
@@ -164,6 +165,9 @@ class _Listing:
         self.stale_at = -math.inf  # time.monotonic() from which it is re-read even if not used up
         self.truncated = False  # the listing had more candidates than the window kept
         self.claimed = 0  # messages claimed from this listing
+        # a sharded queue's listing stopped at a shard with candidates before
+        # going round them all: once they are used up, the next shards are listed
+        self.rest_of_round = False
         self.skipped = False  # names of this listing were dropped after a lost race: list again when out
 
 
@@ -258,6 +262,7 @@ class Queue:
         # name -> its shard's prefix; None: no shards; until the metadata is read, reads it
         self._locate: Callable[[str], str] | None = self._locate_after_open
         self._cursor = 0  # the shard a sharded queue's next listing starts at
+        self._cursor_pid = os.getpid()
 
     def _adopt(self, metadata: _format.Metadata) -> None:
         """Take what the queue's metadata fixes: its id and its shards."""
@@ -267,6 +272,8 @@ class Queue:
             ]
             self._cursor = random.randrange(metadata.shards)  # consumers start apart
         self._locate = _format.shard_locator(self._shard_prefixes) if metadata.shards > 1 else None
+        for prefix in self._shard_prefixes:
+            self._check_shard_dir(prefix[:-1])
         self._shards = metadata.shards
         self._queue_id = metadata.queue_id
 
@@ -368,11 +375,11 @@ class Queue:
             if _fs.rename_dir(private, self._path):
                 _fs.fsync_dir(parent)
                 return
-            if shards > 1:  # another creator won
+            if shards > 1:  # another creator won, or a directory appeared there meanwhile
                 _fs.remove_tree(private)
             else:
                 _fs.remove_tree_quietly(private, [_format.METADATA_NAME])
-        else:
+        if not _fs.exists(self._file(_format.METADATA_NAME)):  # adopt the directory: shards first
             self._make_shards(self._path, shards)
         if _fs.create_exclusive(self._file(_format.METADATA_NAME), meta, durable=True, mode=self._mode):
             _fs.fsync_dir(self._path)
@@ -758,30 +765,32 @@ class Queue:
         moved = 0
         published: list[str] = []
         leftovers = []
-        for name in _fs.list_names(directory):
-            parsed = _format.parse_name(name)
-            if parsed is None or parsed.state is State.WRITING:
-                leftovers.append(name)  # .new files of a writer that died: never published
-                continue
-            staged = os.path.join(directory, name)
-            digest = self._staged_digest(parsed, staged) if parsed.envelope else ""
-            if digest and digest not in reserved and self._reservations.peek(
-                digest, settings["dedup_window"], presence
-            ):
-                leftovers.append(name)  # a known duplicate never enters the queue
-                continue
-            if not _fs.rename(staged, self._message_file(name)):
-                continue
-            holder = self._reserve(digest, parsed.stem, settings, reserved, presence) if digest else None
-            if holder is not None and holder != parsed.key:
-                _fs.unlink(self._message_file(name))  # a duplicate: take it back
-                continue
-            moved += 1
-            published.append(name)
-        if moved:
-            self._fsync_message_dirs(published)
-        for digest, (key, gen) in reserved.items():
-            self._reservations.confirm(digest, gen, key)
+        try:
+            for name in _fs.list_names(directory):
+                parsed = _format.parse_name(name)
+                if parsed is None or parsed.state is State.WRITING:
+                    leftovers.append(name)  # .new files of a writer that died: never published
+                    continue
+                staged = os.path.join(directory, name)
+                digest = self._staged_digest(parsed, staged) if parsed.envelope else ""
+                if digest and digest not in reserved and self._reservations.peek(
+                    digest, settings["dedup_window"], presence
+                ):
+                    leftovers.append(name)  # a known duplicate never enters the queue
+                    continue
+                if not _move_into(staged, self._message_file(name)):
+                    continue
+                holder = self._reserve(digest, parsed.stem, settings, reserved, presence) if digest else None
+                if holder is not None and holder != parsed.key:
+                    _fs.unlink(self._message_file(name))  # a duplicate: take it back
+                    continue
+                moved += 1
+                published.append(name)
+        finally:  # (also when a move failed half-way: what did move is made durable and kept)
+            if moved:
+                self._fsync_message_dirs(published)
+            for digest, (key, gen) in reserved.items():
+                self._reservations.confirm(digest, gen, key)
         _fs.remove_tree_quietly(directory, leftovers)
         return moved
 
@@ -899,7 +908,8 @@ class Queue:
                 listed_at = self._listing.listed_at
                 name = self._next_candidate(lists_left > 0)
                 if self._listing.listed_at != listed_at:
-                    lists_left -= 1
+                    # a listing that went round every shard has seen them all: no more this call
+                    lists_left = lists_left - 1 if self._listing.rest_of_round else 0
             if name is None:
                 break
             parsed = _format.parse_name(name)  # the one parse of this name on its way out
@@ -978,6 +988,7 @@ class Queue:
             age = time.monotonic() - cache.listed_at
             stale = (
                 cache.skipped
+                or cache.rest_of_round
                 or (cache.truncated and cache.claimed > 0)
                 or cache.cost < _CHEAP_LISTING
                 or age >= _EXHAUSTED_FACTOR * cache.cost
@@ -1048,7 +1059,8 @@ class Queue:
             self._groups_seen = bool(found.grouped)
         cache = self._listing
         cache.visible, cache.grouped, cache.hidden = visible, kept_grouped, hidden
-        cache.truncated = truncated or more_shards
+        cache.truncated = truncated
+        cache.rest_of_round = more_shards
         cache.claimed = 0
         cache.blocked = set()
         cache.listed_at = time.monotonic()
@@ -1063,26 +1075,41 @@ class Queue:
         last listing stopped (each handle starts at a random shard, so
         consumers spread out), until a shard has something to claim now or
         every shard was listed once; hidden names and ``.new`` files of the
-        shards passed on the way are kept too."""
+        shards passed on the way are kept too (their visible names are not:
+        by then they were all foreign, or strays of other shards)."""
         visible_from = now - self._skew_us
         shards = self.shards
         if shards == 1:
             found = _format.triage(_fs.list_names(self._path), visible_from)
             grouped = self._group_candidates(found.grouped, now, found.hidden) if found.grouped else []
             return found, grouped, False
-        merged = _format.Triage([], [], [], [])
+        if self._cursor_pid != os.getpid():  # a handle made before a fork: start apart
+            self._cursor, self._cursor_pid = random.randrange(shards), os.getpid()
+        passed = _format.Triage([], [], [], [])
         candidates: list[tuple[int, str]] = []
         for _ in range(shards):
             index = self._cursor
             self._cursor = (index + 1) % shards
             found = _format.triage(self._list_shard(index), visible_from)
             grouped = self._group_candidates(found.grouped, now, found.hidden) if found.grouped else []
-            for mine, theirs in zip(merged, found):
-                mine.extend(theirs)
             candidates.extend(grouped)
-            if grouped or any(_format.is_message_name(name) for name in found.visible):
-                return merged, candidates, True  # (visible names are checked until one is a message)
-        return merged, candidates, False
+            if grouped or self._any_claimable(found.visible, index):
+                found.hidden.extend(passed.hidden)
+                found.writing.extend(passed.writing)
+                found.grouped.extend(passed.grouped)
+                return found, candidates, True
+            passed.hidden.extend(found.hidden)
+            passed.writing.extend(found.writing)
+            passed.grouped.extend(found.grouped)
+        return passed, candidates, False
+
+    def _any_claimable(self, names: list[str], index: int) -> bool:
+        """Whether a shard's visible names hold a message that lives there
+        (checked until one does: foreign names and strays are passed over)."""
+        home = self._shard_prefixes[index]
+        locate = self._locate
+        assert locate is not None
+        return any(_format.is_message_name(name) and locate(name) == home for name in names)
 
     def _group_candidates(
         self, members_of_groups: list[_format.Name], now: int, hidden: list[tuple[int, str]]
@@ -1313,14 +1340,25 @@ class Queue:
         """One listing of a shard. A shard directory that is gone from a queue
         that is still there is damage: reported, passed over (the other
         shards go on being served), and made again by gc."""
+        directory = self._shard_prefixes[index][:-1]
+        self._check_shard_dir(directory)
         try:
-            return _fs.list_names(self._shard_prefixes[index][:-1])
+            return _fs.list_names(directory)
         except QueueNotFound:
             if not _fs.is_dir(self._path):
                 raise
             log.warning("queue %s: shard directory %s is missing (vsqs gc makes it again)",
                         self._path, _format.shard_dir_name(index))
             return []
+
+    @staticmethod
+    def _check_shard_dir(directory: str) -> None:
+        """A shard directory must be a directory itself: vsqs follows no symlink
+        out of the queue. (A missing one is passed over, see _list_shard.)"""
+        if not _fs.is_private_dir(directory) and _fs.exists(directory):
+            raise StorageError(
+                errno.ENOTDIR, "shard directory is not a directory of the queue (a symlink?): not followed", directory
+            )
 
     def _rehome_strays(self) -> int:
         """Move message files of a sharded queue that lie outside their shard
@@ -1329,6 +1367,8 @@ class Queue:
         if self.shards == 1:
             return 0
         moved = 0
+        if not _fs.exists(self._file(_format.METADATA_NAME)):  # deleted: nothing to repair
+            raise QueueNotFound(f"no queue at {self._path}")
         self._make_shards(self._path, self._shards)  # any that went missing
         places = [self._path] + [prefix[:-1] for prefix in self._shard_prefixes]
         for index, directory in enumerate(places):
@@ -1336,7 +1376,7 @@ class Queue:
                 name = _format.parse_name(entry)
                 if name is None or _format.shard_of(entry, self._shards) == index - 1:
                     continue
-                if _fs.rename(os.path.join(directory, entry), self._message_file(entry)):
+                if _move_into(os.path.join(directory, entry), self._message_file(entry)):
                     log.warning("moved %s from %s into its shard", entry, directory)
                     moved += 1
         return moved
@@ -1524,7 +1564,7 @@ class Queue:
         assert dlq is not None
         dead = _format.ready_name(_format.with_origin(name, self.id), name.receive_count)
         try:
-            return int(_fs.rename(self._message_file(str(name)), dlq._message_file(dead)))
+            return int(_move_into(self._message_file(str(name)), dlq._message_file(dead)))
         except StorageError as exc:
             if exc.errno == errno.EXDEV:
                 raise StorageError(
@@ -1562,7 +1602,7 @@ class Queue:
             if home is None:
                 continue
             back = _format.ready_name(_format.with_origin(name, ""))
-            if _fs.rename(self._message_file(str(name)), home._message_file(back)):
+            if _move_into(self._message_file(str(name)), home._message_file(back)):
                 moved += 1
         return moved
 
@@ -1610,6 +1650,18 @@ class Queue:
         """Remove the .new file ``entry`` if it was last written before ``cutoff``."""
         modified = _fs.mtime(self._message_file(entry))
         return int(modified is not None and modified <= cutoff and _fs.unlink(self._message_file(entry)))
+
+
+def _move_into(source: str, destination: str) -> bool:
+    """Rename a message file into another directory (a queue, a shard); False
+    if ``source`` was gone (a lost race). A destination directory that is gone
+    is an error that names it, not a lost race: the message stays where it was."""
+    if _fs.rename(source, destination):
+        return True
+    directory = os.path.dirname(destination)
+    if not _fs.is_dir(directory) and _fs.exists(source):
+        raise QueueNotFound(f"queue directory is gone: {directory}")
+    return False
 
 
 def _first(items: list[Any], n: int) -> list[Any]:

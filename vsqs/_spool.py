@@ -95,6 +95,19 @@ class Spool:
         doomed = os.path.join(self._root, f".{name}.deleting-{_format.new_tag()}")
         if not _fs.rename(path, doomed):
             raise QueueNotFound(f"no queue {name!r} in {self._root}")
-        count = len(Queue(doomed)._parsed())  # every shard's messages
+        count = _count_messages(doomed)
         _fs.remove_tree(doomed)
         return count
+
+
+def _count_messages(directory: str) -> int:
+    """Message files in a queue directory and in its shard directories, read
+    without opening the queue (its metadata may be what is broken)."""
+    places = [directory]
+    shards = os.path.join(directory, _format.SHARDS_DIR)
+    if _fs.is_private_dir(shards):
+        places += [
+            os.path.join(shards, entry) for entry in _fs.list_names(shards)
+            if _fs.is_private_dir(os.path.join(shards, entry))
+        ]
+    return sum(1 for place in places for entry in _fs.list_names(place) if _format.parse_name(entry) is not None)
