@@ -895,7 +895,7 @@ class Queue:
         got: list[Message] = []
         failure: StorageError | None = None  # raised only if nothing else was claimed
         max_receives, throttle = settings["max_receives"], settings["throttle"]
-        lock, message_file = self._lock, self._message_file
+        lock, prefix, locate = self._lock, self._prefix, self._locate  # (the path of a name, inlined)
         # listings this call may make that give nothing: one, or in a sharded
         # queue one per shard (another consumer may have emptied the shard that
         # was listed); renewed by each claim that succeeds, so no spinning on
@@ -940,8 +940,12 @@ class Queue:
                     with lock:
                         self._listing.blocked.add(group)  # its slots are all held
                     continue
-            path = message_file(new)
-            if not _fs.rename(message_file(name), path):
+            if locate is None:
+                source, path = prefix + name, prefix + new
+            else:  # (the shard of ``new`` is the shard of ``name``: the stem stays)
+                shard = locate(name)
+                source, path = shard + name, shard + new
+            if not _fs.rename(source, path):
                 with lock:
                     if group and slot is not None:
                         self._groups.free(group, slot)
@@ -1194,7 +1198,8 @@ class Queue:
         settings = self._current_settings()
         if settings["suspended"]:
             self._check_suspended("delete", settings)
-        deleted = _fs.unlink(self._message_file(text))
+        locate = self._locate
+        deleted = _fs.unlink(self._prefix + text if locate is None else locate(text) + text)
         if slot is not None:  # harmless if the slot moved on: the next generation exists then
             with self._lock:
                 self._groups.free(_format.group_of(text), slot)
