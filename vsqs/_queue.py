@@ -75,6 +75,7 @@ _SWEEP_EVERY = 60.0  # seconds between sweeps of superseded group leases
 # listed again when they run out, so a handle's memory does not grow with
 # the queue (90-110 bytes a name: some 9-11 MB at most).
 _LISTING_WINDOW = 100_000
+_KEY_LENGTH = _format.KEY_LENGTH
 _RECEIPTS_KEPT = 1024  # receipts this handle issued and remembers parsed (two generations of this many)
 # After losing the race for a name to another consumer, a handle drops a random
 # 0.._SKIP_AFTER_LOSS-1 of the next names of the same priority from its cache (never
@@ -928,7 +929,7 @@ class Queue:
                     self._remember(name)  # still a candidate later
                     break
             count = parsed.receive_count + 1
-            now = _format.now_us()
+            now = time.time_ns() // 1000  # _format.now_us(), inlined
             until = now + lease_us
             new = _format.hidden_name(parsed.stem, until, count)
             slot = None
@@ -975,7 +976,7 @@ class Queue:
                 data = None
             receipt = _format.make_receipt(queue_id, new, slot)
             self._receipts.add(receipt, new, slot)
-            got.append(Message(self, parsed.key, data, receipt, count, None, header))  # sent_at: from the id
+            got.append(Message(self, name[:_KEY_LENGTH], data, receipt, count, None, header))  # sent_at: from the id
         if failure is not None and not got:
             raise failure
         return got
@@ -1195,7 +1196,10 @@ class Queue:
             _, text, slot = _format.parse_receipt(self.id, receipt)
         else:  # a receipt this handle made: already valid
             text, slot = issued
-        settings = self._current_settings()
+        if time.monotonic() - self._settings_read_at < _SETTINGS_TTL:  # _current_settings(), inlined
+            settings = self._settings
+        else:
+            settings = self._current_settings()
         if settings["suspended"]:
             self._check_suspended("delete", settings)
         locate = self._locate
