@@ -906,11 +906,15 @@ class Queue:
         skips = _SKIPS_PER_CALL
         while len(got) < limit:
             with lock:
-                listed_at = self._listing.listed_at
-                name = self._next_candidate(lists_left > 0)
-                if self._listing.listed_at != listed_at:
-                    # a listing that went round every shard has seen them all: no more this call
-                    lists_left = lists_left - 1 if self._listing.rest_of_round else 0
+                cache = self._listing
+                if cache.visible and not (cache.hidden or cache.grouped) and time.monotonic() < cache.stale_at:
+                    name = heapq.heappop(cache.visible)  # the common case of _next_candidate, inlined
+                else:
+                    listed_at = cache.listed_at
+                    name = self._next_candidate(lists_left > 0)
+                    if self._listing.listed_at != listed_at:
+                        # a listing that went round every shard has seen them all: no more this call
+                        lists_left = lists_left - 1 if self._listing.rest_of_round else 0
             if name is None:
                 break
             parsed = _format.parse_name(name)  # the one parse of this name on its way out
