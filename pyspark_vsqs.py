@@ -6,6 +6,6 @@ On its first data-source lookup, Spark imports every top-level module named
 is installed. Kept light: Spark imports it in every lookup.
 """
 
-from vsqs._spark_source import VsqsDataSource as DefaultSource
+from vsqs._spark.source import VsqsDataSource as DefaultSource
 
 __all__ = ["DefaultSource"]

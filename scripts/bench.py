@@ -91,7 +91,7 @@ from typing import Any
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 try:
     import vsqs
-    import vsqs._queue
+    import vsqs._core.queue
 except ImportError as exc:
     sys.exit(f"scripts/bench.py: cannot import vsqs ({exc}); run it with .venv/bin/python")
 
@@ -197,7 +197,7 @@ def timed_at_depth(depth: int, count: int) -> int:
     """How many receive+deletes to time at ``depth``: at least two and a half
     listing windows where the depth exceeds one, so that the re-listings a
     deep queue needs are inside the timed loop, not left out."""
-    window = getattr(vsqs._queue, "_LISTING_WINDOW", 0)  # names a handle keeps of one listing
+    window = getattr(vsqs._core.queue, "_LISTING_WINDOW", 0)  # names a handle keeps of one listing
     if window and depth > window:
         count = max(count, window * 5 // 2)
     return min(depth, count)

@@ -53,7 +53,7 @@ from dataclasses import dataclass
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
 import vsqs
-from tests.gateway_server import running_gateway
+from tests.gateway.server import running_gateway
 
 BODY = b"x" * 100
 

@@ -31,7 +31,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))  # this checkout's vsqs
 
 import vsqs
-from vsqs import _queue
+from vsqs._core import queue as _queue
 
 
 def rss_mb() -> float:

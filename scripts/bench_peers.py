@@ -279,7 +279,7 @@ def count_races() -> dict[str, int]:
     """Count, in this vsqs worker, the claims lost to another consumer (a rename
     whose source was gone) and the directory listings. Costs a Python call per
     rename and listing, so it is opt-in (--count-races)."""
-    from vsqs import _fs
+    from vsqs._core import fs as _fs
 
     counts = {"lost": 0, "listings": 0}
     rename, list_names = _fs.rename, _fs.list_names
@@ -667,7 +667,7 @@ def listing_window() -> int:
     """How many names a vsqs handle keeps of one listing (0 if this vsqs has no window)."""
     if REPO not in sys.path:
         sys.path.insert(0, REPO)
-    from vsqs import _queue
+    from vsqs._core import queue as _queue
 
     return int(getattr(_queue, "_LISTING_WINDOW", 0))
 

@@ -7,7 +7,7 @@
 Prints the counts (published, deleted, lost, duplicates and why, kills) and
 exits 1 if a message whose publish returned was lost, deleted twice, or
 delivered twice without a killed consumer or a lost lease to explain it.
-The test suite runs a short form (tests/stress/test_chaos.py).
+The test suite runs a short form (tests/system/stress/test_chaos.py).
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from tests.stress.harness import run  # noqa: E402
+from tests.system.stress.harness import run  # noqa: E402
 
 
 def main() -> int:

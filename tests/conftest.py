@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 import vsqs
-from vsqs import _format
+from vsqs._core import format as _format
 
 ROOT = Path(__file__).resolve().parent.parent
 

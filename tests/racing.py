@@ -1,7 +1,7 @@
 """Producers and consumers racing on one queue in real processes, and the
 checks that every message came through once, never held by two at once.
 
-Used by tests/test_concurrency.py (one directory) and tests/netfs (two
+Used by tests/system/test_concurrency.py (one directory) and tests/system/netfs (two
 mounts of one directory).
 """
 

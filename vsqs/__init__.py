@@ -9,7 +9,7 @@
 Everything public is re-exported here; the ``_``-modules are private.
 """
 
-from vsqs._errors import (
+from vsqs._core.errors import (
     IncompatibleFormat,
     InvalidArgument,
     InvalidReceipt,
@@ -21,12 +21,12 @@ from vsqs._errors import (
     StorageError,
     VsqsError,
 )
-from vsqs._format import FORMAT_VERSION
-from vsqs._message import Message, MessageInfo, Outgoing, QueueStats
-from vsqs._queue import Queue
-from vsqs._spool import Spool
+from vsqs._core.format import FORMAT_VERSION
+from vsqs._core.message import Message, MessageInfo, Outgoing, QueueStats
+from vsqs._core.queue import Queue
+from vsqs._core.spool import Spool
 from vsqs._version import __version__
-from vsqs._worker import Worker, WorkerStats
+from vsqs._core.worker import Worker, WorkerStats
 
 __all__ = [
     "FORMAT_VERSION",

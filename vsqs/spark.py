@@ -24,7 +24,7 @@ from dataclasses import dataclass, fields
 from typing import TYPE_CHECKING, Any
 
 from vsqs import InvalidArgument, Message, Queue, StaleReceipt, VsqsError, Worker
-from vsqs._spark_source import (
+from vsqs._spark.source import (
     COLUMNS,
     NAME,
     OPTIONS,

@@ -1,0 +1,158 @@
+"""Dead-letter queues and redrive."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+import vsqs
+from vsqs._core import format as _format
+
+from tests.conftest import message_files
+
+
+@pytest.fixture
+def spool(tmp_path):
+    return vsqs.Spool(tmp_path / "spool", create=True)
+
+
+def fail_times(q, n):
+    """Receive and give back the next message n times (a handler that keeps failing)."""
+    for _ in range(n):
+        m = q.receive(visibility_timeout=0)
+        assert m is not None
+    return m
+
+
+def test_message_moves_to_dlq_after_max_receives(spool):
+    q = spool.create_queue("jobs", max_receives=3, dead_letter="jobs-dead")
+    message_id = q.publish(b"poison")
+    sent = next(q.messages()).sent_at
+    last = fail_times(q, 3)
+    assert last.receive_count == 3
+    assert q.receive() is None  # the 4th receive moved it instead of delivering it
+    assert q.stats().total == 0
+    dlq = spool.queue("jobs-dead")  # created on demand
+    [info] = dlq.messages()
+    assert (info.id, info.receive_count, info.sent_at, info.state) == (message_id, 3, sent, "ready")
+    m = dlq.receive()
+    assert (m.id, m.body, m.receive_count) == (message_id, b"poison", 4)
+
+
+def test_default_dlq_name(spool):
+    q = spool.create_queue("jobs", max_receives=1)
+    q.publish(b"x")
+    fail_times(q, 1)
+    assert q.receive() is None
+    assert spool.queues() == ["jobs", "jobs.dlq"]
+    assert spool.queue("jobs.dlq").stats().ready == 1
+
+
+def test_other_messages_are_not_held_up(spool):
+    q = spool.create_queue("jobs", max_receives=1)
+    q.publish_batch([b"poison", b"fine"])
+    assert q.receive(visibility_timeout=0).body == b"poison"
+    assert q.receive().body == b"fine"
+
+
+def test_requeue_pass_dead_letters_too(spool):
+    q = spool.create_queue("jobs", max_receives=2)
+    q.publish_batch([b"a", b"b", b"c"])
+    a, b, c = q.receive_batch(3, visibility_timeout=60)
+    b.release()  # ready again, count 1
+    c.change_visibility(0)  # expired, count 1
+    a.change_visibility(0)
+    again = vsqs.Queue(q.path).receive(visibility_timeout=0)  # a's second receive
+    assert (again.id, again.receive_count) == (a.id, 2)
+    assert q.requeue_expired() == 2  # a to the dlq, c requeued; b was ready already
+    assert sorted((i.id, i.state, i.receive_count) for i in q.messages()) == [
+        (b.id, "ready", 1),
+        (c.id, "ready", 1),
+    ]
+    [dead] = vsqs.Queue(q.path + ".dlq").messages()
+    assert (dead.id, dead.receive_count) == (a.id, 2)
+
+
+def test_redrive_home_resets_count(spool):
+    jobs = spool.create_queue("jobs", max_receives=1, dead_letter="dead")
+    other = spool.create_queue("other", max_receives=1, dead_letter="dead")
+    jobs.publish(b"j")
+    other.publish(b"o")
+    for q in (jobs, other):
+        fail_times(q, 1)
+        assert q.receive() is None
+    dead = spool.queue("dead")
+    assert dead.stats().ready == 2
+    assert dead.redrive() == 2  # a shared dlq returns each message home
+    assert [m.body for m in jobs.receive_batch(5)] == [b"j"]
+    [m] = other.receive_batch(5)
+    assert m.body == b"o" and m.receive_count == 1  # count was reset
+    assert dead.stats().total == 0
+
+
+def test_redrive_to_and_max_messages(spool):
+    q = spool.create_queue("jobs", max_receives=1)
+    q.publish_batch([b"1", b"2", b"3"])
+    for _ in range(3):
+        q.receive(visibility_timeout=0)
+    q.requeue_expired()
+    dlq = spool.queue("jobs.dlq")
+    assert dlq.stats().ready == 3
+    elsewhere = spool.create_queue("elsewhere")
+    assert dlq.redrive(to=elsewhere, max_messages=2) == 2
+    assert dlq.redrive(to=elsewhere.path) == 1
+    assert sorted(m.body for m in elsewhere.receive_batch(5)) == [b"1", b"2", b"3"]
+
+
+def test_redrive_leaves_in_flight_and_homeless_messages(spool):
+    q = spool.create_queue("jobs", max_receives=1)
+    q.publish(b"x")
+    q.receive(visibility_timeout=0)
+    q.requeue_expired()
+    dlq = spool.queue("jobs.dlq")
+    dlq.publish(b"published here directly")
+    held = dlq.receive()  # in flight in the dlq: not redriven
+    assert dlq.redrive() == 0
+    held.release()
+    assert dlq.redrive() == 1  # the dead letter went home; the direct one has none
+    assert [m.body for m in dlq.receive_batch(5)] == [b"published here directly"]
+    assert q.receive().body == b"x"
+
+
+def test_dead_letter_keeps_one_file_per_message(spool):
+    q = spool.create_queue("jobs", max_receives=1)
+    ids = q.publish_batch([b"%d" % i for i in range(20)])
+    for _ in range(20):
+        q.receive(visibility_timeout=0)
+    q.receive_batch(20)  # moves all twenty
+    dlq = spool.queue("jobs.dlq")
+    assert set(message_files(dlq.path)) == set(ids)
+    assert all(c == 1 for c in message_files(dlq.path).values())
+    assert message_files(q.path) == {}
+    assert all(_format.parse_name(n).origin == q.id for n in os.listdir(dlq.path) if _format.parse_name(n))
+
+
+def test_stats_count_dead_letters_per_source(spool):
+    jobs = spool.create_queue("jobs", max_receives=1, dead_letter="dead")
+    other = spool.create_queue("other", max_receives=1, dead_letter="dead")
+    for q, n in ((jobs, 2), (other, 1)):
+        q.publish_batch([b"x"] * n)
+        q.receive_batch(n, visibility_timeout=0)
+        q.requeue_expired()
+    assert jobs.stats().dead_lettered == 2 and other.stats().dead_lettered == 1
+    assert spool.create_queue("plain").stats().dead_lettered == 0
+
+
+@pytest.mark.parametrize("target", ["jobs", "..", "../x", "a/b", ".hidden", "relative/path"])
+def test_bad_dead_letter_targets(spool, target):
+    q = spool.create_queue("jobs")
+    with pytest.raises(vsqs.InvalidArgument, match="dead_letter"):
+        q.configure(dead_letter=target, max_receives=1)
+
+
+def test_dead_letter_to_an_ancestor_path_is_refused(spool):
+    q = spool.create_queue("jobs")
+    with pytest.raises(vsqs.InvalidArgument, match="directory above it"):
+        q.configure(dead_letter=spool.root, max_receives=1)
+    q.configure(dead_letter=os.path.join(spool.root, "elsewhere"), max_receives=1)

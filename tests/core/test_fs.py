@@ -1,0 +1,224 @@
+"""The syscall layer: lost races versus real errors, errno by errno.
+
+Network filesystems answer a lost race with ENOENT, ESTALE, EIO, EACCES or
+EPERM; the primitives must look before deciding. Errors are injected with
+mock.patch; the full-disk and read-only cases run on pyfakefs.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+from unittest import mock
+
+import pytest
+
+import vsqs
+from vsqs._core import format as _format
+from vsqs._core import fs as _fs
+
+real_rename, real_open, real_unlink = os.rename, os.open, os.unlink
+
+
+def _fail(code, then=None):
+    def call(*args, **kwargs):
+        if then is not None:
+            then(*args, **kwargs)
+        raise OSError(code, os.strerror(code), args[0])
+
+    return call
+
+
+@pytest.mark.parametrize("code", [errno.ENOENT, errno.ESTALE, errno.EIO])
+def test_rename_that_succeeded_but_reported_an_error_was_ours(tmp_path, code):
+    src, dst = tmp_path / "a", tmp_path / "b"
+    src.write_text("x")
+    with mock.patch("os.rename", _fail(code, then=real_rename)):
+        assert _fs.rename(str(src), str(dst)) is True
+    assert dst.read_text() == "x"
+
+
+@pytest.mark.parametrize("code", [errno.ENOENT, errno.ESTALE, errno.EIO, errno.EACCES, errno.EPERM])
+def test_rename_of_a_vanished_source_is_a_lost_race(tmp_path, code):
+    with mock.patch("os.rename", _fail(code)):
+        assert _fs.rename(str(tmp_path / "gone"), str(tmp_path / "b")) is False
+
+
+@pytest.mark.parametrize("code", [errno.EIO, errno.EACCES, errno.EROFS, errno.ENOSPC])
+def test_rename_failing_with_source_still_there_is_an_error(tmp_path, code):
+    src = tmp_path / "a"
+    src.write_text("x")
+    with mock.patch("os.rename", _fail(code)):
+        with pytest.raises(vsqs.StorageError) as info:
+            _fs.rename(str(src), str(tmp_path / "b"))
+    assert info.value.errno == code and isinstance(info.value.__cause__, OSError)
+    assert src.read_text() == "x"
+
+
+@pytest.mark.parametrize("code", [errno.EEXIST, errno.EPERM, errno.EIO])
+def test_lost_exclusive_create(tmp_path, code):
+    # sshfs answers a lost O_EXCL race with EPERM, the HDFS NFS gateway with EIO
+    path = tmp_path / "taken"
+    path.write_text("theirs")
+    with mock.patch("os.open", _fail(code)):
+        assert _fs.create_exclusive(str(path), b"mine", durable=True) is False
+    assert path.read_text() == "theirs"
+
+
+def test_exclusive_create_eperm_without_a_file_is_an_error(tmp_path):
+    with mock.patch("os.open", _fail(errno.EPERM)):
+        with pytest.raises(vsqs.StorageError, match="cannot create"):
+            _fs.create_exclusive(str(tmp_path / "x"), b"", durable=False)
+
+
+def test_lost_exclusive_create_behind_a_stale_negative_cache(tmp_path):
+    # sshfs: another host created the name (EPERM from the server) but our client's
+    # negative cache still says it does not exist; the directory itself is writable
+    real_open = os.open
+    calls = []
+
+    def first_fails(path, flags, mode=0o777):
+        if not calls:
+            calls.append(path)
+            raise OSError(errno.EPERM, "Operation not permitted", path)
+        return real_open(path, flags, mode)
+
+    with mock.patch("os.open", first_fails):
+        assert _fs.create_exclusive(str(tmp_path / "taken"), b"", durable=False) is False
+    assert os.listdir(tmp_path) == []  # the probe was removed
+
+
+def test_write_failure_removes_the_partial_file(tmp_path):
+    with mock.patch("os.write", _fail(errno.ENOSPC)):
+        with pytest.raises(vsqs.StorageError) as info:
+            _fs.create_exclusive(str(tmp_path / "x.new"), b"data", durable=False)
+    assert info.value.errno == errno.ENOSPC
+    assert os.listdir(tmp_path) == []
+
+
+def test_partial_writes_are_completed(tmp_path):
+    real_write = os.write
+    with mock.patch("os.write", lambda fd, data: real_write(fd, bytes(data[:3]))):
+        assert _fs.create_exclusive(str(tmp_path / "x"), b"0123456789", durable=True)
+    assert (tmp_path / "x").read_bytes() == b"0123456789"
+
+
+def test_deferred_error_at_close_is_reported(tmp_path):
+    # NFS reports write-back errors at close
+    real_close = os.close
+    with mock.patch("os.close", _fail(errno.EIO, then=real_close)):
+        with pytest.raises(vsqs.StorageError):
+            _fs.create_exclusive(str(tmp_path / "x"), b"data", durable=False)
+    assert os.listdir(tmp_path) == []
+
+
+@pytest.mark.parametrize("code", [errno.ENOENT, errno.ESTALE, errno.EACCES, errno.EIO])
+def test_unlink_of_a_gone_file_is_a_lost_race(tmp_path, code):
+    with mock.patch("os.unlink", _fail(code)):
+        assert _fs.unlink(str(tmp_path / "gone")) is False
+
+
+def test_unlink_that_cannot_remove_is_an_error(tmp_path):
+    path = tmp_path / "x"
+    path.write_text("x")
+    with mock.patch("os.unlink", _fail(errno.EACCES)):
+        with pytest.raises(vsqs.StorageError, match="cannot delete"):
+            _fs.unlink(str(path))
+
+
+def test_directory_fsync_unsupported_is_tolerated(tmp_path):
+    with mock.patch("os.fsync", _fail(errno.EINVAL)):
+        _fs.fsync_dir(str(tmp_path))
+    with mock.patch("os.fsync", _fail(errno.EIO)):
+        with pytest.raises(vsqs.StorageError):
+            _fs.fsync_dir(str(tmp_path))
+
+
+def test_listing_error_is_not_an_empty_queue(queue):
+    # python-dirq swallowed this: a stale NFS handle looked like an empty queue
+    queue.publish(b"x")
+    with mock.patch("os.listdir", _fail(errno.ESTALE)):
+        with pytest.raises(vsqs.StorageError):
+            queue.receive()
+        with pytest.raises(vsqs.StorageError):
+            queue.stats()
+    assert queue.receive().body == b"x"
+
+
+def test_read_does_not_follow_symlinks(tmp_path):
+    target = tmp_path / "secret"
+    target.write_text("secret")
+    os.symlink(target, tmp_path / "link")
+    with pytest.raises(vsqs.StorageError):
+        _fs.read(str(tmp_path / "link"))
+
+
+def test_receive_race_lost_with_estale_moves_on(queue):
+    queue.publish_batch([b"1", b"2"])
+    calls = []
+
+    def rename(src, dst):
+        if not calls:  # first claim: another host took it, NFS says ESTALE
+            calls.append(src)
+            real_rename(src, src + ".taken-elsewhere")
+            raise OSError(errno.ESTALE, "Stale file handle", src)
+        return real_rename(src, dst)
+
+    with mock.patch("os.rename", rename):
+        assert queue.receive().body == b"2"
+
+
+def test_receive_with_ambiguous_success_is_not_lost(queue):
+    # a retransmitted rename: it happened, but the client heard ENOENT
+    queue.publish(b"x")
+    with mock.patch("os.rename", _fail(errno.ENOENT, then=real_rename)):
+        m = queue.receive()
+    assert m is not None and m.body == b"x"
+    m.delete()
+    assert queue.stats().total == 0
+
+
+# -- pyfakefs: a full disk and a read-only spool --------------------------------
+
+
+def test_full_disk_on_publish_costs_nothing(fs):
+    q = vsqs.Queue("/spool/q", create=True)
+    q.publish(b"before")
+    fs.set_disk_usage(fs.get_disk_usage("/spool").used + 500, path="/spool")
+    with pytest.raises(vsqs.StorageError) as info:
+        q.publish(b"x" * 1000)
+    assert info.value.errno == errno.ENOSPC
+    with pytest.raises(vsqs.StorageError):
+        q.publish_batch([b"small", b"y" * 1000])
+    assert [n for n in os.listdir("/spool/q") if n.endswith(".new")] == []  # no debris
+    assert [m.body for m in q.receive_batch(10)] == [b"before"]  # nothing lost
+
+
+def test_read_only_queue_on_publish(fs):
+    q = vsqs.Queue("/spool/q", create=True)
+    q.publish(b"before")
+    os.chmod("/spool/q", 0o555)
+    fs.is_windows_fs = False
+    with mock.patch("os.open", _fail(errno.EROFS)):
+        with pytest.raises(vsqs.StorageError, match="cannot create message file"):
+            q.publish(b"x")
+    os.chmod("/spool/q", 0o755)
+    assert q.receive().body == b"before"
+
+
+def test_queue_on_fake_fs_round_trip(fs):
+    q = vsqs.Queue("/spool/q", create=True)
+    ids = q.publish_batch([b"a", b"b"], delay=0)
+    assert [m.id for m in q.receive_batch(5, visibility_timeout=60)] == ids
+    assert sorted(n.count(".") for n in os.listdir("/spool/q") if n != _format.METADATA_NAME) == [3, 3]
+
+
+def test_enoent_on_rename_is_a_lost_race_even_if_a_stale_cache_still_shows_the_source(tmp_path):
+    # sshfs: the server answered ENOENT, but the client's attribute cache still
+    # stats the source as present
+    src = tmp_path / "a"
+    src.write_text("x")
+    with mock.patch("os.rename", _fail(errno.ENOENT)):
+        assert _fs.rename(str(src), str(tmp_path / "b")) is False
+    with mock.patch("os.unlink", _fail(errno.ENOENT)):
+        assert _fs.unlink(str(src)) is False

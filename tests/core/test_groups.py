@@ -1,0 +1,246 @@
+"""FIFO message groups: order inside a group, N in flight, fairness across groups."""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import threading
+import time
+
+import pytest
+
+import vsqs
+from vsqs._core import format as _format
+
+
+def test_one_in_flight_per_group_in_order(queue):
+    for i in range(3):
+        queue.publish(f"a{i}", group="a")
+    queue.publish(b"b0", group="b")
+    first = queue.receive()
+    assert (first.body, first.group) == (b"a0", "a")
+    second = queue.receive()
+    assert second.body == b"b0"  # group a is held up, b is not
+    assert queue.receive() is None  # a1 waits for a0
+    first.delete()
+    assert queue.receive().body == b"a1"
+
+
+def test_group_waits_across_handles(queue):
+    queue.publish_batch([b"1", b"2"], group="g")
+    m = vsqs.Queue(queue.path).receive()
+    assert vsqs.Queue(queue.path).receive() is None
+    m.delete()
+    assert vsqs.Queue(queue.path).receive().body == b"2"
+
+
+def test_group_resumes_after_lease_runs_out(queue):
+    queue.publish_batch([b"1", b"2"], group="g")
+    crashed = queue.receive(visibility_timeout=0.2)  # its consumer dies holding it
+    assert queue.receive() is None
+    time.sleep(0.25)
+    again = vsqs.Queue(queue.path).receive()
+    assert (again.id, again.receive_count) == (crashed.id, 2)  # in order: the same one first
+    again.delete()
+    assert queue.receive().body == b"2"
+
+
+def test_release_gives_the_group_back(queue):
+    queue.publish_batch([b"1", b"2"], group="g")
+    m = queue.receive()
+    m.release()
+    again = vsqs.Queue(queue.path).receive()
+    assert again.id == m.id and again.receive_count == 2
+
+
+def test_current_receipt_follows_the_group_slot(queue):
+    queue.publish_batch([b"1", b"2"], group="g")
+    first = queue.receive(visibility_timeout=30).receipt
+    moved = vsqs.Queue(queue.path).change_visibility(first, 60)
+    assert queue.current_receipt(first) == moved  # the slot's generation followed too
+    queue.delete(queue.current_receipt(first))
+    assert queue.receive().body == b"2"  # the slot was freed: the group goes on
+
+
+def test_current_receipt_refuses_a_slot_taken_by_another(queue):
+    queue.publish(b"1", group="g")
+    first = queue.receive(visibility_timeout=0.05).receipt
+    time.sleep(0.1)
+    again = vsqs.Queue(queue.path).receive(visibility_timeout=30)  # lease ran out: received again
+    assert again is not None
+    with pytest.raises(vsqs.StaleReceipt):
+        queue.current_receipt(first)
+
+
+def test_extended_lease_keeps_the_group_held(queue):
+    queue.publish_batch([b"1", b"2"], group="g")
+    m = queue.receive(visibility_timeout=0.2)
+    m.change_visibility(30)
+    time.sleep(0.25)
+    assert vsqs.Queue(queue.path).receive() is None
+    m.delete()  # the new receipt frees the slot
+    assert vsqs.Queue(queue.path).receive().body == b"2"
+
+
+def test_group_concurrency(queue):
+    queue.configure(group_concurrency=2)
+    queue.publish_batch([b"1", b"2", b"3"], group="g")
+    got = [m.body for m in queue.receive_batch(10)]
+    assert got == [b"1", b"2"]
+    assert vsqs.Queue(queue.path).receive() is None
+
+
+def test_groups_take_turns(flat_queue):
+    queue = flat_queue  # in a sharded queue groups take turns within each shard
+    queue.configure(group_concurrency=100)
+    queue.publish_batch([b"busy-%d" % i for i in range(50)], group="busy")
+    queue.publish(b"quiet-1", group="quiet")
+    queue.publish(b"quiet-2", group="other")
+    got = [m.body for m in queue.receive_batch(3)]
+    assert sorted(got) == [b"busy-0", b"quiet-1", b"quiet-2"]  # round-robin, not 3 busy ones
+
+
+def test_ungrouped_messages_are_not_held_up(queue):
+    queue.publish_batch([b"g1", b"g2"], group="g")
+    queue.publish(b"free")
+    assert sorted(m.body for m in queue.receive_batch(5)) == [b"free", b"g1"]
+
+
+def test_group_with_priority_is_refused(queue):
+    with pytest.raises(vsqs.InvalidArgument, match="priority cannot be combined with group"):
+        queue.publish(b"x", group="g", priority=5)
+    with pytest.raises(vsqs.InvalidArgument, match="group must be"):
+        queue.publish(b"x", group="")
+
+
+def test_group_in_listing_and_receipt(queue):
+    queue.publish(b"x", group="tenant-7")
+    [info] = queue.messages(bodies=True)
+    assert info.group == "tenant-7"
+    m = queue.receive()
+    assert m.receipt.count(":") == 2  # the slot lease travels in the receipt
+    with pytest.raises(vsqs.InvalidReceipt):
+        queue.delete(m.receipt + "9x")
+    m.delete()
+
+
+def test_lease_files_are_swept(queue):
+    for _ in range(5):
+        queue.publish(b"x", group="g")
+        queue.receive().delete()
+    leases = os.path.join(queue.path, _format.GROUPS_DIR)
+    assert len(os.listdir(leases)) == 10  # a claim and a free per message
+    old = time.time() - 3600
+    for name in os.listdir(leases):
+        os.utime(os.path.join(leases, name), (old, old))
+    queue.collect_garbage()
+    group = _format.group_hash("g")
+    assert sorted(os.listdir(leases)) == [f"{group}.0.1", f"{group}.0.10"]  # first and newest
+    queue.publish(b"y", group="g")
+    assert vsqs.Queue(queue.path).receive().body == b"y"  # the chain goes on from the newest
+
+
+def _group_consumer(path: str, barrier, out) -> None:
+    q = vsqs.Queue(path)
+    barrier.wait()
+    log = []
+    deadline = time.monotonic() + 60
+    idle = 0
+    while time.monotonic() < deadline and idle < 30:
+        m = q.receive(visibility_timeout=30)
+        if m is None:
+            idle += 1
+            time.sleep(0.01)
+            continue
+        idle = 0
+        start = time.time()
+        time.sleep(0.002)
+        log.append((m.group, m.body.decode(), start, time.time()))
+        m.delete()
+    out.put(log)
+
+
+def test_racing_consumers_never_overlap_in_a_group(tmp_path):
+    q = vsqs.Queue(tmp_path / "q", create=True)
+    for g in range(4):
+        q.publish_batch([f"{i}" for i in range(40)], group=f"g{g}", durable=False)
+    ctx = multiprocessing.get_context("spawn")
+    barrier, out = ctx.Barrier(4), ctx.Queue()
+    procs = [ctx.Process(target=_group_consumer, args=(q.path, barrier, out)) for _ in range(4)]
+    for p in procs:
+        p.start()
+    logs = [entry for _ in procs for entry in out.get(timeout=120)]
+    for p in procs:
+        p.join(60)
+    assert len(logs) == 160
+    for g in range(4):
+        handled = sorted((start, end, int(body)) for group, body, start, end in logs if group == f"g{g}")
+        assert [body for *_, body in handled] == list(range(40))  # strictly in order
+        for (_, end, _), (start, _, _) in zip(handled, handled[1:], strict=False):
+            assert start >= end  # never two of one group at once
+
+
+def test_stats_per_group(queue):
+    queue.publish_batch([b"1", b"2"], group="tenant-a")
+    queue.publish(b"x", group="tenant-b")
+    queue.publish(b"plain")
+    queue.receive_batch(10)
+    s = queue.stats(groups=True)
+    assert s.groups == {
+        "tenant-a": {"ready": 1, "in_flight": 1, "delayed": 0},
+        "tenant-b": {"ready": 0, "in_flight": 1, "delayed": 0},
+    }
+    assert queue.stats().groups is None
+
+
+def test_relist_while_settings_expire_does_not_deadlock(queue, monkeypatch):
+    # the settings cache runs out in the middle of a listing of a grouped queue
+    import vsqs._core.queue as queue_module
+
+    queue.publish_batch([b"1", b"2"], group="g")
+    monkeypatch.setattr(queue_module, "_SETTINGS_TTL", 0.0)
+    got = []
+    worker = threading.Thread(target=lambda: got.append(queue.receive()), daemon=True)
+    worker.start()
+    worker.join(10)
+    assert not worker.is_alive() and got[0].body == b"1"
+
+
+def test_receipt_of_a_grouped_message_needs_its_slot(queue):
+    queue.publish(b"x", group="g")
+    m = queue.receive()
+    without_slot = m.receipt.rsplit(":", 1)[0]
+    with pytest.raises(vsqs.InvalidReceipt):
+        queue.delete(without_slot)
+    m.delete()
+
+
+def test_extend_after_the_slot_was_taken_is_stale(queue):
+    queue.publish_batch([b"1", b"2"], group="g")
+    m = queue.receive(visibility_timeout=0.1)
+    time.sleep(0.15)
+    again = vsqs.Queue(queue.path).receive(visibility_timeout=30)  # takes slot and message
+    assert again.id == m.id
+    with pytest.raises(vsqs.StaleReceipt):
+        m.change_visibility(30)
+    assert vsqs.Queue(queue.path).receive() is None  # still one in flight, held by `again`
+
+
+def test_a_handle_with_an_old_view_cannot_restart_a_swept_chain(queue):
+    from vsqs._core import groups as _groups
+
+    queue.publish_batch([b"1", b"2"], group="g")
+    group = _format.group_hash("g")
+    old_view = _groups.GroupLeases(queue.path)  # saw nothing
+    holder = queue.receive(visibility_timeout=30)  # generation 1
+    holder.change_visibility(30)  # generation 2
+    holder.change_visibility(30)  # generation 3
+    leases = os.path.join(queue.path, _format.GROUPS_DIR)
+    os.unlink(os.path.join(leases, f"{group}.0.2"))  # as if swept
+    now = _format.now_us()
+    assert old_view.claim(group, 1, now + 10**6, now, 0) is None  # generation 1 is still there
+    old_view._newest[(group, 0)] = 1  # a view from before the sweep...
+    with open(os.path.join(leases, f"{group}.0.1"), "wb") as f:
+        f.write(b"free\n")  # ...in which the slot looked free
+    assert old_view.claim(group, 1, now + 10**6, now, 0) is None  # re-made 2, saw 3, backed off
+    assert not os.path.exists(os.path.join(leases, f"{group}.0.2"))

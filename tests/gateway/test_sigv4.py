@@ -1,0 +1,193 @@
+"""SigV4 verification (vsqs._gateway.sigv4) against requests signed by botocore's own signer."""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from email.utils import formatdate
+from urllib.parse import urlsplit
+
+import pytest
+from botocore.auth import SigV4Auth
+from botocore.awsrequest import AWSRequest
+from botocore.credentials import Credentials
+
+from vsqs._gateway import sigv4 as _sigv4
+
+KEY, SECRET = "AKIDEXAMPLE", "wJalrXUtnFEMI/K7MDENG+bPxRfiCYEXAMPLEKEY"
+CREDENTIALS = {KEY: SECRET, "OTHERKEY": "other-secret"}
+URL = "http://127.0.0.1:8080/"
+BODY = b'{"QueueName":"jobs"}'
+
+
+def signed(
+    *,
+    url: str = URL,
+    body: bytes = BODY,
+    key: str = KEY,
+    secret: str = SECRET,
+    region: str = "us-east-1",
+    service: str = "sqs",
+    method: str = "POST",
+    headers: dict[str, str] | None = None,
+) -> dict[str, str]:
+    """The request as the gateway sees it, signed by botocore: keyword arguments for verify()."""
+    request = AWSRequest(method=method, url=url, data=body, headers={
+        "Content-Type": "application/x-amz-json-1.0", "X-Amz-Target": "AmazonSQS.CreateQueue", **(headers or {}),
+    })
+    SigV4Auth(Credentials(key, secret), service, region).add_auth(request)
+    parts = urlsplit(url)
+    seen = {name.lower(): value for name, value in request.headers.items()}
+    seen["host"] = parts.netloc  # what the HTTP client sends
+    raw_path = parts.path or "/"
+    return {"method": method, "raw_path": raw_path, "raw_query": parts.query, "headers": seen, "body": body}
+
+
+def verify(request: dict, *, now: float | None = None, credentials: dict[str, str] = CREDENTIALS) -> str:
+    return _sigv4.verify(**request, credentials=credentials, now=time.time() if now is None else now)
+
+
+def refused(request: dict, **kwargs: object) -> _sigv4.SigV4Error:
+    with pytest.raises(_sigv4.SigV4Error) as caught:
+        verify(request, **kwargs)  # type: ignore[arg-type]
+    return caught.value
+
+
+def test_a_request_signed_by_botocore_is_accepted() -> None:
+    assert verify(signed()) == KEY
+    assert verify(signed(key="OTHERKEY", secret="other-secret")) == "OTHERKEY"
+
+
+def test_any_region_in_the_scope_is_accepted() -> None:
+    assert verify(signed(region="eu-west-3")) == KEY
+
+
+def test_path_and_query_are_canonicalised_as_botocore_does() -> None:
+    request = signed(url="http://gw.example:9000/a%20b/./c//d/?b=2&a=x%2Fy&a=1&empty=", method="GET", body=b"")
+    assert verify(request) == KEY
+    tampered = {**request, "raw_query": "b=3&a=x%2Fy&a=1&empty="}
+    assert refused(tampered).code == "SignatureDoesNotMatch"
+
+
+def test_a_wrong_secret_does_not_match() -> None:
+    error = refused(signed(secret="not-the-secret"))
+    assert (error.code, error.status) == ("SignatureDoesNotMatch", 403)
+
+
+def test_an_unknown_access_key_is_refused() -> None:
+    error = refused(signed(key="AKIDUNKNOWN"))
+    assert (error.code, error.status) == ("InvalidClientTokenId", 403)
+
+
+def test_no_authorization_header_is_refused() -> None:
+    request = signed()
+    del request["headers"]["authorization"]
+    error = refused(request)
+    assert (error.code, error.status) == ("MissingAuthenticationToken", 403)
+
+
+def test_a_changed_body_does_not_match() -> None:
+    request = {**signed(), "body": b'{"QueueName":"other"}'}
+    assert refused(request).code == "SignatureDoesNotMatch"
+
+
+def test_a_changed_signed_header_does_not_match() -> None:
+    request = signed()
+    request["headers"]["x-amz-target"] = "AmazonSQS.DeleteQueue"
+    assert refused(request).code == "SignatureDoesNotMatch"
+
+
+def test_the_action_header_must_be_signed() -> None:
+    request = signed()
+    names = request["headers"]["authorization"].split("SignedHeaders=")[1].split(",")[0]
+    without = ";".join(name for name in names.split(";") if name != "x-amz-target")
+    request["headers"]["authorization"] = request["headers"]["authorization"].replace(names, without)
+    error = refused(request)
+    assert (error.code, error.status) == ("IncompleteSignature", 400)
+
+
+def test_an_unsigned_header_may_change() -> None:
+    request = signed()
+    request["headers"]["user-agent"] = "something else"  # botocore never signs User-Agent
+    assert verify(request) == KEY
+
+
+def test_content_sha256_must_be_that_of_the_body() -> None:
+    good = signed(headers={"X-Amz-Content-SHA256": hashlib.sha256(BODY).hexdigest()})
+    assert verify(good) == KEY
+    lying = signed(headers={"X-Amz-Content-SHA256": hashlib.sha256(b"other").hexdigest()})
+    assert refused(lying).code == "SignatureDoesNotMatch"
+    unsigned = signed(headers={"X-Amz-Content-SHA256": _sigv4.UNSIGNED_PAYLOAD})
+    error = refused(unsigned)
+    assert error.code == "SignatureDoesNotMatch" and "unsigned" in error.message
+
+
+def test_a_request_signed_too_long_ago_or_ahead_has_expired() -> None:
+    request = signed()
+    assert verify(request, now=time.time() + 14 * 60) == KEY
+    assert verify(request, now=time.time() - 14 * 60) == KEY
+    for offset in (16 * 60, -16 * 60):
+        error = refused(request, now=time.time() + offset)
+        assert (error.code, error.status) == ("RequestExpired", 403)
+
+
+def test_the_date_header_may_stand_in_for_x_amz_date() -> None:
+    request = signed(headers={"Date": formatdate(usegmt=True)})  # botocore then signs Date
+    assert "x-amz-date" not in request["headers"]
+    assert verify(request) == KEY
+
+
+def test_the_service_must_be_sqs() -> None:
+    error = refused(signed(service="s3"))
+    assert error.code == "SignatureDoesNotMatch" and "sqs" in error.message
+
+
+def test_a_host_rewritten_by_a_proxy_is_accepted_as_signed() -> None:
+    request = signed(url="https://queues.example.com/")
+    request["headers"]["host"] = "127.0.0.1:8080"  # the proxy's upstream
+    assert refused(request).code == "SignatureDoesNotMatch"
+    request["headers"]["x-forwarded-host"] = "queues.example.com"
+    assert verify(request) == KEY
+    del request["headers"]["x-forwarded-host"]
+    request["headers"]["forwarded"] = 'for=10.0.0.1;proto=https;host="queues.example.com"'
+    assert verify(request) == KEY
+
+
+@pytest.mark.parametrize("header", [
+    "AWS4-HMAC-SHA1 Credential=AKIDEXAMPLE/20260101/us-east-1/sqs/aws4_request, SignedHeaders=host, Signature=" + "0" * 64,
+    "AWS4-HMAC-SHA256 Credential=AKIDEXAMPLE/20260101/us-east-1/sqs/aws4_request, SignedHeaders=host",
+    "AWS4-HMAC-SHA256 Credential=AKIDEXAMPLE/2026/us-east-1/sqs/aws4_request, SignedHeaders=host, Signature=" + "0" * 64,
+    "AWS4-HMAC-SHA256 Credential=AKIDEXAMPLE/20260101/us-east-1/sqs/aws4_request, SignedHeaders=x-amz-date, "
+    "Signature=" + "0" * 64,
+    "AWS4-HMAC-SHA256 Credential=AKIDEXAMPLE/20260101/us-east-1/sqs/aws4_request, SignedHeaders=x-amz-date;host, "
+    "Signature=" + "0" * 64,
+    "AWS4-HMAC-SHA256 Credential=AKIDEXAMPLE/20260101/us-east-1/sqs/aws4_request, SignedHeaders=host, Signature=xyz",
+    "Bearer abc",
+])
+def test_a_malformed_authorization_header_is_incomplete(header: str) -> None:
+    request = signed()
+    request["headers"]["authorization"] = header
+    error = refused(request)
+    assert (error.code, error.status) == ("IncompleteSignature", 400)
+
+
+def test_a_signed_request_needs_a_date() -> None:
+    request = signed()
+    del request["headers"]["x-amz-date"]
+    assert refused(request).code == "IncompleteSignature"
+    request["headers"]["x-amz-date"] = "yesterday"
+    assert refused(request).code == "IncompleteSignature"
+
+
+def test_the_scope_date_must_be_the_request_date() -> None:
+    request = signed()
+    auth = request["headers"]["authorization"]
+    day = request["headers"]["x-amz-date"][:8]
+    request["headers"]["authorization"] = auth.replace(f"/{day}/", "/19990101/")
+    error = refused(request)
+    assert error.code == "SignatureDoesNotMatch" and "19990101" in error.message
+
+
+def test_header_map_joins_repeated_headers() -> None:
+    headers = _sigv4.header_map([(b"X-A", b"1"), (b"x-a", b"2"), (b"Host", b"h")])
+    assert headers == {"x-a": "1,2", "host": "h"}

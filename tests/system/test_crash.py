@@ -1,0 +1,390 @@
+"""Crash points: every transition stopped after each of its system calls.
+
+A proxy replaces the ``os`` module inside :mod:`vsqs._core.fs`; the n-th call
+raises :class:`Crash` and so does every call after it, as if the process had
+died there (no cleanup code gets to touch the disk). A fresh handle then
+recovers the queue, and each message must be present exactly once, with its
+whole body, or absent exactly where the semantics allow.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+
+import pytest
+
+import vsqs
+from vsqs._core import fs as _fs
+from vsqs._core import groups as _groups
+
+from tests.conftest import message_files
+
+LEASE = 0.1  # short leases, so recovery by expiry is quick
+
+
+class Crash(BaseException):
+    """The process died here. BaseException: no `except Exception` may catch it."""
+
+
+class DyingOS:
+    """Stands in for ``os`` in vsqs._core.fs: dies at the n-th call of a function."""
+
+    def __init__(self, die_at: int) -> None:
+        self.die_at = die_at
+        self.calls = 0
+        self.opened: list[int] = []
+
+    def __getattr__(self, name: str):
+        real = getattr(os, name)
+        if not callable(real) or name.startswith("O_") or name == "path":
+            return real
+
+        def call(*args, **kwargs):
+            self.calls += 1
+            if self.calls >= self.die_at:
+                raise Crash(f"died at call {self.calls}: os.{name}")
+            result = real(*args, **kwargs)
+            if name == "open":
+                self.opened.append(result)
+            return result
+
+        return call
+
+    def close_leaked(self) -> None:
+        for fd in self.opened:
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+
+
+def crash_everywhere(
+    monkeypatch, setup: Callable[[], object], operation: Callable[[object], object], check
+) -> int:
+    """Run ``operation`` dying at call 1, 2, ... until it completes; ``check``
+    each outcome. Returns the number of crash points tried."""
+    n = 1
+    while True:
+        state = setup()
+        dying = DyingOS(n)
+        monkeypatch.setattr(_fs, "os", dying)
+        completed = True
+        try:
+            operation(state)
+        except Crash:
+            completed = False
+        finally:
+            monkeypatch.setattr(_fs, "os", os)
+            dying.close_leaked()
+        check(state, completed)
+        if completed:
+            return n - 1
+        n += 1
+
+
+@pytest.fixture
+def fresh(tmp_path):
+    counter = iter(range(10**6))
+
+    def make() -> vsqs.Queue:
+        return vsqs.Queue(tmp_path / f"q{next(counter)}", create=True)
+
+    return make
+
+
+def recover(q: vsqs.Queue) -> vsqs.Queue:
+    """What an operator or the next process does: reopen, gc, requeue."""
+    q2 = vsqs.Queue(q.path)
+    q2.collect_garbage(grace=0)
+    q2.requeue_expired()
+    return q2
+
+
+def assert_one_file_per_message(q: vsqs.Queue) -> None:
+    counts = message_files(q.path)
+    assert all(c == 1 for c in counts.values()), counts
+    assert not [n for n in os.listdir(q.path) if n.endswith(".new")], "gc left a .new file"
+
+
+def test_publish(monkeypatch, fresh):
+    def check(q, completed):
+        q2 = recover(q)
+        assert_one_file_per_message(q2)
+        bodies = [m.body for m in q2.receive_batch(10)]
+        assert bodies in ([], [b"payload"])
+        if completed:
+            assert bodies == [b"payload"]
+
+    steps = crash_everywhere(monkeypatch, fresh, lambda q: q.publish(b"payload"), check)
+    assert steps >= 6  # open, write, fsync, close, rename, directory fsync
+
+
+def test_durable_batch_publish(monkeypatch, fresh):
+    bodies = [b"one", b"two" * 1000, b"three"]
+
+    def check(q, completed):
+        q2 = recover(q)
+        assert_one_file_per_message(q2)
+        got = sorted(m.body for m in q2.receive_batch(10))
+        assert set(got) <= set(bodies) and len(got) == len(set(got))
+        if completed:
+            assert got == sorted(bodies)
+
+    steps = crash_everywhere(monkeypatch, fresh, lambda q: q.publish_batch(bodies), check)
+    assert steps >= 3 * 4 + 3
+
+
+def test_delayed_publish(monkeypatch, fresh):
+    def check(q, completed):
+        q2 = recover(q)
+        assert_one_file_per_message(q2)
+        assert all(i.state in ("delayed", "ready") for i in q2.messages())
+        if completed:
+            assert [i.state for i in q2.messages()] == ["delayed"]
+
+    crash_everywhere(monkeypatch, fresh, lambda q: q.publish(b"x", delay=60), check)
+
+
+def _published(fresh) -> Callable[[], vsqs.Queue]:
+    def setup():
+        q = fresh()
+        q.publish(b"payload")
+        return q
+
+    return setup
+
+
+def test_receive(monkeypatch, fresh):
+    def check(q, completed):
+        assert_one_file_per_message(q)
+        time.sleep(LEASE * 1.2)
+        m = recover(q).receive()
+        assert m is not None and m.body == b"payload"
+        assert m.receive_count in (1, 2)  # 2 if the crash came after the claim
+        if completed:
+            assert m.receive_count == 2
+
+    steps = crash_everywhere(
+        monkeypatch, _published(fresh), lambda q: q.receive(visibility_timeout=LEASE), check
+    )
+    assert steps >= 3  # listdir, rename, open (+ reads, close)
+
+
+def _received(fresh, lease: float) -> Callable[[], tuple[vsqs.Queue, vsqs.Message]]:
+    def setup():
+        q = fresh()
+        q.publish(b"payload")
+        return q, q.receive(visibility_timeout=lease)
+
+    return setup
+
+
+def test_change_visibility(monkeypatch, fresh):
+    def check(state, completed):
+        q, _ = state
+        assert_one_file_per_message(q)
+        time.sleep(LEASE * 1.2)
+        m = recover(q).receive()
+        assert m is not None and (m.body, m.receive_count) == (b"payload", 2)
+
+    crash_everywhere(
+        monkeypatch,
+        _received(fresh, LEASE),
+        lambda s: s[0].change_visibility(s[1].receipt, LEASE),
+        check,
+    )
+
+
+def test_release(monkeypatch, fresh):
+    def check(state, completed):
+        q, _ = state
+        assert_one_file_per_message(q)
+        time.sleep(LEASE * 1.2)
+        m = recover(q).receive()
+        assert m is not None and (m.body, m.receive_count) == (b"payload", 2)
+
+    crash_everywhere(monkeypatch, _received(fresh, LEASE), lambda s: s[1].release(), check)
+
+
+def test_requeue(monkeypatch, fresh):
+    def check(state, completed):
+        q, _ = state
+        assert_one_file_per_message(q)
+        m = recover(q).receive()
+        assert m is not None and (m.body, m.receive_count) == (b"payload", 2)
+
+    steps = crash_everywhere(
+        monkeypatch, _received(fresh, 0), lambda s: s[0].requeue_expired(), check
+    )
+    assert steps >= 2  # listdir, rename
+
+
+def test_delete(monkeypatch, fresh):
+    def check(state, completed):
+        q, _ = state
+        assert_one_file_per_message(q)
+        left = message_files(q.path)
+        assert len(left) == (0 if completed else len(left)) and len(left) <= 1
+
+    crash_everywhere(monkeypatch, _received(fresh, 60), lambda s: s[1].delete(), check)
+
+
+def test_create_queue(monkeypatch, tmp_path):
+    counter = iter(range(1000))
+
+    def setup():
+        return tmp_path / f"q{next(counter)}"
+
+    def check(path, completed):
+        # a queue whose creation died is either absent, or re-created cleanly
+        q = vsqs.Queue(path, create=True)
+        q.publish(b"x")
+        assert q.receive().body == b"x"
+
+    crash_everywhere(monkeypatch, setup, lambda p: vsqs.Queue(p, create=True), check)
+
+
+PUBLISHER = """
+import sys, vsqs
+q = vsqs.Queue(sys.argv[1])
+i = 0
+while True:
+    q.publish(str(i).encode() * 20000, durable=False)
+    i += 1
+"""
+
+
+def test_killed_publisher_leaves_only_whole_messages(queue):
+    child = subprocess.Popen([sys.executable, "-c", PUBLISHER, queue.path])
+    deadline = time.monotonic() + 30
+    while queue.stats().ready < 20 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    child.send_signal(signal.SIGKILL)
+    child.wait()
+    queue.collect_garbage(grace=0)
+    assert_one_file_per_message(queue)
+    messages = queue.receive_batch(10_000)
+    assert len(messages) >= 20
+    for m in messages:
+        number = m.body[: len(m.body) // 20000]
+        assert m.body == number * 20000  # whole, never torn
+
+
+def _spooled(tmp_path):
+    counter = iter(range(10**6))
+
+    def make():
+        spool = vsqs.Spool(tmp_path / f"s{next(counter)}", create=True)
+        q = spool.create_queue("jobs", max_receives=1)
+        q.publish(b"payload")
+        q.receive(visibility_timeout=0)  # used up its receives; due for the dlq
+        vsqs.Queue(spool.path("jobs.dlq"), create=True)
+        return spool
+
+    return make
+
+
+def _copies_in(spool) -> int:
+    total = 0
+    for name in ("jobs", "jobs.dlq"):
+        counts = message_files(spool.path(name))
+        assert all(c == 1 for c in counts.values())
+        total += sum(counts.values())
+    return total
+
+
+def test_dead_lettering(monkeypatch, tmp_path):
+    def check(spool, completed):
+        assert _copies_in(spool) == 1
+        if completed:
+            assert message_files(spool.path("jobs.dlq")) != {}
+
+    crash_everywhere(monkeypatch, _spooled(tmp_path), lambda s: s.queue("jobs").receive(), check)
+
+
+def test_redrive(monkeypatch, tmp_path):
+    make = _spooled(tmp_path)
+
+    def setup():
+        spool = make()
+        spool.queue("jobs").requeue_expired()
+        assert message_files(spool.path("jobs.dlq")) != {}
+        return spool
+
+    def check(spool, completed):
+        assert _copies_in(spool) == 1
+        if completed:
+            m = spool.queue("jobs").receive()
+            assert (m.body, m.receive_count) == (b"payload", 1)
+
+    steps = crash_everywhere(monkeypatch, setup, lambda s: s.queue("jobs.dlq").redrive(), check)
+    assert steps >= 3
+
+
+def _grouped(fresh) -> Callable[[], vsqs.Queue]:
+    def setup():
+        q = fresh()
+        q.publish_batch([b"first", b"second"], group="g")
+        return q
+
+    return setup
+
+
+def test_group_claim(monkeypatch, fresh):
+    # a lease file left empty by a dying writer holds its group for _WRITE_GRACE
+    # (10 s); shorten it so recovery here is quick
+    monkeypatch.setattr(_groups, "_WRITE_GRACE", LEASE)
+
+    def check(q, completed):
+        assert_one_file_per_message(q)
+        time.sleep(LEASE * 1.2)
+        m = recover(q).receive()
+        assert m is not None and m.body == b"first"  # the group resumes, in order
+        assert vsqs.Queue(q.path).receive() is None  # and is held again
+        m.delete()
+        assert vsqs.Queue(q.path).receive().body == b"second"
+
+    steps = crash_everywhere(
+        monkeypatch, _grouped(fresh), lambda q: q.receive(visibility_timeout=LEASE), check
+    )
+    assert steps >= 5  # listing, lease read/create, rename, read
+
+
+def test_group_delete(monkeypatch, fresh):
+    monkeypatch.setattr(_groups, "_WRITE_GRACE", LEASE)
+
+    def setup():
+        q = _grouped(fresh)()
+        return q, q.receive(visibility_timeout=LEASE)
+
+    def check(state, completed):
+        q, _ = state
+        assert_one_file_per_message(q)
+        time.sleep(LEASE * 1.2)  # an unfreed slot runs out with its lease
+        m = recover(q).receive()
+        assert m is not None and m.body == (b"second" if completed else m.body)
+        assert m.body in (b"first", b"second")
+
+    crash_everywhere(monkeypatch, setup, lambda s: s[1].delete(), check)
+
+
+def test_dedup_publish(monkeypatch, fresh):
+    from vsqs._core import dedup as _dedup
+
+    monkeypatch.setattr(_dedup, "WRITE_GRACE", LEASE)  # a torn reservation waits this long
+
+    def check(q, completed):
+        q2 = recover(q)  # gc removes the .new of the dead publisher
+        assert_one_file_per_message(q2)
+        # the id is never held by a message that does not exist: publishing again
+        # ends with exactly one message carrying it
+        again = q2.publish(b"payload", dedup_id="order-1")
+        assert [m.id for m in q2.receive_batch(10)] == [again]
+
+    steps = crash_everywhere(monkeypatch, fresh, lambda q: q.publish(b"payload", dedup_id="order-1"), check)
+    assert steps >= 8  # the .new write, the reservation's create, the rename...

@@ -1,0 +1,1 @@
+"""The engine: the filesystem layer, the name grammar, the queue and its collaborators."""

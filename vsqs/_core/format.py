@@ -1,0 +1,542 @@
+"""The on-disk format: the only place vsqs builds or parses a file name.
+
+A queue is a directory. Each message is one file whose *name* carries its
+state, so a listing alone tells every message's state (see docs/FORMAT.md,
+which is the contract this module implements)::
+
+    STEM                             ready, never received
+    STEM.COUNT                       ready again after COUNT receives
+    STEM.UNTIL.COUNT.TAG             hidden until UNTIL: in flight (COUNT >= 1)
+                                     or delayed (COUNT == 0)
+    STEM.new                         being written by a publisher
+
+    STEM  = KEY [-gGROUP] [-oORIGIN] [-e]
+    KEY   = P "-" SENT "-" RAND      the message id. P: 9 - priority;
+                                     SENT: 16-digit epoch µs; RAND: 16 hex digits
+    GROUP = 12 hex digits            hash of the message group
+    ORIGIN= 8 hex digits             id of the queue a dead letter came from
+    -e                               the file holds an envelope (attributes), not a bare body
+    UNTIL = 16-digit epoch µs        TAG: 12 lowercase hex digits, new per move
+
+Names sort in delivery order (priority first, then send time). No I/O here.
+"""
+
+from __future__ import annotations
+
+import enum
+import hashlib
+import json
+import os
+import random
+import re
+import secrets
+import threading
+import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any, NamedTuple
+
+from vsqs._core.errors import IncompatibleFormat, InvalidArgument, InvalidReceipt
+
+FORMAT_VERSION = 2  # the newest format this vsqs reads and writes
+UNSHARDED_FORMAT = 1  # a queue without shards is written as format 1, for older readers
+METADATA_NAME = ".vsqs.json"
+SHARDS_DIR = "shards"  # in a sharded queue: shards/00 .. shards/NN hold the messages
+MAX_SHARDS = 256
+SOURCES_DIR = ".sources"  # in a dead-letter queue: QUEUE_ID -> path of the queue it serves
+MAX_COUNT = 999_999_999
+DEFAULT_PRIORITY = 0
+MAX_PRIORITY = 9
+
+_KEY = r"[0-9]-[0-9]{16}-[0-9a-f]{16}"
+_COUNT = r"0|[1-9][0-9]{0,8}"
+_STEM = rf"(?P<key>{_KEY})(?:-g(?P<group>[0-9a-f]{{12}}))?(?:-o(?P<origin>[0-9a-f]{{8}}))?(?P<envelope>-e)?"
+_NAME_RE = re.compile(
+    rf"(?P<stem>{_STEM})"
+    rf"(?:\.(?P<ready_count>[1-9][0-9]{{0,8}})"
+    rf"|\.(?P<until>[0-9]{{16}})\.(?P<count>{_COUNT})\.(?P<tag>[0-9a-f]{{12}})"
+    rf"|(?P<new>\.new))?"
+)
+_KEY_RE = re.compile(_KEY)
+_STEM_RE = re.compile(_STEM)
+KEY_LENGTH = 35
+ENVELOPE_FLAG = "-e"
+_QUEUE_ID_RE = re.compile(r"[0-9a-f]{8}")
+RECEIPT_SEPARATOR = ":"
+
+
+class State(str, enum.Enum):
+    """What a file name says about its message (before looking at the clock)."""
+
+    READY = "ready"
+    HIDDEN = "hidden"  # in flight or delayed: visible again from `until`
+    WRITING = "writing"
+
+
+class Name(NamedTuple):
+    """A parsed message file name (a tuple: parsing is on every hot path)."""
+
+    stem: str  # the part that stays while the message lives in one queue
+    state: State
+    receive_count: int = 0
+    until_us: int = 0  # hidden names only
+    tag: str = ""  # hidden names only
+    group_hash: str = ""  # 12 hex digits for a message of a group
+    origin: str = ""  # queue id a dead letter came from
+    envelope: bool = False  # the file holds a header line before the body
+
+    @property
+    def key(self) -> str:
+        """The message id: the first 35 characters of the stem."""
+        return self.stem[:KEY_LENGTH]
+
+    @property
+    def sent_us(self) -> int:
+        return int(self.stem[2:18])
+
+    @property
+    def priority(self) -> int:
+        return MAX_PRIORITY - int(self.stem[0])
+
+    def __str__(self) -> str:
+        if self.state is State.READY:
+            return ready_name(self.stem, self.receive_count)
+        if self.state is State.HIDDEN:
+            return hidden_name(self.stem, self.until_us, self.receive_count, self.tag)
+        return writing_name(self.stem)
+
+
+def parse_name(name: str) -> Name | None:
+    """Parse a directory entry; ``None`` for anything not of the grammar."""
+    if "." not in name:  # STEM alone: ready, never received (most names of a deep queue)
+        if len(name) == KEY_LENGTH:  # no room for a flag: the stem can only be a KEY
+            return _new_name(Name, (name, _READY, 0, 0, "", "", "", False)) if _KEY_RE.fullmatch(name) else None
+        m = _STEM_RE.fullmatch(name)
+        if m is None:
+            return None
+        _key, group, origin, envelope = m.groups()
+        return _new_name(Name, (name, State.READY, 0, 0, "", group or "", origin or "", envelope is not None))
+    m = _NAME_RE.fullmatch(name)
+    if m is None:
+        return None
+    # positional groups (see _NAME_RE): cheaper than looking each up by name
+    stem, _key, group, origin, envelope, ready_count, until, count, tag, new = m.groups()
+    group, origin, envelope = group or "", origin or "", envelope is not None
+    if until is not None:
+        return _new_name(Name, (stem, State.HIDDEN, int(count), int(until), tag, group, origin, envelope))
+    if new is not None:
+        return _new_name(Name, (stem, State.WRITING, 0, 0, "", group, origin, envelope))
+    count = int(ready_count) if ready_count else 0
+    return _new_name(Name, (stem, State.READY, count, 0, "", group, origin, envelope))
+
+
+# Name(...) without NamedTuple's generated Python __new__: parse_name is on every hot path
+_new_name = tuple.__new__
+_READY = State.READY
+
+
+def is_message_name(name: str) -> bool:
+    """Whether ``name`` is of the grammar (cheaper than parsing it)."""
+    return _NAME_RE.fullmatch(name) is not None
+
+
+class Triage(NamedTuple):
+    """One directory listing sorted out by state, with as little parsing as it can."""
+
+    visible: list[str]  # ungrouped names claimable now; dotless ones not yet validated
+    hidden: list[tuple[int, str]]  # (until_us, name): ungrouped names hidden until then
+    grouped: list[Name]  # messages of groups, parsed, in any state but writing
+    writing: list[str]  # .new files
+
+
+def triage(names: Iterable[str], visible_from_us: int) -> Triage:
+    """Sort the entries of a queue directory out by state, for receive.
+
+    A hidden name counts as visible when its UNTIL <= ``visible_from_us``.
+    Most entries of a deep queue are never-received ready names, ``STEM``
+    with no dot: those are passed through unparsed (a foreign dotless name
+    gets in too; whoever claims a name must parse it first, see
+    :func:`parse_name`). Every name with a dot, or with a group flag, is
+    parsed here.
+    """
+    visible: list[str] = []
+    hidden: list[tuple[int, str]] = []
+    grouped: list[Name] = []
+    writing: list[str] = []
+    for name in names:
+        if "." not in name and "-g" not in name:  # no KEY holds a "g": only a group flag does
+            visible.append(name)
+            continue
+        parsed = parse_name(name)
+        if parsed is None:
+            continue
+        if parsed.state is State.WRITING:
+            writing.append(name)
+        elif parsed.group_hash:
+            grouped.append(parsed)
+        elif parsed.state is State.HIDDEN and parsed.until_us > visible_from_us:
+            hidden.append((parsed.until_us, name))
+        else:
+            visible.append(name)
+    return Triage(visible, hidden, grouped, writing)
+
+
+def group_of(name: str) -> str:
+    """The group hash of a message name already known to be of the grammar ("" if none)."""
+    return name[KEY_LENGTH + 2 : KEY_LENGTH + 14] if name.startswith("-g", KEY_LENGTH) else ""
+
+
+def make_stem(key: str, *, group_hash: str = "", origin: str = "", envelope: bool = False) -> str:
+    """The stem of a message: its key and the flags that travel with it."""
+    if not (group_hash or origin or envelope):
+        return key
+    return (
+        key
+        + (f"-g{group_hash}" if group_hash else "")
+        + (f"-o{origin}" if origin else "")
+        + (ENVELOPE_FLAG if envelope else "")
+    )
+
+
+def with_origin(name: Name, origin: str) -> str:
+    """The stem of ``name`` marked (or, with ``origin=""``, unmarked) as a dead letter."""
+    return make_stem(name.key, group_hash=name.group_hash, origin=origin, envelope=name.envelope)
+
+
+def is_key(text: str) -> bool:
+    return _KEY_RE.fullmatch(text) is not None
+
+
+def sent_us_of(key: str) -> int:
+    return int(key[2:18])
+
+
+def ready_name(stem: str, receive_count: int = 0) -> str:
+    return stem if receive_count == 0 else f"{stem}.{min(receive_count, MAX_COUNT)}"
+
+
+def hidden_name(stem: str, until_us: int, receive_count: int, tag: str | None = None) -> str:
+    """``STEM.UNTIL.COUNT.TAG``, with a fresh TAG unless one is given (on every receive)."""
+    count = receive_count if receive_count < MAX_COUNT else MAX_COUNT  # noqa: FURB136 - min() costs more
+    # %-formatting: a quarter fewer instructions than an f-string with format specs
+    if tag:
+        return "%s.%016d.%d.%s" % (stem, until_us, count, tag)  # noqa: UP031
+    return "%s.%016d.%d.%012x" % (stem, until_us, count, _tags.getrandbits(48))  # noqa: UP031 - new_tag(), inlined
+
+
+def writing_name(stem: str) -> str:
+    return f"{stem}.new"
+
+
+def now_us() -> int:
+    """Wall-clock epoch microseconds: hosts share no monotonic clock."""
+    return time.time_ns() // 1000
+
+
+_tags = random.Random()  # not for secrets: tags and the random part of keys only keep names apart
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_tags.seed)  # a forked child must not repeat its parent's tags
+
+
+RECEIVE_ID_LENGTH = 6  # the first hex digits of a TAG: which receive the name belongs to
+
+
+def random_below(n: int) -> int:
+    """A random integer in 0..n-1 from this process's generator (reseeded in a forked child)."""
+    return _tags.randrange(n)
+
+
+def new_tag() -> str:
+    """A fresh per-move token: makes every claim's destination name unique."""
+    return f"{_tags.getrandbits(48):012x}"
+
+
+def moved_tag(tag: str) -> str:
+    """The TAG of a visibility change: the receive's id (the first
+    RECEIVE_ID_LENGTH digits) kept, the rest fresh, so the name is still
+    unique and still says which receive holds it."""
+    return tag[:RECEIVE_ID_LENGTH] + f"{_tags.getrandbits(24):06x}"
+
+
+def same_receive(tag: str, other: str) -> bool:
+    return tag[:RECEIVE_ID_LENGTH] == other[:RECEIVE_ID_LENGTH]
+
+
+class _KeyClock:
+    """Hands out send times that strictly increase within this process."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._last = 0
+
+    def next(self) -> int:
+        with self._lock:
+            self._last = max(now_us(), self._last + 1)
+            return self._last
+
+
+_clock = _KeyClock()
+
+
+def new_key(priority: int = DEFAULT_PRIORITY) -> str:
+    """A message key: fixed width, sortable, unique across hosts and processes.
+
+    Send times strictly increase within a process (FIFO per producer); 64
+    random bits make two processes' keys differ even at the same microsecond.
+    They come from this process's generator, seeded from the OS and reseeded
+    in a forked child (as for tags): no system call per key.
+    """
+    return f"{MAX_PRIORITY - priority}-{_clock.next():016d}-{_tags.getrandbits(64):016x}"
+
+
+# -- stages: private directories whose messages a commit publishes at once --
+
+_STAGE_RE = re.compile(r"[A-Za-z0-9_-]{1,128}")
+STAGE_PREFIX = ".stage."
+
+
+def stage_dir_name(stage: str) -> str:
+    """The directory (inside the queue) that holds a stage's messages."""
+    if not isinstance(stage, str) or not _STAGE_RE.fullmatch(stage):
+        raise InvalidArgument(f"stage must be 1-128 characters of A-Z a-z 0-9 _ -, not {stage!r}")
+    return STAGE_PREFIX + stage
+
+
+def parse_stage_dir(name: str) -> str | None:
+    """The stage name of a queue entry, or ``None`` if it is no stage directory."""
+    if name.startswith(STAGE_PREFIX) and _STAGE_RE.fullmatch(name[len(STAGE_PREFIX) :]):
+        return name[len(STAGE_PREFIX) :]
+    return None
+
+
+# -- receive throttling: one token file per receive in .throttle/ ------------
+
+THROTTLE_DIR = ".throttle"
+_THROTTLE_RE = re.compile(r"([0-9]{1,15})\.(0|[1-9][0-9]{0,9})")
+
+
+def throttle_token(window: int, index: int) -> str:
+    """Token ``index`` of time window ``window`` (epoch seconds // window length)."""
+    return f"{window}.{index}"
+
+
+def parse_throttle_token(name: str) -> int | None:
+    """The window of a token name, or ``None``."""
+    m = _THROTTLE_RE.fullmatch(name)
+    return int(m[1]) if m else None
+
+
+# -- envelopes: a message file holding a header line before the body --------
+
+_ATTRIBUTE_NAME_RE = re.compile(r"[A-Za-z0-9_.-]{1,256}")
+MAX_ATTRIBUTES = 50
+MAX_ATTRIBUTE_BYTES = 64 * 1024
+
+
+def check_attributes(attributes: object) -> dict[str, str]:
+    """Small string attributes: names of A-Z a-z 0-9 _ . -, string values."""
+    if not isinstance(attributes, Mapping):
+        raise InvalidArgument(f"attributes must be a mapping of str to str, not {type(attributes).__name__}")
+    if len(attributes) > MAX_ATTRIBUTES:
+        raise InvalidArgument(f"attributes: at most {MAX_ATTRIBUTES}, not {len(attributes)}")
+    size = 0
+    for name, value in attributes.items():
+        if not isinstance(name, str) or not _ATTRIBUTE_NAME_RE.fullmatch(name):
+            raise InvalidArgument(f"attribute name {name!r} must be 1-256 of A-Z a-z 0-9 _ . -")
+        if not isinstance(value, str):
+            raise InvalidArgument(f"attribute {name!r} must be a str, not {type(value).__name__}")
+        size += len(name) + len(value.encode("utf-8"))
+    if size > MAX_ATTRIBUTE_BYTES:
+        raise InvalidArgument(f"attributes: {size} bytes in all, at most {MAX_ATTRIBUTE_BYTES}")
+    return dict(attributes)
+
+
+def encode_envelope(header: dict[str, Any], body: bytes) -> bytes:
+    """One line of JSON (the header), a newline, then the body as is."""
+    return json.dumps(header, sort_keys=True, separators=(",", ":")).encode() + b"\n" + body
+
+
+def decode_envelope(data: bytes) -> tuple[dict[str, Any], bytes]:
+    """(header, body) of an envelope; ValueError if it is not one."""
+    end = data.find(b"\n")
+    if end < 0:
+        raise ValueError("no header line")
+    header = json.loads(data[:end])
+    if not isinstance(header, dict):
+        raise ValueError("header is not a JSON object")
+    return header, data[end + 1 :]
+
+
+# -- receipts ---------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SlotRef:
+    """Which group slot lease a receipt holds: slot ``index``, lease generation ``gen``."""
+
+    index: int
+    gen: int
+
+
+_SLOT_REF_RE = re.compile(r"(0|[1-9][0-9]{0,5})\.([1-9][0-9]{0,17})")
+
+
+def make_receipt(queue_id: str, hidden: str, slot: SlotRef | None = None) -> str:
+    if slot is None:
+        return queue_id + RECEIPT_SEPARATOR + hidden
+    return f"{queue_id}{RECEIPT_SEPARATOR}{hidden}{RECEIPT_SEPARATOR}{slot.index}.{slot.gen}"
+
+
+def parse_receipt(queue_id: str, receipt: object) -> tuple[Name, str, SlotRef | None]:
+    """Validate a receipt of queue ``queue_id``; return its in-flight name
+    (parsed, and as text) and, for a message of a group, the slot lease it holds.
+
+    A receipt can only ever name a hidden message file of this queue: no
+    separator, path or foreign name gets through.
+    """
+    if not isinstance(receipt, str):
+        raise InvalidReceipt(f"receipt must be a str, not {type(receipt).__name__}")
+    parts = receipt.split(RECEIPT_SEPARATOR)
+    parsed = parse_name(parts[1]) if len(parts) in (2, 3) else None
+    slot = None
+    if parsed is not None and len(parts) == 3:
+        m = _SLOT_REF_RE.fullmatch(parts[2])
+        slot = SlotRef(int(m[1]), int(m[2])) if m and parsed.group_hash else None
+        if slot is None:
+            parsed = None
+    if parsed is not None and parsed.group_hash and slot is None:
+        parsed = None  # a message of a group is always received with a slot
+    if parsed is None or parsed.state is not State.HIDDEN or not _QUEUE_ID_RE.fullmatch(parts[0]):
+        shown = receipt if len(receipt) <= 80 else receipt[:77] + "..."
+        raise InvalidReceipt(f"malformed receipt: {shown!r}")
+    if parts[0] != queue_id:
+        raise InvalidReceipt(
+            f"receipt belongs to another queue (queue id {parts[0]}, this queue is {queue_id})"
+        )
+    return parsed, parts[1], slot
+
+
+# -- message groups: slot leases in .groups/ -----------------------------------
+
+GROUPS_DIR = ".groups"
+MAX_GROUP_LENGTH = 128
+_LEASE_RE = re.compile(r"([0-9a-f]{12})\.(0|[1-9][0-9]{0,5})\.([1-9][0-9]{0,17})")
+
+
+def group_hash(group: object) -> str:
+    """The 12 hex digits that stand for a message group in names."""
+    if not isinstance(group, str) or not group or len(group) > MAX_GROUP_LENGTH or "\x00" in group:
+        raise InvalidArgument(f"group must be a str of 1-{MAX_GROUP_LENGTH} characters, not {group!r}")
+    return hashlib.sha256(group.encode("utf-8")).hexdigest()[:12]
+
+
+def lease_name(group: str, index: int, gen: int) -> str:
+    """Generation ``gen`` of slot ``index`` of a group (``group`` is its hash)."""
+    return f"{group}.{index}.{gen}"
+
+
+def parse_lease_name(name: str) -> tuple[str, int, int] | None:
+    m = _LEASE_RE.fullmatch(name)
+    return (m[1], int(m[2]), int(m[3])) if m else None
+
+
+FREE_LEASE = b"free\n"
+
+
+def encode_lease(until_us: int) -> bytes:
+    return f"{until_us:016d}\n".encode()
+
+
+def decode_lease(data: bytes) -> int | None:
+    """The time a lease runs out (0 if free), or ``None`` if unreadable (being written)."""
+    if data == FREE_LEASE:
+        return 0
+    text = data.decode("ascii", "replace").strip()
+    return int(text) if len(text) == 16 and text.isdigit() else None
+
+
+# -- queue metadata -----------------------------------------------------------
+
+
+def is_queue_id(text: str) -> bool:
+    return _QUEUE_ID_RE.fullmatch(text) is not None
+
+
+def new_queue_id() -> str:
+    return secrets.token_hex(4)
+
+
+class Metadata(NamedTuple):
+    """What ``.vsqs.json`` fixes for the life of a queue."""
+
+    queue_id: str
+    shards: int  # 1: messages in the queue directory; else in shards/00 .. shards/NN
+
+
+def check_shards(shards: object) -> int:
+    """A shard count: a power of two from 1 to MAX_SHARDS."""
+    if isinstance(shards, bool) or not isinstance(shards, int) or not 1 <= shards <= MAX_SHARDS or shards & (shards - 1):
+        raise InvalidArgument(f"shards must be a power of two from 1 to {MAX_SHARDS}, not {shards!r}")
+    return shards
+
+
+def encode_metadata(queue_id: str, shards: int = 1) -> bytes:
+    doc: dict[str, Any] = {"format": UNSHARDED_FORMAT, "queue_id": queue_id, "created": time.time()}
+    if shards != 1:
+        doc.update(format=FORMAT_VERSION, shards=shards)
+    return (json.dumps(doc, sort_keys=True) + "\n").encode()
+
+
+def decode_metadata(data: bytes, where: str) -> Metadata:
+    """Check the format version; return the queue id and its shard count."""
+    try:
+        doc = json.loads(data)
+        version, queue_id = doc["format"], doc["queue_id"]
+        shards = doc["shards"] if version == FORMAT_VERSION else 1
+    except (ValueError, TypeError, KeyError, AttributeError) as exc:
+        raise IncompatibleFormat(f"{where}: unreadable queue metadata ({exc})") from None
+    if version not in (UNSHARDED_FORMAT, FORMAT_VERSION) or isinstance(version, bool):
+        raise IncompatibleFormat(
+            f"{where}: queue format {version!r}, this vsqs reads formats {UNSHARDED_FORMAT} and {FORMAT_VERSION}"
+        )
+    if not isinstance(queue_id, str) or not _QUEUE_ID_RE.fullmatch(queue_id):
+        raise IncompatibleFormat(f"{where}: bad queue_id {queue_id!r} in queue metadata")
+    try:
+        check_shards(shards)
+        if version == FORMAT_VERSION and shards == 1:
+            raise InvalidArgument("format 2 is for shards >= 2")
+    except InvalidArgument:
+        raise IncompatibleFormat(f"{where}: bad shards {shards!r} in queue metadata") from None
+    return Metadata(queue_id, shards)
+
+
+# -- shards ---------------------------------------------------------------------
+
+
+def shard_dir_name(index: int) -> str:
+    """The directory of shard ``index``, relative to the queue: ``shards/0a``."""
+    return f"{SHARDS_DIR}/{index:02x}"
+
+
+def shard_locator(places: list[str]) -> Callable[[str], str]:
+    """A function from a message name of the grammar to ``places[shard_of(name)]``,
+    for the hot paths: a table lookup instead of parsing hex digits."""
+    mask = len(places) - 1
+    by_digits = {f"{i:02x}": places[i & mask] for i in range(256)}
+    assert KEY_LENGTH == 35  # the literal slices below: RAND's first digits, then "-g" GROUP
+
+    def locate(name: str) -> str:
+        return by_digits[name[37:39] if name[35:37] == "-g" else name[19:21]]
+
+    return locate
+
+
+def shard_of(name: str, shards: int) -> int:
+    """The shard a message of the grammar lives in: chosen by the first two hex
+    digits of its GROUP if it has one (a group stays in one directory, in
+    order), else of its RAND. Every name of a message's life (the stem stays)
+    maps to the same shard; a dead letter's maps by the same rule in its
+    dead-letter queue."""
+    if name.startswith("-g", KEY_LENGTH):
+        return int(name[KEY_LENGTH + 2 : KEY_LENGTH + 4], 16) & (shards - 1)
+    return int(name[19:21], 16) & (shards - 1)

@@ -1,0 +1,302 @@
+"""The system calls: the only module that touches the filesystem.
+
+Each primitive is one atomic operation (or one file write), and this is the
+one place an :class:`OSError` becomes a vsqs error. A *lost race* is not an
+error: the primitives report it as ``False`` so callers move on.
+
+Network filesystems report a lost race with many errnos (NFS: ``ENOENT`` or
+``ESTALE`` for a vanished source, and ``ENOENT`` for a retransmitted rename
+that succeeded; sshfs: ``EPERM`` for a lost exclusive create; the HDFS NFS
+gateway: ``EIO``, ``EACCES``). So on any of them we look (``stat``) before
+deciding: a rename whose unique destination exists was ours; a source that is
+gone was lost; anything else is a real error.
+
+Tests patch these functions to inject crashes between the steps of a
+transition, so callers must use them as ``_fs.name(...)``.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import shutil
+import stat
+import time
+
+from vsqs._core.errors import QueueNotFound, StorageError
+
+# errnos that may mean "someone else got there first" on some filesystem
+_AMBIGUOUS = frozenset({errno.ENOENT, errno.ESTALE, errno.EIO, errno.EACCES, errno.EPERM})
+_CREATE_LOST = frozenset({errno.EEXIST}) | _AMBIGUOUS
+_GONE = frozenset({errno.ENOENT, errno.ESTALE})  # the server said: no such file
+_READ_SIZE = 1 << 20
+# O_CREAT|O_EXCL: atomic claim of the name, also over NFSv3+; O_WRONLY: write only;
+# O_CLOEXEC: never leaks into child processes
+_CREATE_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC
+# O_RDONLY: read only; O_CLOEXEC as above; O_NOFOLLOW: a symlink planted in the
+# queue is never followed
+_READ_FLAGS = os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW
+
+
+def storage_error(exc: OSError, what: str) -> StorageError:
+    """Translate an OSError, keeping errno and file name; ``what`` says what failed."""
+    err = StorageError(exc.errno or 0, f"{what}: {exc.strerror or exc}", exc.filename)
+    err.__cause__ = exc
+    return err
+
+
+def exists(path: str) -> bool:
+    """Whether ``path`` exists; errors other than absence count as existing."""
+    try:
+        os.stat(path, follow_symlinks=False)
+    except FileNotFoundError:
+        return False
+    except OSError as exc:
+        if exc.errno == errno.ESTALE:
+            return False
+        return True
+    return True
+
+
+def mtime(path: str) -> float | None:
+    """Modification time, or ``None`` if the file is gone."""
+    try:
+        return os.stat(path, follow_symlinks=False).st_mtime
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    except OSError as exc:
+        if exc.errno == errno.ESTALE:
+            return None
+        raise storage_error(exc, "cannot stat file") from exc
+
+
+def list_names(directory: str) -> list[str]:
+    """One listing of a queue directory: names only, no stat."""
+    try:
+        return os.listdir(directory)
+    except (FileNotFoundError, NotADirectoryError) as exc:
+        raise QueueNotFound(f"queue directory is gone: {directory}") from exc
+    except OSError as exc:
+        raise storage_error(exc, "cannot list queue directory") from exc
+
+
+def create_exclusive(path: str, data: bytes, *, durable: bool, mode: int | None = None) -> bool:
+    """Create ``path`` holding ``data``; ``False`` if the name was taken.
+
+    ``mode`` (e.g. 0o660 for a spool shared by a group) is set on the new
+    file explicitly; without it the process umask applies. On a write failure
+    (a full disk, say) the partial file is removed and the error raised, so
+    no half-written file survives.
+    """
+    # _CREATE_FLAGS: O_CREAT|O_EXCL, see above;
+    # mode 0o666: the process umask applies (we never touch the umask).
+    try:
+        fd = os.open(path, _CREATE_FLAGS, 0o666)
+    except OSError as exc:
+        if exc.errno == errno.EEXIST or (exc.errno in _CREATE_LOST and exists(path)):
+            return False  # taken (even if gone again since: someone else's race)
+        if exc.errno in (errno.EPERM, errno.EIO) and _can_create_beside(path):
+            # sshfs answers a lost O_EXCL race with EPERM, the HDFS gateway with EIO,
+            # and a stale negative cache may still say the name is free: if a fresh
+            # name beside it can be created, the directory is fine and the race was lost
+            return False
+        if exc.errno == errno.ENOENT and not exists(os.path.dirname(path)):
+            raise QueueNotFound(f"queue directory is gone: {os.path.dirname(path)}") from exc
+        if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+            _unlink_quietly(path)  # some filesystems leave the entry behind; only then is it ours
+        raise storage_error(exc, "cannot create message file") from exc
+    try:
+        if mode is not None:
+            os.fchmod(fd, mode)  # explicit, never through the process-wide umask
+        written = os.write(fd, data)
+        if written < len(data):  # a short write: write the rest
+            view = memoryview(data)[written:]
+            while view:
+                view = view[os.write(fd, view) :]
+        if durable:
+            os.fsync(fd)
+    except OSError as exc:
+        os.close(fd)
+        _unlink_quietly(path)
+        raise storage_error(exc, "cannot write message file") from exc
+    try:
+        os.close(fd)  # NFS reports deferred write errors at close
+    except OSError as exc:
+        _unlink_quietly(path)
+        raise storage_error(exc, "cannot write message file") from exc
+    return True
+
+
+def rename(src: str, dst: str) -> bool:
+    """Move ``src`` to the fresh name ``dst``; ``False`` if ``src`` was gone.
+
+    ``dst`` must be a name no one else renames to, except where every racer
+    would move the same file to the same end state.
+    """
+    try:
+        os.rename(src, dst)
+        return True
+    except OSError as exc:
+        if exc.errno in _AMBIGUOUS:
+            if exists(dst):
+                return True  # ours: a retransmitted rename that had succeeded
+            if exc.errno in _GONE or not exists(src):
+                # lost the race. After ENOENT/ESTALE the server has said the source
+                # is gone; a stat that still finds it reads a stale client cache
+                # (seen on sshfs), so it is not asked
+                return False
+        raise storage_error(exc, "cannot rename message file") from exc
+
+
+def unlink(path: str) -> bool:
+    """Remove ``path``; ``False`` if it was already gone."""
+    try:
+        os.unlink(path)
+        return True
+    except OSError as exc:
+        if exc.errno in _GONE or (exc.errno in _AMBIGUOUS and not exists(path)):
+            return False
+        raise storage_error(exc, "cannot delete message file") from exc
+
+
+def read(path: str) -> bytes | None:
+    """The whole content of ``path``, or ``None`` if it is gone."""
+    try:
+        fd = os.open(path, _READ_FLAGS)  # O_NOFOLLOW: a symlink planted in the queue is never followed
+    except OSError as exc:
+        if exc.errno in (errno.ENOENT, errno.ESTALE):
+            return None
+        raise storage_error(exc, "cannot open message file") from exc
+    try:
+        data = os.read(fd, _READ_SIZE)
+        if data:  # read on until a read returns nothing: only that says "end of file"
+            more = os.read(fd, _READ_SIZE)
+            if more:
+                chunks = [data, more]
+                while chunk := os.read(fd, _READ_SIZE):
+                    chunks.append(chunk)
+                data = b"".join(chunks)
+        return data
+    except OSError as exc:
+        raise storage_error(exc, "cannot read message file") from exc
+    finally:
+        os.close(fd)
+
+
+def fsync_dir(directory: str) -> None:
+    """Make the directory's entries durable (new names after create/rename)."""
+    try:
+        # O_RDONLY|O_DIRECTORY: a descriptor good only for fsync; O_CLOEXEC as above.
+        fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    except OSError as exc:
+        raise storage_error(exc, "cannot open queue directory") from exc
+    try:
+        os.fsync(fd)
+    except OSError as exc:
+        # some FUSE and network filesystems cannot fsync a directory; their
+        # servers commit metadata synchronously anyway
+        if exc.errno not in (errno.EINVAL, errno.ENOTSUP, errno.EBADF):
+            raise storage_error(exc, "cannot fsync queue directory") from exc
+    finally:
+        os.close(fd)
+
+
+def make_dirs(directory: str, mode: int | None = None) -> None:
+    """Create ``directory`` and its parents if missing. ``mode`` (a file mode
+    such as 0o660) is given to the directory if this call creates it, with
+    search bits where it has read bits, keeping an inherited setgid bit."""
+    try:
+        os.makedirs(os.path.dirname(directory) or ".", exist_ok=True)
+        os.mkdir(directory, 0o777)
+    except FileExistsError as exc:
+        if not os.path.isdir(directory):
+            raise StorageError(errno.ENOTDIR, f"not a directory: {exc.filename}", directory) from exc
+        return
+    except OSError as exc:
+        raise storage_error(exc, "cannot create directory") from exc
+    _set_dir_mode(directory, mode)
+
+
+def make_dir(directory: str, mode: int | None = None) -> None:
+    """Create one new directory; it must not exist. ``mode`` as for :func:`make_dirs`."""
+    try:
+        os.mkdir(directory, 0o777)
+    except OSError as exc:
+        raise storage_error(exc, "cannot create directory") from exc
+    _set_dir_mode(directory, mode)
+
+
+def dir_mode(file_mode: int) -> int:
+    """The mode of a directory holding files of ``file_mode``: x wherever r."""
+    return file_mode | ((file_mode & 0o444) >> 2)
+
+
+def _set_dir_mode(directory: str, mode: int | None) -> None:
+    if mode is None:
+        return
+    try:
+        inherited = os.stat(directory).st_mode & stat.S_ISGID  # a setgid spool passes it down
+        os.chmod(directory, dir_mode(mode) | inherited)
+    except OSError as exc:
+        raise storage_error(exc, "cannot set the mode of a new directory") from exc
+
+
+def rename_dir(src: str, dst: str) -> bool:
+    """Move the directory ``src`` (ours alone) to ``dst``; ``False`` if ``dst``
+    is already a non-empty directory. POSIX never replaces a non-empty one."""
+    try:
+        os.rename(src, dst)
+        return True
+    except OSError as exc:
+        if exc.errno in (errno.EEXIST, errno.ENOTEMPTY):
+            return False
+        if exc.errno in _AMBIGUOUS and not exists(src):
+            return True  # no one else renames our private directory: it moved
+        raise storage_error(exc, "cannot move new queue directory into place") from exc
+
+
+def remove_tree_quietly(directory: str, names: list[str]) -> None:
+    """Remove our own private directory holding ``names``; leftovers are harmless."""
+    for name in names:
+        _unlink_quietly(os.path.join(directory, name))
+    try:
+        os.rmdir(directory)
+    except OSError:
+        pass
+
+
+def remove_tree(directory: str) -> None:
+    """Remove a private directory and everything in it (symlinks are not followed)."""
+    shutil.rmtree(directory, ignore_errors=True)
+
+
+def is_private_dir(path: str) -> bool:
+    """Whether ``path`` is a directory itself, not a symlink to one: vsqs's own
+    subdirectories are never followed out of the queue."""
+    try:
+        return stat.S_ISDIR(os.lstat(path).st_mode)
+    except OSError:
+        return False
+
+
+def is_dir(path: str) -> bool:
+    return os.path.isdir(path)
+
+
+def _can_create_beside(path: str) -> bool:
+    """Whether a fresh file can be created in ``path``'s directory (then removed)."""
+    probe = f"{path}.probe-{os.getpid()}-{time.monotonic_ns()}"
+    try:
+        # O_CREAT|O_EXCL on a name no one else uses; O_WRONLY, O_CLOEXEC as above
+        os.close(os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600))
+    except OSError:
+        return False
+    _unlink_quietly(probe)
+    return True
+
+
+def _unlink_quietly(path: str) -> None:
+    try:
+        os.unlink(path)
+    except OSError:
+        pass  # gc removes what is left

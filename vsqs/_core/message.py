@@ -1,0 +1,189 @@
+"""What the queue hands out: received messages, listings, stats; argument checks."""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+from vsqs._core import format as _format
+from vsqs._core.errors import InvalidArgument
+
+if TYPE_CHECKING:
+    from vsqs._core.queue import Queue
+
+Body = bytes | bytearray | memoryview | str
+
+
+def check_seconds(value: object, name: str, maximum: float) -> float:
+    """Validate a duration argument; the error names the argument."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise InvalidArgument(f"{name} must be a number of seconds, not {value!r}")
+    if math.isnan(value) or value < 0:
+        raise InvalidArgument(f"{name} must be >= 0 seconds, not {value!r}")
+    if value > maximum:
+        raise InvalidArgument(f"{name} must be at most {maximum:g} seconds, not {value!r}")
+    return float(value)
+
+
+def to_us(seconds: float) -> int:
+    return round(seconds * 1_000_000)
+
+
+def to_bytes(body: object) -> bytes:
+    if isinstance(body, bytes):
+        return body
+    if isinstance(body, str):
+        return body.encode("utf-8")
+    if isinstance(body, (bytearray, memoryview)):
+        return bytes(body)
+    raise TypeError(f"body must be bytes or str, not {type(body).__name__}")
+
+
+@dataclass(frozen=True)
+class Outgoing:
+    """One message of a batch with options of its own; a None option takes the
+    batch's (``publish_batch(..., priority=5)``) or the queue's default."""
+
+    body: Body
+    delay: float | None = None
+    at: datetime | None = None
+    priority: int | None = None
+    attributes: Mapping[str, str] | None = None
+    group: str | None = None
+    dedup_id: str | None = None
+
+
+@dataclass(frozen=True)
+class MessageInfo:
+    """What a listing says about one message (no body, no state change)."""
+
+    id: str
+    state: str  # "ready", "in_flight" or "delayed"
+    receive_count: int
+    sent_at: float  # epoch seconds
+    visible_at: float  # epoch seconds; <= now for ready messages
+    priority: int
+    body: bytes | None = None  # only from messages(bodies=True)
+    attributes: dict[str, str] = field(default_factory=dict)  # only with bodies=True
+    group: str | None = None  # only with bodies=True
+
+
+@dataclass(frozen=True)
+class QueueStats:
+    """Message counts by state, from one listing."""
+
+    ready: int
+    in_flight: int
+    delayed: int
+    oldest_ready_age: float  # seconds since the oldest visible message was sent; 0 if none
+    writing: int = 0  # .new files: publishes in progress, or orphans for gc
+    dead_lettered: int = 0  # this queue's messages now in its dead-letter queue
+    groups: dict[str, dict[str, int]] | None = None  # group -> counts by state, if asked
+
+    @property
+    def total(self) -> int:
+        return self.ready + self.in_flight + self.delayed
+
+
+class Message:
+    """A received message. Its ``receipt`` proves the lease; it changes on every move."""
+
+    __slots__ = ("queue", "id", "_body", "_header", "receipt", "receive_count", "_sent_at", "_settled")
+
+    def __init__(
+        self,
+        queue: Queue,
+        id: str,
+        body: bytes | None,
+        receipt: str,
+        receive_count: int,
+        sent_at: float | None,
+        header: dict[str, Any] | None = None,
+    ) -> None:
+        self.queue = queue
+        self.id = id
+        self._body = body
+        self._header = header if body is not None else None
+        self.receipt = receipt
+        self.receive_count = receive_count
+        self._sent_at = sent_at  # None: worked out from the id when first asked
+        self._settled = False
+
+    def __repr__(self) -> str:
+        return f"<vsqs.Message {self.id} receive_count={self.receive_count}>"
+
+    def __reduce__(self) -> Any:
+        return (
+            Message,
+            (
+                self.queue,
+                self.id,
+                self._body,
+                self.receipt,
+                self.receive_count,
+                self.sent_at,
+                self._header,
+            ),
+        )
+
+    @property
+    def sent_at(self) -> float:
+        """When the message was published, epoch seconds (from its id)."""
+        if self._sent_at is None:
+            self._sent_at = _format.sent_us_of(self.id) / 1e6
+        return self._sent_at
+
+    @property
+    def body(self) -> bytes:
+        """The body; read now if it was received with ``read_bodies=False``."""
+        if self._body is None:
+            self._body, self._header = self.queue._read_content(self.receipt)
+        return self._body
+
+    @property
+    def attributes(self) -> dict[str, str]:
+        """The attributes given at publish (a copy; empty if none)."""
+        self.body  # noqa: B018 - loads the header with the body
+        return dict((self._header or {}).get("attributes", {}))
+
+    @property
+    def group(self) -> str | None:
+        """The message group given at publish, or None."""
+        self.body  # noqa: B018
+        return (self._header or {}).get("group")
+
+    @property
+    def priority(self) -> int:
+        """0..9, higher first (it is the first digit of the id, inverted)."""
+        return 9 - int(self.id[0])
+
+    @property
+    def md5(self) -> str:
+        """MD5 of the body in hex, as SQS reports it (a checksum, not security)."""
+        return hashlib.md5(self.body, usedforsecurity=False).hexdigest()
+
+    @property
+    def settled(self) -> bool:
+        """True once deleted or released through this object."""
+        return self._settled
+
+    def delete(self) -> None:
+        """Delete the message (done with it). :class:`StaleReceipt` if the lease was lost."""
+        self.queue.delete(self.receipt)
+        self._settled = True
+
+    def change_visibility(self, seconds: float) -> str:
+        """Keep the message hidden for ``seconds`` from now; returns and keeps the new receipt."""
+        self.receipt = self.queue.change_visibility(self.receipt, seconds)
+        return self.receipt
+
+    def release(self) -> None:
+        """Make the message visible again now, keeping its receive count."""
+        self.queue.release(self.receipt)
+        self._settled = True
+
+

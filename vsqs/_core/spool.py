@@ -1,0 +1,115 @@
+"""A spool: a directory of named queues."""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Iterator
+from typing import Any
+
+from vsqs._core import format as _format
+from vsqs._core import fs as _fs
+from vsqs._core import settings as _settings
+from vsqs._core.errors import InvalidArgument, QueueNotFound
+from vsqs._core.queue import Queue
+
+_QUEUE_NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,79}")
+
+
+def check_queue_name(name: object) -> str:
+    """A queue name is one plain path component: 1-80 of A-Z a-z 0-9 _ . -,
+    not starting with a dot or dash, never ``..``."""
+    if not isinstance(name, str) or not _QUEUE_NAME_RE.fullmatch(name) or ".." in name:
+        raise InvalidArgument(
+            f"bad queue name {name!r}: use 1-80 characters of A-Z a-z 0-9 _ . -, "
+            "starting with a letter or digit, without '..'"
+        )
+    return name
+
+
+class Spool:
+    """A directory of queues, each a subdirectory named after the queue."""
+
+    def __init__(self, root: str | os.PathLike[str], *, create: bool = False) -> None:
+        self._root = os.path.abspath(os.fspath(root))
+        if not _fs.is_dir(self._root):
+            if not create:
+                raise QueueNotFound(f"no spool at {self._root} (create it first)")
+            _fs.make_dirs(self._root)
+
+    def __repr__(self) -> str:
+        return f"vsqs.Spool({self._root!r})"
+
+    def __reduce__(self) -> Any:
+        return (Spool, (self._root,))
+
+    @property
+    def root(self) -> str:
+        return self._root
+
+    def path(self, name: str) -> str:
+        return os.path.join(self._root, check_queue_name(name))
+
+    def create_queue(self, name: str, *, shards: int | None = None, **settings: Any) -> Queue:
+        """Create queue ``name`` (or open it if it exists) and apply ``settings``.
+
+        ``shards`` (a power of two up to 256, fixed at creation) spreads the
+        messages over that many directories, for queues that stand deep (see
+        docs/FORMAT.md, Shards); an existing queue must have as many."""
+        _settings.validate(settings)  # a bad setting fails before anything is made
+        queue = Queue(self.path(name), create=True, mode=settings.get("file_mode"), shards=shards)
+        if settings:
+            queue.configure(**settings)
+        return queue
+
+    def queue(self, name: str) -> Queue:
+        """Open queue ``name``; :class:`QueueNotFound` if it does not exist."""
+        return Queue(self.path(name))
+
+    def __getitem__(self, name: str) -> Queue:
+        return self.queue(name)
+
+    def __contains__(self, name: object) -> bool:
+        return isinstance(name, str) and name in self.queues()
+
+    def __iter__(self) -> Iterator[Queue]:
+        return (self.queue(name) for name in self.queues())
+
+    def queues(self) -> list[str]:
+        """The names of the queues in the spool, sorted."""
+        names = []
+        for entry in _fs.list_names(self._root):
+            if _QUEUE_NAME_RE.fullmatch(entry) and _fs.exists(
+                os.path.join(self._root, entry, _format.METADATA_NAME)
+            ):
+                names.append(entry)
+        return sorted(names)
+
+    def delete_queue(self, name: str) -> int:
+        """Remove queue ``name`` with its messages; return how many messages went.
+
+        The queue first moves aside under a private name in one rename, so
+        every process sees it gone at once; then its files are removed.
+        """
+        path = self.path(name)
+        if not _fs.exists(os.path.join(path, _format.METADATA_NAME)):
+            raise QueueNotFound(f"no queue {name!r} in {self._root}")
+        doomed = os.path.join(self._root, f".{name}.deleting-{_format.new_tag()}")
+        if not _fs.rename(path, doomed):
+            raise QueueNotFound(f"no queue {name!r} in {self._root}")
+        count = _count_messages(doomed)
+        _fs.remove_tree(doomed)
+        return count
+
+
+def _count_messages(directory: str) -> int:
+    """Message files in a queue directory and in its shard directories, read
+    without opening the queue (its metadata may be what is broken)."""
+    places = [directory]
+    shards = os.path.join(directory, _format.SHARDS_DIR)
+    if _fs.is_private_dir(shards):
+        places += [
+            os.path.join(shards, entry) for entry in _fs.list_names(shards)
+            if _fs.is_private_dir(os.path.join(shards, entry))
+        ]
+    return sum(1 for place in places for entry in _fs.list_names(place) if _format.parse_name(entry) is not None)

@@ -1,0 +1,1 @@
+"""The Spark data source and helpers (an adapter over the public API)."""
