@@ -186,7 +186,7 @@ def test_max_messages_is_back_pressure(queue):
 
 @given(st.text(min_size=1, max_size=100))
 def test_no_queue_name_leaves_the_spool(name):
-    from vsqs._core.spool import check_queue_name
+    from vsqs._core.rules import check_queue_name
 
     try:
         checked = check_queue_name(name)

@@ -32,21 +32,23 @@ import re
 import secrets
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
+from vsqs._core import limits
 from vsqs._core.errors import IncompatibleFormat, InvalidArgument, InvalidReceipt
+from vsqs._core.rules import check_group
 
 FORMAT_VERSION = 2  # the newest format this vsqs reads and writes
 UNSHARDED_FORMAT = 1  # a queue without shards is written as format 1, for older readers
 METADATA_NAME = ".vsqs.json"
 SHARDS_DIR = "shards"  # in a sharded queue: shards/00 .. shards/NN hold the messages
-MAX_SHARDS = 256
+MAX_SHARDS = limits.MAX_SHARDS
 SOURCES_DIR = ".sources"  # in a dead-letter queue: QUEUE_ID -> path of the queue it serves
-MAX_COUNT = 999_999_999
-DEFAULT_PRIORITY = 0
-MAX_PRIORITY = 9
+MAX_COUNT = limits.MAX_RECEIVE_COUNT
+DEFAULT_PRIORITY = limits.DEFAULT_PRIORITY
+MAX_PRIORITY = limits.MAX_PRIORITY
 
 _KEY = r"[0-9]-[0-9]{16}-[0-9a-f]{16}"
 _COUNT = r"0|[1-9][0-9]{0,8}"
@@ -291,7 +293,7 @@ def new_key(priority: int = DEFAULT_PRIORITY) -> str:
 
 # -- stages: private directories whose messages a commit publishes at once --
 
-_STAGE_RE = re.compile(r"[A-Za-z0-9_-]{1,128}")
+_STAGE_RE = re.compile(rf"[A-Za-z0-9_-]{{1,{limits.MAX_STAGE_NAME}}}")
 STAGE_PREFIX = ".stage."
 
 
@@ -327,29 +329,6 @@ def parse_throttle_token(name: str) -> int | None:
 
 
 # -- envelopes: a message file holding a header line before the body --------
-
-_ATTRIBUTE_NAME_RE = re.compile(r"[A-Za-z0-9_.-]{1,256}")
-MAX_ATTRIBUTES = 50
-MAX_ATTRIBUTE_BYTES = 64 * 1024
-
-
-def check_attributes(attributes: object) -> dict[str, str]:
-    """Small string attributes: names of A-Z a-z 0-9 _ . -, string values."""
-    if not isinstance(attributes, Mapping):
-        raise InvalidArgument(f"attributes must be a mapping of str to str, not {type(attributes).__name__}")
-    if len(attributes) > MAX_ATTRIBUTES:
-        raise InvalidArgument(f"attributes: at most {MAX_ATTRIBUTES}, not {len(attributes)}")
-    size = 0
-    for name, value in attributes.items():
-        if not isinstance(name, str) or not _ATTRIBUTE_NAME_RE.fullmatch(name):
-            raise InvalidArgument(f"attribute name {name!r} must be 1-256 of A-Z a-z 0-9 _ . -")
-        if not isinstance(value, str):
-            raise InvalidArgument(f"attribute {name!r} must be a str, not {type(value).__name__}")
-        size += len(name) + len(value.encode("utf-8"))
-    if size > MAX_ATTRIBUTE_BYTES:
-        raise InvalidArgument(f"attributes: {size} bytes in all, at most {MAX_ATTRIBUTE_BYTES}")
-    return dict(attributes)
-
 
 def encode_envelope(header: dict[str, Any], body: bytes) -> bytes:
     """One line of JSON (the header), a newline, then the body as is."""
@@ -419,15 +398,12 @@ def parse_receipt(queue_id: str, receipt: object) -> tuple[Name, str, SlotRef | 
 # -- message groups: slot leases in .groups/ -----------------------------------
 
 GROUPS_DIR = ".groups"
-MAX_GROUP_LENGTH = 128
 _LEASE_RE = re.compile(r"([0-9a-f]{12})\.(0|[1-9][0-9]{0,5})\.([1-9][0-9]{0,17})")
 
 
 def group_hash(group: object) -> str:
     """The 12 hex digits that stand for a message group in names."""
-    if not isinstance(group, str) or not group or len(group) > MAX_GROUP_LENGTH or "\x00" in group:
-        raise InvalidArgument(f"group must be a str of 1-{MAX_GROUP_LENGTH} characters, not {group!r}")
-    return hashlib.sha256(group.encode("utf-8")).hexdigest()[:12]
+    return hashlib.sha256(check_group(group).encode("utf-8")).hexdigest()[:12]
 
 
 def lease_name(group: str, index: int, gen: int) -> str:

@@ -3,30 +3,17 @@
 from __future__ import annotations
 
 import hashlib
-import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from vsqs._core import format as _format
-from vsqs._core.errors import InvalidArgument
 
 if TYPE_CHECKING:
     from vsqs._core.queue import Queue
 
 Body = bytes | bytearray | memoryview | str
-
-
-def check_seconds(value: object, name: str, maximum: float) -> float:
-    """Validate a duration argument; the error names the argument."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise InvalidArgument(f"{name} must be a number of seconds, not {value!r}")
-    if math.isnan(value) or value < 0:
-        raise InvalidArgument(f"{name} must be >= 0 seconds, not {value!r}")
-    if value > maximum:
-        raise InvalidArgument(f"{name} must be at most {maximum:g} seconds, not {value!r}")
-    return float(value)
 
 
 def to_us(seconds: float) -> int:

@@ -46,18 +46,15 @@ from vsqs._core.message import (
     MessageInfo,
     Outgoing,
     QueueStats,
-    check_seconds,
     to_bytes,
     to_us,
 )
+from vsqs._core.limits import MAX_BATCH, MAX_CLOCK_SKEW, MAX_DELAY, MAX_PRIORITY, MAX_VISIBILITY_TIMEOUT, MAX_WAIT
+from vsqs._core.rules import check_attributes, check_batch_size, check_priority, check_seconds
 from vsqs._core.throttle import Throttle
 
 log = logging.getLogger("vsqs")
 
-MAX_VISIBILITY_TIMEOUT = _settings.MAX_VISIBILITY_TIMEOUT
-MAX_DELAY = _settings.MAX_DELAY
-MAX_WAIT = 12 * 3600.0
-MAX_BATCH = 10_000
 DEFAULT_GC_GRACE = 900.0  # a .new file this old belongs to a dead publisher
 DEFAULT_STAGE_GRACE = 7 * 86400.0  # a stage untouched this long belongs to a dead job
 
@@ -224,7 +221,7 @@ class Queue:
         shards: int | None = None,
     ) -> None:
         self._path = os.path.abspath(os.fspath(path))
-        self._clock_skew = check_seconds(clock_skew, "clock_skew", 3600.0)
+        self._clock_skew = check_seconds(clock_skew, "clock_skew", MAX_CLOCK_SKEW)
         self._init_runtime()
         if mode is not None:  # the queue's file_mode, needed before its settings exist
             self._mode = _settings.file_mode_of(_settings.validate({"file_mode": mode}))
@@ -598,8 +595,8 @@ class Queue:
         if settings["suspended"]:
             self._check_suspended("publish", settings)
         data = to_bytes(body)
-        if type(priority) is not int or not 0 <= priority <= _format.MAX_PRIORITY:
-            priority = _check_priority(priority)
+        if type(priority) is not int or not 0 <= priority <= MAX_PRIORITY:
+            priority = check_priority(priority)
         if settings["max_message_bytes"] is not None or settings["max_messages"] is not None:
             self._check_limits([data], settings)
         delay = settings["delay"]  # validated when it was read
@@ -629,11 +626,11 @@ class Queue:
         data = to_bytes(body)
         # the defaults need no checks: the setting was validated when it was read
         seconds = settings["delay"] if delay is None and at is None else self._delay_of(delay, at, settings)
-        if type(priority) is not int or not 0 <= priority <= _format.MAX_PRIORITY:
-            priority = _check_priority(priority)
+        if type(priority) is not int or not 0 <= priority <= MAX_PRIORITY:
+            priority = check_priority(priority)
         header: dict[str, Any] = {}
         if attributes:
-            header["attributes"] = _format.check_attributes(attributes)
+            header["attributes"] = check_attributes(attributes)
         group_hash = ""
         if group is not None:
             group_hash = _format.group_hash(group)
@@ -853,7 +850,7 @@ class Queue:
         (for example by another process holding the receipt, see :meth:`read`).
         """
         if type(max_messages) is not int or not 1 <= max_messages <= MAX_BATCH:
-            _check_batch_size(max_messages)
+            check_batch_size(max_messages)
         return self._receive(max_messages, visibility_timeout, wait, read_bodies)
 
     def _receive(
@@ -1718,21 +1715,6 @@ def _first_messages(names: list[str], n: int) -> tuple[list[str], bool]:
         names = [name for name in names if name not in foreign]
         kept = _first(names, n)
     return kept, False
-
-
-def _check_batch_size(max_messages: object) -> None:
-    if isinstance(max_messages, bool) or not isinstance(max_messages, int):
-        raise InvalidArgument(f"max_messages must be an int, not {max_messages!r}")
-    if not 1 <= max_messages <= MAX_BATCH:
-        raise InvalidArgument(f"max_messages must be 1..{MAX_BATCH}, not {max_messages}")
-
-
-def _check_priority(priority: object) -> int:
-    if isinstance(priority, bool) or not isinstance(priority, int):
-        raise InvalidArgument(f"priority must be an int 0..{_format.MAX_PRIORITY}, not {priority!r}")
-    if not 0 <= priority <= _format.MAX_PRIORITY:
-        raise InvalidArgument(f"priority must be 0..{_format.MAX_PRIORITY}, not {priority}")
-    return priority
 
 
 def _stale_message(key: str) -> str:

@@ -15,13 +15,15 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+from vsqs._core import limits
 from vsqs._core.errors import IncompatibleFormat, InvalidArgument
+from vsqs._core.rules import is_queue_name
 
 SETTINGS_DIR = ".settings"
 _VERSION_RE = re.compile(r"([0-9]{9})\.json")
 
-MAX_VISIBILITY_TIMEOUT = 12 * 3600.0  # as SQS: a lease longer than 12 h is a mistake
-MAX_DELAY = 366 * 86400.0
+MAX_VISIBILITY_TIMEOUT = limits.MAX_VISIBILITY_TIMEOUT
+MAX_DELAY = limits.MAX_DELAY
 
 
 def _seconds(maximum: float, *, positive: bool = False) -> Any:
@@ -54,13 +56,10 @@ def _count(minimum: int, maximum: int) -> Any:
     return check
 
 
-_QUEUE_NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,79}")
-
-
 def _queue_ref(name: str, value: object) -> str:
     """A queue beside this one (a plain name) or an absolute path."""
     if isinstance(value, str) and "\x00" not in value and len(value) <= 4096:
-        if _QUEUE_NAME_RE.fullmatch(value) and ".." not in value:
+        if is_queue_name(value):
             return value
         if value.startswith("/") and ".." not in value.split("/"):
             return value

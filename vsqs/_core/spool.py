@@ -3,28 +3,16 @@
 from __future__ import annotations
 
 import os
-import re
 from collections.abc import Iterator
 from typing import Any
 
 from vsqs._core import format as _format
 from vsqs._core import fs as _fs
 from vsqs._core import settings as _settings
-from vsqs._core.errors import InvalidArgument, QueueNotFound
+from vsqs._core.errors import QueueNotFound
 from vsqs._core.queue import Queue
+from vsqs._core.rules import check_queue_name, is_queue_name
 
-_QUEUE_NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,79}")
-
-
-def check_queue_name(name: object) -> str:
-    """A queue name is one plain path component: 1-80 of A-Z a-z 0-9 _ . -,
-    not starting with a dot or dash, never ``..``."""
-    if not isinstance(name, str) or not _QUEUE_NAME_RE.fullmatch(name) or ".." in name:
-        raise InvalidArgument(
-            f"bad queue name {name!r}: use 1-80 characters of A-Z a-z 0-9 _ . -, "
-            "starting with a letter or digit, without '..'"
-        )
-    return name
 
 
 class Spool:
@@ -79,7 +67,7 @@ class Spool:
         """The names of the queues in the spool, sorted."""
         names = []
         for entry in _fs.list_names(self._root):
-            if _QUEUE_NAME_RE.fullmatch(entry) and _fs.exists(
+            if is_queue_name(entry) and _fs.exists(
                 os.path.join(self._root, entry, _format.METADATA_NAME)
             ):
                 names.append(entry)

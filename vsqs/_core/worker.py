@@ -16,8 +16,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from vsqs._core.errors import InvalidArgument, StaleReceipt, StorageError, VsqsError
-from vsqs._core.message import Message, check_seconds
-from vsqs._core.queue import MAX_VISIBILITY_TIMEOUT, Queue
+from vsqs._core.limits import MAX_VISIBILITY_TIMEOUT
+from vsqs._core.message import Message
+from vsqs._core.queue import Queue
+from vsqs._core.rules import check_seconds
 
 log = logging.getLogger("vsqs.worker")
 

@@ -24,7 +24,7 @@ from vsqs._core.errors import InvalidArgument, QueueNotFound, VsqsError
 from vsqs._gateway.app import MAX_WAIT, ApiError, Gateway, api_error_of, gateway_of
 from vsqs._core.message import Message, Outgoing
 from vsqs._core.settings import validate as validate_settings
-from vsqs._core.spool import check_queue_name
+from vsqs._core.rules import check_queue_name
 
 MAX_JSON_BATCH = 100
 CONTENT_TYPE_ATTRIBUTE = "content-type"  # where raw mode keeps a body's Content-Type

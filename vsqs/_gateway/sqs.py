@@ -137,7 +137,7 @@ from vsqs._core.errors import (
 from vsqs._gateway.app import MAX_WAIT, Gateway, gateway_of, without_paths
 from vsqs._core.message import Message, Outgoing
 from vsqs._core.queue import Queue
-from vsqs._core.spool import check_queue_name
+from vsqs._core.rules import check_queue_name
 
 T = TypeVar("T")
 

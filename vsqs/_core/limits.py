@@ -1,0 +1,31 @@
+"""Every limit of the library, in one table.
+
+The engine checks its arguments against these; the adapters (the CLI, the
+gateway, Spark) take their own limits from here too, or derive stricter ones
+of their own from them (the SQS face keeps Amazon's), so that no limit is
+written down twice. Nothing here does I/O or imports anything.
+"""
+
+from __future__ import annotations
+
+# -- time (seconds) --
+MAX_VISIBILITY_TIMEOUT = 12 * 3600.0  # as SQS: a lease longer than 12 h is a mistake
+MAX_DELAY = 366 * 86400.0  # a delayed publish, ``at=`` included
+MAX_WAIT = 12 * 3600.0  # a library receive's long poll
+MAX_CLOCK_SKEW = 3600.0  # the clock_skew allowance of a handle
+
+# -- messages --
+MAX_BATCH = 10_000  # messages per publish_batch / receive_batch call
+MIN_PRIORITY = 0
+MAX_PRIORITY = 9  # higher is delivered first
+DEFAULT_PRIORITY = 0
+MAX_ATTRIBUTES = 50  # attributes per message
+MAX_ATTRIBUTE_BYTES = 64 * 1024  # names and values of a message's attributes, in UTF-8
+MAX_ATTRIBUTE_NAME = 256  # characters of an attribute's name
+MAX_GROUP_LENGTH = 128  # characters of a message group's name
+
+# -- names of things on disk --
+MAX_QUEUE_NAME = 80  # characters of a queue's name in a spool
+MAX_STAGE_NAME = 128  # characters of a stage's name
+MAX_SHARDS = 256  # shard directories of a queue (a power of two)
+MAX_RECEIVE_COUNT = 999_999_999  # the receive count a name can hold

@@ -1,0 +1,108 @@
+"""The validation rules shared by the engine and the adapters: durations,
+priorities, batch sizes, attributes, group names and queue names.
+
+Each rule is written once, here; an adapter that must phrase the error its
+own way (a Spark column, an SQS parameter) calls the ``is_*`` test or reuses
+the pattern, never a copy of it. Pure: no I/O.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Mapping
+
+from vsqs._core import limits
+from vsqs._core.errors import InvalidArgument
+
+ATTRIBUTE_NAME_RE = re.compile(rf"[A-Za-z0-9_.-]{{1,{limits.MAX_ATTRIBUTE_NAME}}}")
+QUEUE_NAME_RE = re.compile(rf"[A-Za-z0-9][A-Za-z0-9_.-]{{0,{limits.MAX_QUEUE_NAME - 1}}}")
+
+
+def check_seconds(value: object, name: str, maximum: float) -> float:
+    """Validate a duration argument; the error names the argument."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise InvalidArgument(f"{name} must be a number of seconds, not {value!r}")
+    if math.isnan(value) or value < 0:
+        raise InvalidArgument(f"{name} must be >= 0 seconds, not {value!r}")
+    if value > maximum:
+        raise InvalidArgument(f"{name} must be at most {maximum:g} seconds, not {value!r}")
+    return float(value)
+
+
+def is_priority(value: object) -> bool:
+    """Whether ``value`` is a priority: an int (not a bool) 0..9."""
+    return (
+        not isinstance(value, bool)
+        and isinstance(value, int)
+        and limits.MIN_PRIORITY <= value <= limits.MAX_PRIORITY
+    )
+
+
+def check_priority(priority: object) -> int:
+    if isinstance(priority, bool) or not isinstance(priority, int):
+        raise InvalidArgument(f"priority must be an int 0..{limits.MAX_PRIORITY}, not {priority!r}")
+    if not limits.MIN_PRIORITY <= priority <= limits.MAX_PRIORITY:
+        raise InvalidArgument(f"priority must be 0..{limits.MAX_PRIORITY}, not {priority}")
+    return priority
+
+
+def check_batch_size(max_messages: object) -> int:
+    if isinstance(max_messages, bool) or not isinstance(max_messages, int):
+        raise InvalidArgument(f"max_messages must be an int, not {max_messages!r}")
+    if not 1 <= max_messages <= limits.MAX_BATCH:
+        raise InvalidArgument(f"max_messages must be 1..{limits.MAX_BATCH}, not {max_messages}")
+    return max_messages
+
+
+def attributes_problem(attributes: object) -> str | None:
+    """What is wrong with a message's attributes (``None``: nothing): names of
+    A-Z a-z 0-9 _ . -, string values, at most 50 and 64 KiB in all."""
+    if not isinstance(attributes, Mapping):
+        return f"attributes must be a mapping of str to str, not {type(attributes).__name__}"
+    if len(attributes) > limits.MAX_ATTRIBUTES:
+        return f"attributes: at most {limits.MAX_ATTRIBUTES}, not {len(attributes)}"
+    size = 0
+    for name, value in attributes.items():
+        if not isinstance(name, str) or not ATTRIBUTE_NAME_RE.fullmatch(name):
+            return f"attribute name {name!r} must be 1-{limits.MAX_ATTRIBUTE_NAME} of A-Z a-z 0-9 _ . -"
+        if not isinstance(value, str):
+            return f"attribute {name!r} must be a str, not {type(value).__name__}"
+        size += len(name) + len(value.encode("utf-8"))
+    if size > limits.MAX_ATTRIBUTE_BYTES:
+        return f"attributes: {size} bytes in all, at most {limits.MAX_ATTRIBUTE_BYTES}"
+    return None
+
+
+def check_attributes(attributes: object) -> dict[str, str]:
+    """The attributes as a plain dict, or :class:`InvalidArgument` saying what is wrong."""
+    problem = attributes_problem(attributes)
+    if problem is not None:
+        raise InvalidArgument(problem)
+    return dict(attributes)  # type: ignore[call-overload]
+
+
+def is_group(group: object) -> bool:
+    """Whether ``group`` can name a message group: 1-128 characters, no NUL."""
+    return isinstance(group, str) and 0 < len(group) <= limits.MAX_GROUP_LENGTH and "\x00" not in group
+
+
+def check_group(group: object) -> str:
+    if not is_group(group):
+        raise InvalidArgument(f"group must be a str of 1-{limits.MAX_GROUP_LENGTH} characters, not {group!r}")
+    return group  # type: ignore[return-value]
+
+
+def is_queue_name(name: object) -> bool:
+    """Whether ``name`` is a queue name: one plain path component of 1-80
+    characters of A-Z a-z 0-9 _ . -, starting with a letter or digit, never ``..``."""
+    return isinstance(name, str) and QUEUE_NAME_RE.fullmatch(name) is not None and ".." not in name
+
+
+def check_queue_name(name: object) -> str:
+    if not is_queue_name(name):
+        raise InvalidArgument(
+            f"bad queue name {name!r}: use 1-{limits.MAX_QUEUE_NAME} characters of A-Z a-z 0-9 _ . -, "
+            "starting with a letter or digit, without '..'"
+        )
+    return name  # type: ignore[return-value]
