@@ -11,6 +11,7 @@ import pytest
 
 import vsqs
 from vsqs._core import format as _format
+from vsqs._core.metadata import open_store
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -31,7 +32,7 @@ def flat_queue(tmp_path: Path) -> vsqs.Queue:
 
 def message_path(queue: vsqs.Queue, name: str) -> str:
     """Where the message file ``name`` lives in ``queue`` (its shard, if sharded)."""
-    return queue._message_file(name)
+    return open_store(queue.path).layout.message_file(name)
 
 
 def message_dirs(path: str | os.PathLike[str]) -> list[str]:

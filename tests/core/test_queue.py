@@ -409,7 +409,7 @@ def test_queue_pickles_as_path_and_options(queue):
     queue.publish(b"x")
     clone = pickle.loads(pickle.dumps(vsqs.Queue(queue.path, clock_skew=1.5)))
     assert clone == queue and clone.path == queue.path
-    assert pickle.loads(pickle.dumps(clone))._clock_skew == 1.5
+    assert pickle.loads(pickle.dumps(clone)).__getstate__()["clock_skew"] == 1.5
     m = clone.receive()
     assert m.body == b"x"
     m2 = pickle.loads(pickle.dumps(m))

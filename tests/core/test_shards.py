@@ -20,6 +20,8 @@ import pytest
 import vsqs
 from vsqs._core import format as _format
 from vsqs._core import fs as _fs
+from vsqs._core import listing as _listing
+from vsqs._core.metadata import open_store
 
 from tests.conftest import message_dirs, message_files, message_path
 from tests.racing import Race, run_race
@@ -100,28 +102,26 @@ def test_order_holds_within_each_shard(sharded):
 @pytest.mark.parametrize("start", range(8))
 def test_a_receive_finds_the_one_message_from_any_starting_shard(sharded, start):
     message_id = sharded.publish(b"only")
-    handle = vsqs.Queue(sharded.path)
-    handle.id  # reads the metadata
-    handle._cursor = start
+    handle = _starting_at(sharded, start)
     m = handle.receive()
     assert m is not None and m.id == message_id
     assert handle.receive() is None
 
 
+def _starting_at(queue, shard):
+    """A new handle of ``queue`` whose first receive starts at ``shard``."""
+    with mock.patch("vsqs._core.layout.random.randrange", return_value=shard):
+        return vsqs.Queue(queue.path)
+
+
 def test_consumers_start_at_different_shards(sharded):
-    starts = set()
-    for _ in range(40):
-        handle = vsqs.Queue(sharded.path)
-        handle.id
-        starts.add(handle._cursor)
+    starts = {open_store(sharded.path).layout.cursor for _ in range(40)}
     assert len(starts) > 2
 
 
 def test_shards_emptied_by_other_consumers_do_not_end_a_receive(sharded):
     ids = sharded.publish_batch([b"%d" % i for i in range(200)], durable=False)
-    consumer = vsqs.Queue(sharded.path)
-    consumer.id
-    consumer._cursor = 0
+    consumer = _starting_at(sharded, 0)
     lost = {os.path.join(sharded.path, _format.shard_dir_name(i)) for i in (0, 1, 2)}
     rename = _fs.rename
 
@@ -356,11 +356,9 @@ def test_a_round_that_stopped_early_goes_on_to_the_other_shards(sharded):
     from vsqs._core import queue as _queue
 
     ids = sharded.publish_batch([b"%d" % i for i in range(64)], durable=False)
-    consumer = vsqs.Queue(sharded.path)
-    consumer.id
-    consumer._cursor = _shard(ids[0], 8)
-    with mock.patch.object(_queue, "_CHEAP_LISTING", 0.0), \
-            mock.patch.object(_queue, "_EXHAUSTED_FACTOR", 1e9), \
+    consumer = _starting_at(sharded, _shard(ids[0], 8))
+    with mock.patch.object(_listing, "CHEAP_LISTING", 0.0), \
+            mock.patch.object(_listing, "EXHAUSTED_FACTOR", 1e9), \
             mock.patch.object(_queue, "_SKIPS_PER_CALL", 0):  # as if listings were dear (NFS); no skipping
         first = consumer.receive()  # lists ids[0]'s shard only
         for message_id in ids:  # others take the rest of that shard
@@ -399,12 +397,13 @@ def test_a_symlinked_shard_is_never_followed(sharded, tmp_path):
 
 
 def test_forked_handles_start_at_different_shards(sharded):
-    sharded.id
+    layout = open_store(sharded.path).layout  # (a handle's layout, made before the forks)
     out = multiprocessing.get_context("fork").Queue()
 
     def child():
-        sharded.receive()  # an empty queue: one whole round, back to where it started
-        out.put(sharded._cursor)
+        for _ in layout.receive_round():  # one whole round, back to where it started
+            pass
+        out.put(layout.cursor)
 
     starts = set()
     for _ in range(6):

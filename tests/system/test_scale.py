@@ -13,7 +13,8 @@ from hypothesis import strategies as st
 
 import vsqs
 from vsqs._core import format as _format
-from vsqs._core import queue as _queue
+from vsqs._core import listing as _listing
+from vsqs._core import receipts as _receipts
 from vsqs._core.errors import InvalidReceipt, StaleReceipt
 
 # -- the n smallest of a listing ------------------------------------------------
@@ -22,7 +23,7 @@ from vsqs._core.errors import InvalidReceipt, StaleReceipt
 @settings(deadline=None)  # no timing in tests: a loaded machine must not fail it
 @given(st.lists(st.text(alphabet="0123456789ab-", max_size=6), max_size=300), st.integers(1, 320))
 def test_first_is_the_sorted_prefix_as_a_heap(items, n):
-    kept = _queue._first(list(items), n)
+    kept = _listing.first(list(items), n)
     assert sorted(kept) == sorted(items)[:n]
     assert all(kept[i] <= kept[c] for i in range(len(kept)) for c in (2 * i + 1, 2 * i + 2) if c < len(kept))
 
@@ -31,10 +32,10 @@ def test_first_of_a_long_list_takes_the_sample_path_and_stays_exact():
     rng = random.Random(5)
     names = [_format.new_key(rng.randrange(10)) for _ in range(20_000)]
     rng.shuffle(names)
-    assert _queue._first(list(names), 3_000) == sorted(names)[:3_000]
+    assert _listing.first(list(names), 3_000) == sorted(names)[:3_000]
     skewed = ["a"] * 10_000 + ["b"] * 10_000  # a sample cannot split ties: still exact
     rng.shuffle(skewed)
-    assert _queue._first(skewed, 12_000) == ["a"] * 10_000 + ["b"] * 2_000
+    assert _listing.first(skewed, 12_000) == ["a"] * 10_000 + ["b"] * 2_000
 
 
 # -- listing triage ----------------------------------------------------------------
@@ -67,9 +68,25 @@ def test_triage_sorts_names_by_state():
 # -- the bounded window --------------------------------------------------------------
 
 
-def test_a_small_window_still_delivers_everything_in_priority_order(flat_queue):
-    queue = flat_queue  # one delivery order across the queue: no shards
-    queue._window = 7
+def _small_window(monkeypatch, size):
+    """Handles made from now on keep at most ``size`` names of a listing;
+    returns the sizes of the windows they kept."""
+    monkeypatch.setattr(_listing, "WINDOW", size)
+    kept = []
+    first_messages = _listing.first_messages
+
+    def recorded(names, n):
+        window = first_messages(names, n)
+        kept.append(len(window[0]))
+        return window
+
+    monkeypatch.setattr(_listing, "first_messages", recorded)
+    return kept
+
+
+def test_a_small_window_still_delivers_everything_in_priority_order(flat_queue, monkeypatch):
+    kept = _small_window(monkeypatch, 7)
+    queue = vsqs.Queue(flat_queue.path)  # one delivery order across the queue: no shards
     ids = {}
     for i in range(40):
         priority = i % 4
@@ -77,15 +94,15 @@ def test_a_small_window_still_delivers_everything_in_priority_order(flat_queue):
     got = []
     while (m := queue.receive()) is not None:
         got.append(m.id)
-        assert len(queue._listing.visible) <= 7
         m.delete()
+    assert kept and max(kept) <= 7
     assert sorted(got) == sorted(ids)
     assert got == sorted(ids, key=lambda key: (-ids[key], key))  # priority first, then send time
 
 
-def test_a_small_window_lists_again_only_when_it_runs_out(flat_queue):
-    queue = flat_queue  # one delivery order across the queue: no shards
-    queue._window = 10
+def test_a_small_window_lists_again_only_when_it_runs_out(flat_queue, monkeypatch):
+    _small_window(monkeypatch, 10)
+    queue = vsqs.Queue(flat_queue.path)  # one delivery order across the queue: no shards
     queue.publish_batch([b"%d" % i for i in range(95)], durable=False)
     from unittest import mock
 
@@ -98,8 +115,9 @@ def test_a_small_window_lists_again_only_when_it_runs_out(flat_queue):
     assert 10 <= listing.call_count <= 12  # one per window of 10, and the empty end
 
 
-def test_a_small_window_with_many_hidden_messages(queue):
-    queue._window = 3
+def test_a_small_window_with_many_hidden_messages(queue, monkeypatch):
+    _small_window(monkeypatch, 3)
+    queue = vsqs.Queue(queue.path)
     queue.publish_batch([b"late%d" % i for i in range(8)], delay=0.3, durable=False)
     queue.publish_batch([b"now%d" % i for i in range(8)], durable=False)
     assert sorted(m.body for m in queue.receive_batch(100)) == sorted(b"now%d" % i for i in range(8))
@@ -110,8 +128,9 @@ def test_a_small_window_with_many_hidden_messages(queue):
     assert sorted(late) == sorted(b"late%d" % i for i in range(8))
 
 
-def test_a_small_window_with_groups(queue):
-    queue._window = 2
+def test_a_small_window_with_groups(queue, monkeypatch):
+    _small_window(monkeypatch, 2)
+    queue = vsqs.Queue(queue.path)
     for i in range(6):
         for group in "abc":
             queue.publish(f"{group}{i}", group=group, durable=False)
@@ -132,9 +151,9 @@ def test_a_small_window_with_groups(queue):
     assert order == {g: [f"{g}{i}" for i in range(6)] for g in "abc"}
 
 
-def test_foreign_dotless_names_first_in_order_are_never_claimed(flat_queue):
-    queue = flat_queue  # one delivery order across the queue: no shards
-    queue._window = 2
+def test_foreign_dotless_names_first_in_order_are_never_claimed(flat_queue, monkeypatch):
+    _small_window(monkeypatch, 2)
+    queue = vsqs.Queue(flat_queue.path)  # one delivery order across the queue: no shards
     for name in ("0-foreign", "0", "1-1795305501723584-892190c0ba72466Z", "README"):
         with open(os.path.join(queue.path, name), "w") as f:
             f.write("not a message")
@@ -191,8 +210,7 @@ def test_skipping_after_a_lost_race_never_passes_a_higher_priority(flat_queue, m
     high = [queue.publish(b"high%d" % i, priority=5, durable=False) for i in range(3)]
     queue.publish_batch([b"low%d" % i for i in range(5)], durable=False)
     a, b = queue, vsqs.Queue(queue.path)
-    with b._lock:
-        b._relist(_format.now_us())  # b's listing holds all eight
+    b.receive().release()  # b has listed: its listing holds all eight (high[0] as released)
     first = a.receive()
     assert first.id == high[0]
     renames = _count_renames(monkeypatch)
@@ -208,8 +226,7 @@ def test_skipping_only_drops_names_from_the_cache(flat_queue, monkeypatch):
     monkeypatch.setattr(_format, "random_below", lambda n: n - 1)
     keys = [queue.publish(b"%d" % i, durable=False) for i in range(40)]
     a, b = queue, vsqs.Queue(queue.path)
-    with b._lock:
-        b._relist(_format.now_us())
+    b.receive().release()  # b has listed: its listing holds all forty (keys[0] as released)
     taken = a.receive()  # b will lose the race for it and skip 15 names a does not take
     got = [m.id for m in b.receive_batch(100)]
     assert taken.id == keys[0] and sorted(got) == keys[1:]
@@ -293,11 +310,20 @@ def test_receipts_from_another_handle_are_parsed(queue):
     assert queue.stats().total == 0
 
 
-def test_the_receipt_cache_is_bounded(queue, monkeypatch):
-    queue._receipts = _queue._Receipts(4)
+def test_the_receipt_cache_is_bounded():
+    issued = _receipts.IssuedReceipts(4)
+    for i in range(20):
+        issued.add(f"r{i}", f"n{i}", None)
+    assert len(issued) <= 8
+    assert issued.take("r19") == ("n19", None) and issued.take("r19") is None  # taken once
+    assert issued.take("r0") is None  # forgotten: the caller parses it
+
+
+def test_receipts_a_handle_forgot_still_delete(queue, monkeypatch):
+    monkeypatch.setattr(_receipts, "KEPT", 4)
+    queue = vsqs.Queue(queue.path)
     queue.publish_batch([b"%d" % i for i in range(20)], durable=False)
     got = queue.receive_batch(20)
-    assert len(queue._receipts) <= 8
     assert queue.delete_batch([m.receipt for m in got]) == [None] * 20  # the forgotten ones parse
     assert queue.stats().total == 0
 
@@ -306,7 +332,7 @@ def test_a_listing_that_gives_nothing_is_not_repeated_within_one_receive(flat_qu
     queue = flat_queue  # one delivery order across the queue: no shards
     from vsqs._core import fs as _fs
 
-    monkeypatch.setattr(_queue, "_CHEAP_LISTING", 3600.0)  # every listing is cheap: re-list when out
+    monkeypatch.setattr(_listing, "CHEAP_LISTING", 3600.0)  # every listing is cheap: re-list when out
     for name in ("0", "1-foreign", "README", "9-1795305501723584-892190c0ba72466Z"):
         with open(os.path.join(queue.path, name), "w") as f:
             f.write("not a message")

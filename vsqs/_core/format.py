@@ -24,6 +24,7 @@ Names sort in delivery order (priority first, then send time). No I/O here.
 from __future__ import annotations
 
 import enum
+import errno
 import hashlib
 import json
 import os
@@ -37,7 +38,7 @@ from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 from vsqs._core import limits
-from vsqs._core.errors import IncompatibleFormat, InvalidArgument, InvalidReceipt
+from vsqs._core.errors import IncompatibleFormat, InvalidArgument, InvalidReceipt, StorageError
 from vsqs._core.rules import check_group
 
 FORMAT_VERSION = 2  # the newest format this vsqs reads and writes
@@ -344,6 +345,18 @@ def decode_envelope(data: bytes) -> tuple[dict[str, Any], bytes]:
     if not isinstance(header, dict):
         raise ValueError("header is not a JSON object")
     return header, data[end + 1 :]
+
+
+def decode_content(name: Name, data: bytes, where: str) -> tuple[bytes, dict[str, Any] | None]:
+    """(body, header) of the content of message file ``name``; a corrupt
+    envelope is a :class:`StorageError` (EIO) naming ``where``."""
+    if not name.envelope:
+        return data, None
+    try:
+        header, body = decode_envelope(data)
+    except ValueError as exc:
+        raise StorageError(errno.EIO, f"corrupt message envelope ({exc})", where) from None
+    return body, header
 
 
 # -- receipts ---------------------------------------------------------------

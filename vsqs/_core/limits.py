@@ -29,3 +29,7 @@ MAX_QUEUE_NAME = 80  # characters of a queue's name in a spool
 MAX_STAGE_NAME = 128  # characters of a stage's name
 MAX_SHARDS = 256  # shard directories of a queue (a power of two)
 MAX_RECEIVE_COUNT = 999_999_999  # the receive count a name can hold
+
+# -- defaults of maintenance (seconds) --
+DEFAULT_GC_GRACE = 900.0  # a .new file this old belongs to a dead publisher
+DEFAULT_STAGE_GRACE = 7 * 86400.0  # a stage untouched this long belongs to a dead job

@@ -128,7 +128,8 @@ class Message:
     def body(self) -> bytes:
         """The body; read now if it was received with ``read_bodies=False``."""
         if self._body is None:
-            self._body, self._header = self.queue._read_content(self.receipt)
+            read = self.queue.read_message(self.receipt)
+            self._body, self._header = read._body, read._header
         return self._body
 
     @property

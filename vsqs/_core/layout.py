@@ -1,0 +1,209 @@
+"""Where a queue's files live: the one place that knows whether a queue is
+flat (messages in the queue directory) or sharded (messages spread over
+``shards/NN`` directories by a digit of their name). Nothing else asks
+"how many shards?".
+
+A :class:`Layout` is a storage strategy with a few primitives: the path of
+an entry of the queue directory, the path of a message file, the listings
+of the message directories (all of them, one message's, or round the shards
+for receive), and the fsync of the directories that messages went into.
+:func:`layout_for` picks the strategy from the queue's metadata.
+"""
+
+from __future__ import annotations
+
+import errno
+import logging
+import os
+import random
+from collections.abc import Callable, Iterable, Iterator
+
+from vsqs._core import format as _format
+from vsqs._core import fs as _fs
+from vsqs._core.errors import QueueNotFound, StorageError
+
+log = logging.getLogger("vsqs")
+
+
+class Layout:
+    """A flat queue: every message file in the queue directory itself.
+
+    ``prefix`` and ``locate`` are for the hot paths, which build a message's
+    path inline: ``prefix + name`` when ``locate`` is None, else
+    ``locate(name) + name``.
+    """
+
+    shards = 1
+    locate: Callable[[str], str] | None = None
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self.prefix = path.rstrip(os.sep) + os.sep
+
+    def file(self, name: str) -> str:
+        """An entry of the queue directory itself (metadata, settings, stages...)."""
+        return self.prefix + name  # names are single components: no join needed
+
+    def message_file(self, name: str) -> str:
+        """Where the message file ``name`` (of the grammar) lives."""
+        return self.prefix + name
+
+    def message_dirs(self) -> list[str]:
+        """The directories that hold messages."""
+        return [self.path]
+
+    def names(self, beside: str | None = None) -> list[_format.Name]:
+        """Every name of the grammar among the messages, parsed (given the name
+        ``beside``, only those of the directory that name lives in)."""
+        names = (_format.parse_name(entry) for entry in _fs.list_names(self.path))
+        return [name for name in names if name is not None]
+
+    def entries(self) -> Iterator[str]:
+        """Every entry of the queue directory and of the message directories, unparsed (for gc)."""
+        yield from _fs.list_names(self.path)
+
+    def receive_round(self) -> Iterator[tuple[list[str], Callable[[str], bool] | None]]:
+        """The listings a receive goes through, in order, each with a test of
+        whether a name lives where it was listed (None: every message name does).
+        The caller stops at the first that gives it something to claim."""
+        yield _fs.list_names(self.path), None
+
+    def fsync(self, names: Iterable[str]) -> None:
+        """fsync each directory that the messages ``names`` (stems or names) went into, once."""
+        _fs.fsync_dir(self.path)
+
+    def remove_orphan(self, entry: str, cutoff: float) -> int:
+        """Remove the ``.new`` message file ``entry`` if it was last written before ``cutoff``: 1 if it went."""
+        path = self.message_file(entry)
+        modified = _fs.mtime(path)
+        return int(modified is not None and modified <= cutoff and _fs.unlink(path))
+
+    def rehome_strays(self, mode: int | None) -> int:
+        """Move message files that lie outside the directory their name maps to
+        (making any missing directory with ``mode``); how many moved."""
+        return 0
+
+    @staticmethod
+    def make(directory: str, shards: int, mode: int | None) -> None:
+        """The shard directories of a new queue at ``directory`` (none for one shard)."""
+        if shards == 1:
+            return
+        _fs.make_dirs(os.path.join(directory, _format.SHARDS_DIR), mode)
+        for index in range(shards):
+            _fs.make_dirs(os.path.join(directory, _format.shard_dir_name(index)), mode)
+        _fs.fsync_dir(os.path.join(directory, _format.SHARDS_DIR))
+
+
+class ShardedLayout(Layout):
+    """A sharded queue (format 2): message files in ``shards/00`` .. ``shards/NN``,
+    each in the shard the first hex digits of its GROUP (or else its RAND) map to."""
+
+    def __init__(self, path: str, shards: int) -> None:
+        super().__init__(path)
+        self.shards = shards
+        self.shard_prefixes = [self.prefix + _format.shard_dir_name(index) + os.sep for index in range(shards)]
+        self.locate = _format.shard_locator(self.shard_prefixes)
+        for prefix in self.shard_prefixes:
+            _check_shard_dir(prefix[:-1])
+        self.cursor = random.randrange(shards)  # the shard the next receive round starts at: consumers start apart
+        self._cursor_pid = os.getpid()
+
+    def message_file(self, name: str) -> str:
+        assert self.locate is not None
+        return self.locate(name) + name
+
+    def message_dirs(self) -> list[str]:
+        return [prefix[:-1] for prefix in self.shard_prefixes]
+
+    def names(self, beside: str | None = None) -> list[_format.Name]:
+        found = []
+        indexes = range(self.shards) if beside is None else [_format.shard_of(beside, self.shards)]
+        for index in indexes:
+            for entry in self.list_shard(index):
+                name = _format.parse_name(entry)
+                # a name in a shard it does not map to was moved there by hand: gc moves it home
+                if name is not None and _format.shard_of(entry, self.shards) == index:
+                    found.append(name)
+        return found
+
+    def entries(self) -> Iterator[str]:
+        yield from _fs.list_names(self.path)
+        for index in range(self.shards):
+            yield from self.list_shard(index)
+
+    def receive_round(self) -> Iterator[tuple[list[str], Callable[[str], bool] | None]]:
+        """The shards one at a time, going round from where the last round
+        stopped (each handle starts at a random shard, so consumers spread out)."""
+        if self._cursor_pid != os.getpid():  # a handle made before a fork: start apart
+            self.cursor, self._cursor_pid = random.randrange(self.shards), os.getpid()
+        locate = self.locate
+        assert locate is not None
+        for _ in range(self.shards):
+            index = self.cursor
+            self.cursor = (index + 1) % self.shards
+            home = self.shard_prefixes[index]
+            yield self.list_shard(index), lambda name, home=home: locate(name) == home  # type: ignore[misc]
+
+    def fsync(self, names: Iterable[str]) -> None:
+        for index in sorted({_format.shard_of(name, self.shards) for name in names}):
+            _fs.fsync_dir(self.shard_prefixes[index][:-1])
+
+    def list_shard(self, index: int) -> list[str]:
+        """One listing of a shard. A shard directory that is gone from a queue
+        that is still there is damage: reported, passed over (the other
+        shards go on being served), and made again by gc."""
+        directory = self.shard_prefixes[index][:-1]
+        _check_shard_dir(directory)
+        try:
+            return _fs.list_names(directory)
+        except QueueNotFound:
+            if not _fs.is_dir(self.path):
+                raise
+            log.warning("queue %s: shard directory %s is missing (vsqs gc makes it again)",
+                        self.path, _format.shard_dir_name(index))
+            return []
+
+    def rehome_strays(self, mode: int | None) -> int:
+        """Move message files that lie outside their shard (in the queue
+        directory, or in another shard: put there by hand or by a tool that
+        ignored the shards) to where their name maps."""
+        if not _fs.exists(self.file(_format.METADATA_NAME)):  # deleted: nothing to repair
+            raise QueueNotFound(f"no queue at {self.path}")
+        self.make(self.path, self.shards, mode)  # any that went missing
+        moved = 0
+        places = [self.path, *self.message_dirs()]
+        for index, directory in enumerate(places):
+            for entry in _fs.list_names(directory):
+                name = _format.parse_name(entry)
+                if name is None or _format.shard_of(entry, self.shards) == index - 1:
+                    continue
+                if move_into(os.path.join(directory, entry), self.message_file(entry)):
+                    log.warning("moved %s from %s into its shard", entry, directory)
+                    moved += 1
+        return moved
+
+
+def layout_for(path: str, shards: int) -> Layout:
+    """The layout of the queue at ``path`` whose metadata says ``shards``."""
+    return Layout(path) if shards == 1 else ShardedLayout(path, shards)
+
+
+def _check_shard_dir(directory: str) -> None:
+    """A shard directory must be a directory itself: vsqs follows no symlink
+    out of the queue. (A missing one is passed over, see list_shard.)"""
+    if not _fs.is_private_dir(directory) and _fs.exists(directory):
+        raise StorageError(
+            errno.ENOTDIR, "shard directory is not a directory of the queue (a symlink?): not followed", directory
+        )
+
+
+def move_into(source: str, destination: str) -> bool:
+    """Rename a message file into another directory (a queue, a shard); False
+    if ``source`` was gone (a lost race). A destination directory that is gone
+    is an error that names it, not a lost race: the message stays where it was."""
+    if _fs.rename(source, destination):
+        return True
+    directory = os.path.dirname(destination)
+    if not _fs.is_dir(directory) and _fs.exists(source):
+        raise QueueNotFound(f"queue directory is gone: {directory}")
+    return False

@@ -1,0 +1,292 @@
+"""A handle's cached view of its queue's directory, walked by receive.
+
+Receive must not list the directory on every call: a handle lists once,
+keeps the names sorted in heaps (visible ones by delivery order, a group's
+next ones by turn, hidden ones by the time they turn visible) and walks them,
+listing again when they run out or grow old. Everything here is called with
+the queue's lock held.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+import time
+from collections.abc import Callable
+from typing import Any
+
+from vsqs._core import format as _format
+from vsqs._core.format import State
+from vsqs._core.groups import GroupLeases
+from vsqs._core.layout import Layout
+from vsqs._core.limits import DEFAULT_GC_GRACE
+
+# A cached listing is re-read when it runs out, or when older than
+# max(MAX_AGE, AGE_FACTOR x the time the last listing took), so that
+# listing costs stay a small share of the time at any depth.
+MAX_AGE = 2.0
+AGE_FACTOR = 20.0
+EXHAUSTED_FACTOR = 4.0
+CHEAP_LISTING = 0.001  # a listing this fast is repeated whenever the cache runs out
+SWEEP_EVERY = 60.0  # seconds between bulk passes (superseded group leases, orphaned .new files)
+
+# At most this many names of a listing are kept per handle (visible ones; as
+# many hidden ones): the first ones in delivery order. A deeper queue is
+# listed again when they run out, so a handle's memory does not grow with
+# the queue (90-110 bytes a name: some 9-11 MB at most).
+WINDOW = 100_000
+# After losing the race for a name to another consumer, a handle drops a random
+# 0..SKIP_AFTER_LOSS-1 of the next names of the same priority from its cache (never
+# its last name): the winner is likely to take them next, and consumers that walk
+# the same listing in the same order would otherwise lose a race for about every
+# name they get. The names dropped are still in the directory: the handle lists
+# again before its cache runs dry (see skip_ahead), so a receive returns nothing
+# only if every name of its latest listing was tried.
+SKIP_AFTER_LOSS = 16
+
+
+class Listing:
+    """The cache: its heaps and what is known of the listing they came from.
+
+    The receive hot path reads ``visible``, ``hidden``, ``grouped``,
+    ``stale_at`` and ``rest_of_round`` directly and pops ``visible`` itself
+    in the common case; everything else goes through the methods.
+    """
+
+    def __init__(
+        self,
+        layout: Layout,
+        groups: GroupLeases,
+        skew_us: int,
+        group_limit: Callable[[], int],
+        window: int | None = None,
+    ) -> None:
+        self._layout = layout
+        self._groups = groups
+        self._skew_us = skew_us
+        self._group_limit = group_limit  # the queue's group_concurrency now
+        self.window = WINDOW if window is None else window  # (the module's, looked up now: a test seam)
+        self._groups_seen = False
+        self._groups_swept_at = -math.inf
+        self._orphans_swept_at = -math.inf
+        self.reset()
+
+    def reset(self) -> None:
+        """Forget the listing (after a purge): the next receive lists again."""
+        self.visible: list[str] = []  # heap: smallest name = next to deliver
+        # heap of (round, name) for messages of groups: a group's first candidate
+        # is in round 0, its second in round 1...: groups take turns
+        self.grouped: list[tuple[int, str]] = []
+        self.hidden: list[tuple[int, str]] = []  # heap by the time they turn visible
+        self.blocked: set[str] = set()  # groups to leave alone until the next listing
+        self.listed_at = -math.inf  # time.monotonic() of the listing
+        self.cost = 0.0  # seconds the listing took
+        self.stale_at = -math.inf  # time.monotonic() from which it is re-read even if not used up
+        self.truncated = False  # the listing had more candidates than the window kept
+        self.claimed = 0  # messages claimed from this listing
+        # a sharded queue's listing stopped at a shard with candidates before
+        # going round them all: once they are used up, the next shards are listed
+        self.rest_of_round = False
+        self.skipped = False  # names of this listing were dropped after a lost race: list again when out
+
+    def next_candidate(self, may_list: bool = True) -> str | None:
+        """The next name to try to claim (not yet validated). The directory is
+        listed again if the cache is stale and ``may_list``."""
+        if self.hidden:
+            self.promote(_format.now_us())
+        if self.visible or self.grouped:
+            stale = time.monotonic() >= self.stale_at
+        else:  # ran out: at once if the window left names behind (and was of use), else not too often
+            age = time.monotonic() - self.listed_at
+            stale = (
+                self.skipped
+                or self.rest_of_round
+                or (self.truncated and self.claimed > 0)
+                or self.cost < CHEAP_LISTING
+                or age >= EXHAUSTED_FACTOR * self.cost
+            )
+        if stale and may_list:
+            self.skipped = False
+            self.relist(_format.now_us())
+        while self.grouped:
+            turn, name = self.grouped[0]
+            if self.visible and (turn > 0 or self.visible[0] < name):
+                break
+            heapq.heappop(self.grouped)
+            if _format.group_of(name) not in self.blocked:
+                return name
+        return heapq.heappop(self.visible) if self.visible else None
+
+    def skip_ahead(self, lost: str) -> bool:
+        """After losing the race for ``lost``: drop a random few of the next
+        visible names of the same priority (see SKIP_AFTER_LOSS); whether any was dropped."""
+        visible = self.visible
+        skip = _format.random_below(SKIP_AFTER_LOSS)
+        priority = lost[:1]  # the first character of a name: its priority
+        dropped = False
+        while skip and len(visible) > 1 and visible[0][:1] == priority:  # the last name stays
+            heapq.heappop(visible)
+            skip -= 1
+            dropped = True
+        if dropped:
+            self.skipped = True  # once the cache runs out, list again at once
+            if visible[0][:1] != priority:
+                # list again before going on to a lower priority, in case some of
+                # the dropped names are still there
+                self.stale_at = -math.inf
+        return dropped
+
+    def promote(self, now: int) -> None:
+        """Move hidden names whose time has come to the visible heaps."""
+        while self.hidden and self.hidden[0][0] + self._skew_us <= now:
+            name = heapq.heappop(self.hidden)[1]
+            if _format.group_of(name):
+                heapq.heappush(self.grouped, (0, name))
+            else:
+                heapq.heappush(self.visible, name)
+
+    def remember(self, name: str, until_us: int = 0) -> None:
+        """Put a name this handle just made into the cache, so it sees its own moves."""
+        if self.listed_at == -math.inf:
+            return
+        if until_us:
+            heapq.heappush(self.hidden, (until_us, name))
+        elif _format.group_of(name):
+            self.blocked.discard(_format.group_of(name))
+            heapq.heappush(self.grouped, (0, name))
+        else:
+            heapq.heappush(self.visible, name)
+
+    def block(self, group: str) -> None:
+        """Leave ``group`` alone until the next listing (its slots are all held)."""
+        self.blocked.add(group)
+
+    def until_next_expiry(self) -> float:
+        """Seconds until the first hidden name of the cache turns visible."""
+        if not self.hidden:
+            return math.inf
+        return max(0.0, (self.hidden[0][0] + self._skew_us - _format.now_us()) / 1e6)
+
+    def relist(self, now: int) -> None:
+        """List the directory; keep the first names of each kind (see WINDOW)."""
+        started = time.monotonic()
+        found, grouped, more_shards = self._list(now)
+        visible, truncated = first_messages(found.visible, self.window)
+        kept_grouped = first(grouped, self.window)
+        truncated = truncated or len(kept_grouped) < len(grouped)
+        hidden = first(found.hidden, self.window)  # the soonest to turn visible; later ones wait for a listing
+        if found.writing and time.monotonic() - self._orphans_swept_at > SWEEP_EVERY:
+            # a bulk pass at most once a minute: .new files of publishers that died
+            self._orphans_swept_at = time.monotonic()
+            cutoff = time.time() - DEFAULT_GC_GRACE
+            for orphan in found.writing:
+                self._layout.remove_orphan(orphan, cutoff)
+        if found.grouped or self._groups_seen:
+            if time.monotonic() - self._groups_swept_at > SWEEP_EVERY:
+                self._groups.sweep()  # a bulk pass, at most once a minute per handle
+                self._groups_swept_at = time.monotonic()
+            self._groups.refresh()
+            self._groups_seen = bool(found.grouped)
+        self.visible, self.grouped, self.hidden = visible, kept_grouped, hidden
+        self.truncated = truncated
+        self.rest_of_round = more_shards
+        self.claimed = 0
+        self.blocked = set()
+        self.listed_at = time.monotonic()
+        self.cost = self.listed_at - started
+        self.stale_at = self.listed_at + max(MAX_AGE, AGE_FACTOR * self.cost)
+
+    def _list(self, now: int) -> tuple[_format.Triage, list[tuple[int, str]], bool]:
+        """One listing sorted out for receive: the names by state, the groups'
+        candidates, and whether other shards may hold more.
+
+        The layout's receive round gives one listing (a flat queue) or the
+        shards one at a time; it stops at the first with something to claim
+        now. Hidden names and ``.new`` files of the shards passed on the way
+        are kept too (their visible names are not: by then they were all
+        foreign, or strays of other shards)."""
+        visible_from = now - self._skew_us
+        passed = _format.Triage([], [], [], [])
+        candidates: list[tuple[int, str]] = []
+        for names, is_home in self._layout.receive_round():
+            found = _format.triage(names, visible_from)
+            grouped = self._group_candidates(found.grouped, now, found.hidden) if found.grouped else []
+            if is_home is None:
+                return found, grouped, False
+            candidates.extend(grouped)
+            if grouped or any(_format.is_message_name(name) and is_home(name) for name in found.visible):
+                found.hidden.extend(passed.hidden)
+                found.writing.extend(passed.writing)
+                found.grouped.extend(passed.grouped)
+                return found, candidates, True
+            passed.hidden.extend(found.hidden)
+            passed.writing.extend(found.writing)
+            passed.grouped.extend(found.grouped)
+        return passed, candidates, False
+
+    def _group_candidates(
+        self, members_of_groups: list[_format.Name], now: int, hidden: list[tuple[int, str]]
+    ) -> list[tuple[int, str]]:
+        """Each group's next messages in order, as many as it has free slots."""
+        groups: dict[str, list[_format.Name]] = {}
+        for name in members_of_groups:
+            groups.setdefault(name.group_hash, []).append(name)
+        limit = self._group_limit()
+        skew = self._skew_us
+        candidates = []
+        for members in groups.values():
+            members.sort(key=lambda name: name.key)
+            held = [m for m in members if m.state is State.HIDDEN and m.receive_count and m.until_us + skew > now]
+            for m in held:  # back in play when its lease runs out
+                hidden.append((m.until_us, str(m)))
+            free = limit - len(held)
+            turn = 0
+            for m in members:
+                if free <= 0:
+                    break
+                if m.state is State.HIDDEN and m.until_us + skew > now:
+                    continue  # in flight, or delayed: not yet in the group's order
+                candidates.append((turn, str(m)))
+                turn += 1
+                free -= 1
+        return candidates
+
+
+def first(items: list[Any], n: int) -> list[Any]:
+    """The ``n`` smallest of ``items`` as a heap (``items`` itself, heapified, if
+    there are no more than ``n``).
+
+    For a long list, a sorted sample gives a cutoff, the items below it are
+    sorted (a sorted list is a heap) and cut to ``n``: much cheaper than a heap
+    selection over a million names. Any cutoff yields an exact prefix of the
+    sorted order; if the sample set it too low, a heap selection does it.
+    """
+    if len(items) <= n:
+        heapq.heapify(items)
+        return items
+    step = max(1, len(items) // 4096)
+    sample = sorted(items[::step])
+    cutoff = sample[min(len(sample) - 1, (n + n // 4) // step)]  # some slack: usually > n pass
+    below = [item for item in items if item <= cutoff]
+    if len(below) < n:
+        return heapq.nsmallest(n, items)
+    below.sort()
+    del below[n:]
+    return below
+
+
+def first_messages(names: list[str], n: int) -> tuple[list[str], bool]:
+    """The ``n`` first message names of ``names`` (as :func:`first`), none of
+    them foreign, and whether any message name was left out. When the window
+    leaves names out, a foreign name must not take a place in it, or foreign
+    names first in order could starve every message."""
+    kept = first(names, n)
+    while len(kept) < len(names):
+        foreign = {name for name in kept if not _format.is_message_name(name)}
+        if not foreign:
+            # fresh copies, packed together: the originals lie scattered among the
+            # whole listing's strings and would keep all their memory pages alive
+            return "\0".join(kept).split("\0"), True  # no file name holds a NUL
+        names = [name for name in names if name not in foreign]
+        kept = first(names, n)
+    return kept, False

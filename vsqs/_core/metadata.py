@@ -1,0 +1,77 @@
+"""A queue's birth certificate: ``.vsqs.json``, read to open a queue and
+written (with the shard directories) to create one so that it appears whole."""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import NamedTuple
+
+from vsqs._core import format as _format
+from vsqs._core import fs as _fs
+from vsqs._core.errors import QueueNotFound
+from vsqs._core.layout import Layout, layout_for
+
+_METADATA_WAIT = 5.0  # how long to wait for a racing creator to write metadata
+
+
+def open_queue(path: str, *, create: bool, shards: int = 1, mode: int | None = None) -> _format.Metadata:
+    """Check (or make, with ``shards`` and file ``mode``) the queue directory
+    at ``path`` and its metadata; return what the metadata fixes."""
+    meta = os.path.join(path, _format.METADATA_NAME)
+    data = _fs.read(meta)
+    if data is None and create:
+        _create(path, shards, mode)
+        data = _fs.read(meta)
+    if data is None:
+        if _fs.is_dir(path):
+            raise QueueNotFound(f"not a vsqs queue: {path} has no {_format.METADATA_NAME} (create it first)")
+        raise QueueNotFound(f"no queue at {path} (create it first)")
+    deadline = time.monotonic() + _METADATA_WAIT
+    while not data and time.monotonic() < deadline:  # a creator is still writing it
+        time.sleep(0.01)
+        data = _fs.read(meta) or b""
+    return _format.decode_metadata(data, meta)
+
+
+def _create(path: str, shards: int, mode: int | None) -> None:
+    """Make the queue so that it appears whole: a private directory holding
+    the metadata (and the shard directories) is renamed into place. An
+    existing directory is adopted by an exclusive create of the metadata
+    file, after its shard directories."""
+    content = _format.encode_metadata(_format.new_queue_id(), shards)
+    meta = os.path.join(path, _format.METADATA_NAME)
+    if not _fs.is_dir(path):
+        parent, base = os.path.split(path)
+        _fs.make_dirs(parent)
+        private = os.path.join(parent, f".{base}.creating-{_format.new_tag()}")
+        _fs.make_dir(private, mode)
+        Layout.make(private, shards, mode)
+        _fs.create_exclusive(os.path.join(private, _format.METADATA_NAME), content, durable=True, mode=mode)
+        _fs.fsync_dir(private)
+        if _fs.rename_dir(private, path):
+            _fs.fsync_dir(parent)
+            return
+        if shards > 1:  # another creator won, or a directory appeared there meanwhile
+            _fs.remove_tree(private)
+        else:
+            _fs.remove_tree_quietly(private, [_format.METADATA_NAME])
+    if not _fs.exists(meta):  # adopt the directory: shards first
+        Layout.make(path, shards, mode)
+    if _fs.create_exclusive(meta, content, durable=True, mode=mode):
+        _fs.fsync_dir(path)
+
+
+class Store(NamedTuple):
+    """Another queue as the engine sees it: its id and where its files live
+    (what dead-lettering and redrive need of a queue they move messages into)."""
+
+    id: str
+    layout: Layout
+
+
+def open_store(path: str, *, create: bool = False, shards: int = 1, mode: int | None = None) -> Store:
+    """The :class:`Store` of the queue at ``path`` (made if ``create``, with
+    ``shards`` and file ``mode``)."""
+    meta = open_queue(path, create=create, shards=shards, mode=mode)
+    return Store(meta.queue_id, layout_for(path, meta.shards))

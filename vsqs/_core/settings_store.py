@@ -1,0 +1,87 @@
+"""A queue's settings on disk: ``.settings/NNNNNNNNN.json``, each version
+created with an exclusive create and never rewritten; the newest version that
+parses wins. Read at most once a second per handle (``TTL``), so every
+process sees a change within that time."""
+
+from __future__ import annotations
+
+import math
+import os
+import threading
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from vsqs._core import format as _format
+from vsqs._core import fs as _fs
+from vsqs._core import settings as _settings
+from vsqs._core.errors import StorageError
+from vsqs._core.message import to_us
+
+TTL = 1.0  # other processes' setting changes are seen within this many seconds
+
+
+class SettingsStore:
+    """The settings of the queue whose directory entry ``.settings`` is at
+    ``directory``, with this handle's copy of them.
+
+    ``values``, ``read_at`` and ``lease_us`` are read directly by the hot
+    paths (a freshness test inlined, instead of a call to :meth:`current`).
+    ``mode`` is the queue's file mode (its ``file_mode`` setting), for every
+    file the handle makes; ``on_change`` is called with the settings each
+    time they are read anew.
+    """
+
+    def __init__(self, directory: str, on_change: Callable[[Mapping[str, Any]], None]) -> None:
+        self.directory = directory
+        self.values: dict[str, Any] = dict(_settings.DEFAULTS)
+        self.mode = _settings.file_mode_of(self.values)
+        self.lease_us = to_us(self.values["visibility_timeout"])  # the default visibility timeout, in µs
+        self.read_at = -math.inf  # time.monotonic() of the last read
+        self._on_change = on_change
+        self._lock = threading.Lock()  # its own: settings are read while the queue's lock is held
+
+    def current(self) -> dict[str, Any]:
+        """The settings, read again if the copy is older than TTL."""
+        if time.monotonic() - self.read_at >= TTL:
+            _, settings = self.newest()
+            self._adopt(settings)
+        return self.values
+
+    def write(self, clean: Mapping[str, Any], mode: int | None) -> dict[str, Any]:
+        """Store a new version: the newest settings with the validated
+        ``clean`` changes on top; files made with ``mode``. Returns the result."""
+        _fs.make_dirs(self.directory, mode)
+        for _attempt in range(50):
+            version, current = self.newest()
+            merged = {**current, **clean}
+            data = _settings.encode(merged, _format.FORMAT_VERSION)
+            path = os.path.join(self.directory, _settings.version_name(version + 1))
+            if _fs.create_exclusive(path, data, durable=True, mode=mode):
+                _fs.fsync_dir(self.directory)
+                self._adopt(merged)
+                return merged
+        raise StorageError(17, "settings changed by others 50 times in a row; try again", self.directory)
+
+    def newest(self) -> tuple[int, dict[str, Any]]:
+        """(newest version number, newest settings that parse) from one small listing."""
+        if not _fs.is_private_dir(self.directory):
+            return 0, dict(_settings.DEFAULTS)
+        versions = sorted(
+            (v for v in map(_settings.parse_version, _fs.list_names(self.directory)) if v is not None),
+            reverse=True,
+        )
+        for version in versions:
+            data = _fs.read(os.path.join(self.directory, _settings.version_name(version)))
+            settings = _settings.decode(data, _format.FORMAT_VERSION) if data else None
+            if settings is not None:
+                return versions[0], settings
+        return (versions[0] if versions else 0), dict(_settings.DEFAULTS)
+
+    def _adopt(self, settings: dict[str, Any]) -> None:
+        with self._lock:
+            self.values = settings
+            self.mode = _settings.file_mode_of(settings)
+            self.lease_us = to_us(settings["visibility_timeout"])  # (validated when it was read)
+            self._on_change(settings)
+            self.read_at = time.monotonic()

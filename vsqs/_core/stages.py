@@ -1,0 +1,131 @@
+"""Stages: many messages written durably into a private directory of the
+queue, invisible to receivers, then published together by one rename each
+(or dropped). A Spark task attempt writes its own stage, and only the
+committed attempt's messages are published."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+from vsqs._core import format as _format
+from vsqs._core import fs as _fs
+from vsqs._core import publishing
+from vsqs._core.dedup import Reservations
+from vsqs._core.errors import StorageError
+from vsqs._core.format import State
+from vsqs._core.layout import Layout, move_into
+from vsqs._core.message import Body, Outgoing
+
+
+class Stages:
+    """The stages of one queue. ``publish_checks`` gives the settings a
+    publish must obey (and raises if publishing is suspended);
+    ``capacity`` checks the queue's limits; ``mode`` gives the file mode."""
+
+    def __init__(
+        self,
+        layout: Layout,
+        reservations: Reservations,
+        capacity: Callable[[list[bytes], Mapping[str, Any]], None],
+        publish_checks: Callable[[], Mapping[str, Any]],
+        settings: Callable[[], Mapping[str, Any]],
+        mode: Callable[[], int | None],
+    ) -> None:
+        self._layout = layout
+        self._reservations = reservations
+        self._capacity = capacity
+        self._publish_checks = publish_checks
+        self._settings = settings
+        self._mode = mode
+
+    def publish(self, bodies: Iterable[Body | Outgoing], stage: str) -> list[str]:
+        """Write messages durably into ``stage``; their ids."""
+        directory = self._layout.file(_format.stage_dir_name(stage))
+        settings = self._publish_checks()
+        entries = [publishing.prepare(item, publishing.NO_DEFAULTS, settings) for item in bodies]
+        self._capacity([entry.body for entry in entries], settings)
+        mode = self._mode()
+        _fs.make_dirs(directory, mode)
+        prefix = directory + os.sep
+        ids = []
+        for entry in entries:
+            if entry.digest:  # the commit needs it: it travels in the envelope
+                entry = entry._replace(header={**entry.header, "dedup": entry.digest})
+            stem, temp = publishing.write_new(self._layout, entry, True, mode, stage=prefix)
+            if not _fs.rename(temp, prefix + publishing.final_name(stem, entry.delay)):
+                raise StorageError(2, "staged message file vanished", temp)
+            ids.append(stem[: _format.KEY_LENGTH])
+        _fs.fsync_dir(directory)
+        return ids
+
+    def commit(self, stage: str) -> int:
+        """Publish every message of ``stage`` and remove it; how many were published."""
+        directory = self._layout.file(_format.stage_dir_name(stage))
+        if not _fs.is_private_dir(directory):
+            return 0
+        settings = self._settings()
+        reserved: dict[str, tuple[str, int]] = {}
+        presence = publishing.Presence(self._layout)
+        published: list[str] = []
+        leftovers = []
+        try:
+            for name in _fs.list_names(directory):
+                parsed = _format.parse_name(name)
+                if parsed is None or parsed.state is State.WRITING:
+                    leftovers.append(name)  # .new files of a writer that died: never published
+                    continue
+                staged = os.path.join(directory, name)
+                digest = _staged_digest(parsed, staged) if parsed.envelope else ""
+                if digest and digest not in reserved and self._reservations.peek(
+                    digest, settings["dedup_window"], presence
+                ):
+                    leftovers.append(name)  # a known duplicate never enters the queue
+                    continue
+                if not move_into(staged, self._layout.message_file(name)):
+                    continue
+                holder = (
+                    publishing.reserve(self._reservations, digest, parsed.stem, settings, reserved, presence)
+                    if digest else None
+                )
+                if holder is not None and holder != parsed.key:
+                    _fs.unlink(self._layout.message_file(name))  # a duplicate: take it back
+                    continue
+                published.append(name)
+        finally:  # (also when a move failed half-way: what did move is made durable and kept)
+            if published:
+                self._layout.fsync(published)
+            for digest, (key, gen) in reserved.items():
+                self._reservations.confirm(digest, gen, key)
+        _fs.remove_tree_quietly(directory, leftovers)
+        return len(published)
+
+    def abort(self, stage: str) -> int:
+        """Drop ``stage`` and its messages unpublished; how many were dropped."""
+        directory = self._layout.file(_format.stage_dir_name(stage))
+        if not _fs.is_private_dir(directory):
+            return 0
+        names = _fs.list_names(directory)
+        dropped = sum(1 for name in names if _format.parse_name(name) is not None)
+        _fs.remove_tree_quietly(directory, names)  # all of it: the directory is ours
+        return dropped
+
+    def names(self) -> list[str]:
+        """The names of the stages not yet committed or aborted."""
+        found = []
+        for entry in _fs.list_names(self._layout.path):
+            name = _format.parse_stage_dir(entry)
+            if name is not None and _fs.is_private_dir(self._layout.file(entry)):
+                found.append(name)
+        return sorted(found)
+
+
+def _staged_digest(name: _format.Name, path: str) -> str:
+    """The de-duplication hash a staged message carries in its envelope, or ""."""
+    data = _fs.read(path)
+    try:
+        header = _format.decode_content(name, data, path)[1] if data else None
+    except StorageError:
+        header = None
+    return str((header or {}).get("dedup") or "")
