@@ -5,6 +5,7 @@ file, its first name, de-duplication lookups and back-pressure (the queue's
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import math
 import threading
@@ -180,6 +181,38 @@ def reserve(
     if holder is None:
         reserved[digest] = (key, gen)
     return holder
+
+
+def write_batch(
+    layout: Layout,
+    entries: list[Prepared],
+    durable: bool,
+    mode: int | None,
+    reservations: Reservations,
+    settings: Mapping[str, Any],
+) -> Written:
+    """Write each entry's ``.new`` file, reserving its dedup id if it has one
+    (the body first, so a reservation always has its message, or the .new
+    file of its publisher, behind it). If anything fails, nothing stays."""
+    written = Written([], {}, {})
+    presence = Presence(layout) if any(entry.digest for entry in entries) else None
+    try:
+        for position, entry in enumerate(entries):
+            stem, temp = write_new(layout, entry, durable, mode)
+            if entry.digest:
+                assert presence is not None
+                holder = reserve(reservations, entry.digest, stem, settings, written.reserved, presence)
+                if holder is not None:
+                    _fs.unlink(temp)
+                    written.duplicates[position] = holder
+                    continue
+            written.files.append((entry, stem, temp))
+    except BaseException:
+        for _, _, temp in written.files:
+            with contextlib.suppress(StorageError):
+                _fs.unlink(temp)
+        raise
+    return written
 
 
 class Capacity:

@@ -54,7 +54,7 @@ from vsqs._core.listing import Listing
 from vsqs._core.maintenance import Maintenance
 from vsqs._core.message import Body, Message, MessageInfo, Outgoing, QueueStats, to_bytes, to_us
 from vsqs._core.metadata import Store, open_store
-from vsqs._core.receipts import IssuedReceipts, stale_message
+from vsqs._core.receipts import HeldMessages, IssuedReceipts, stale_message
 from vsqs._core.rules import check_batch_size, check_priority, check_seconds
 from vsqs._core.settings_store import TTL as _SETTINGS_TTL
 from vsqs._core.settings_store import SettingsStore
@@ -291,7 +291,7 @@ class Queue:
             raise InvalidArgument(f"bodies: at most {MAX_BATCH} messages per batch, not {len(entries)}")
         if settings["max_message_bytes"] is not None or settings["max_messages"] is not None:
             self._check_capacity([entry.body for entry in entries], settings)
-        written = self._write_batch(entries, layout, durable, settings)
+        written = publishing.write_batch(layout, entries, durable, self._settings.mode, self._reservations, settings)
         ids: list[str] = []
         for entry, stem, temp in written.files:
             if not _fs.rename(temp, layout.message_file(publishing.final_name(stem, entry.delay))):
@@ -306,35 +306,6 @@ class Queue:
         for position in sorted(written.duplicates) if written.duplicates else ():
             ids.insert(position, written.duplicates[position])
         return ids
-
-    def _write_batch(
-        self, entries: list[publishing.Prepared], layout: Any, durable: bool, settings: Mapping[str, Any]
-    ) -> publishing.Written:
-        """Write each entry's ``.new`` file, reserving its dedup id if it has one
-        (the body first, so a reservation always has its message, or the .new
-        file of its publisher, behind it). If anything fails, nothing stays."""
-        written = publishing.Written([], {}, {})
-        presence = publishing.Presence(layout) if any(entry.digest for entry in entries) else None
-        mode = self._settings.mode
-        try:
-            for position, entry in enumerate(entries):
-                stem, temp = publishing.write_new(layout, entry, durable, mode)
-                if entry.digest:
-                    assert presence is not None
-                    holder = publishing.reserve(
-                        self._reservations, entry.digest, stem, settings, written.reserved, presence
-                    )
-                    if holder is not None:
-                        _fs.unlink(temp)
-                        written.duplicates[position] = holder
-                        continue
-                written.files.append((entry, stem, temp))
-        except BaseException:
-            for _, _, temp in written.files:
-                with contextlib.suppress(StorageError):
-                    _fs.unlink(temp)
-            raise
-        return written
 
     def _publish_plain(self, body: Body, priority: int, durable: bool) -> str:
         """publish() of a body with no option but its priority: what publish_batch
@@ -666,23 +637,7 @@ class Queue:
     def change_visibility(self, receipt: str, timeout: float) -> str:
         """Hide the message for ``timeout`` seconds from now; return the new receipt."""
         timeout = check_seconds(timeout, "timeout", MAX_VISIBILITY_TIMEOUT)
-        store = self._open_parts()
-        name, text, slot = _format.parse_receipt(store.id, receipt)
-        until = _format.now_us() + to_us(timeout)
-        new = _format.hidden_name(name.stem, until, name.receive_count, _format.moved_tag(name.tag))
-        if slot is not None:  # the slot first: a crash between leaves the group blocked, not open
-            with self._lock:
-                extended = self._groups.extend(name.group_hash, slot, until)
-            if extended is None:  # the lease ran out and the slot was taken: so was the message
-                raise StaleReceipt(stale_message(name.key))
-            slot = extended
-        if not _fs.rename(store.layout.message_file(text), store.layout.message_file(new)):
-            if slot is not None:
-                with self._lock:
-                    self._groups.free(name.group_hash, slot)
-            raise StaleReceipt(stale_message(name.key))
-        self._remember(new, until)
-        return _format.make_receipt(store.id, new, slot)
+        return self._held(self._open_parts()).change_visibility(receipt, timeout)
 
     def current_receipt(self, receipt: str) -> str:
         """The receipt that holds ``receipt``'s message now, after
@@ -694,35 +649,14 @@ class Queue:
         keeps the first digits of the TAG). :class:`StaleReceipt` if the
         message was deleted, released or received again since.
         """
-        store = self._open_parts()
-        name, text, slot = _format.parse_receipt(store.id, receipt)
-        if _fs.exists(store.layout.message_file(text)):
-            return receipt
-        for other in store.layout.names(beside=text):  # (its shard: the stem stays)
-            if (other.stem != name.stem or other.state is not State.HIDDEN
-                    or other.receive_count != name.receive_count
-                    or not _format.same_receive(other.tag, name.tag)):
-                continue
-            if slot is None:
-                return _format.make_receipt(store.id, str(other), None)
-            with self._lock:
-                held = self._groups.held_until(name.group_hash, slot.index, other.until_us)
-            if held is not None:
-                return _format.make_receipt(store.id, str(other), held)
-        raise StaleReceipt(stale_message(name.key))
+        return self._held(self._open_parts()).current(receipt)
 
     def release(self, receipt: str) -> None:
         """Make the message visible again now (ready), keeping its receive count."""
-        store = self._open_parts()
-        name, text, slot = _format.parse_receipt(store.id, receipt)
-        ready = _format.ready_name(name.stem, name.receive_count)
-        released = _fs.rename(store.layout.message_file(text), store.layout.message_file(ready))
-        if slot is not None:
-            with self._lock:
-                self._groups.free(name.group_hash, slot)
-        if not released:
-            raise StaleReceipt(stale_message(name.key))
-        self._remember(ready)
+        self._held(self._open_parts()).release(receipt)
+
+    def _held(self, store: Store) -> HeldMessages:
+        return HeldMessages(store, self._groups, self._lock, self._remember)
 
     # -- inspection and maintenance ------------------------------------------
 

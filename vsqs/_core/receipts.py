@@ -1,9 +1,20 @@
-"""What a handle remembers of the receipts it issued, and the one wording of
-a stale receipt."""
+"""Receipts: what a handle remembers of the receipts it issued, the moves of
+a held message other than its delete (a change of visibility, a release),
+the lookup of a message's current receipt, and the one wording of a stale
+receipt. (Delete is the queue's hot path and stays in :class:`Queue`.)"""
 
 from __future__ import annotations
 
-from vsqs._core.format import SlotRef
+import threading
+from collections.abc import Callable
+
+from vsqs._core import format as _format
+from vsqs._core import fs as _fs
+from vsqs._core.errors import StaleReceipt
+from vsqs._core.format import SlotRef, State
+from vsqs._core.groups import GroupLeases
+from vsqs._core.message import to_us
+from vsqs._core.metadata import Store
 
 KEPT = 1024  # receipts a handle remembers parsed (two generations of this many)
 
@@ -45,3 +56,74 @@ def stale_message(key: str) -> str:
         f"receipt for message {key} is stale: the message was deleted, its visibility "
         "was changed with this receipt already, or its lease ran out and it was received again"
     )
+
+
+class HeldMessages:
+    """The moves of messages held by receipts, in one queue (``store``): each
+    is one rename of the message file, and for a message of a group the
+    slot lease moves first. ``remember`` puts the new name in the handle's
+    listing cache; ``lock`` is the queue's, which guards the group leases."""
+
+    def __init__(
+        self,
+        store: Store,
+        groups: GroupLeases,
+        lock: threading.Lock,
+        remember: Callable[[str, int], None],
+    ) -> None:
+        self._store = store
+        self._groups = groups
+        self._lock = lock
+        self._remember = remember
+
+    def change_visibility(self, receipt: str, timeout: float) -> str:
+        """Hide the message for ``timeout`` (checked) seconds from now; the new receipt."""
+        queue_id, layout = self._store
+        name, text, slot = _format.parse_receipt(queue_id, receipt)
+        until = _format.now_us() + to_us(timeout)
+        new = _format.hidden_name(name.stem, until, name.receive_count, _format.moved_tag(name.tag))
+        if slot is not None:  # the slot first: a crash between leaves the group blocked, not open
+            with self._lock:
+                extended = self._groups.extend(name.group_hash, slot, until)
+            if extended is None:  # the lease ran out and the slot was taken: so was the message
+                raise StaleReceipt(stale_message(name.key))
+            slot = extended
+        if not _fs.rename(layout.message_file(text), layout.message_file(new)):
+            if slot is not None:
+                with self._lock:
+                    self._groups.free(name.group_hash, slot)
+            raise StaleReceipt(stale_message(name.key))
+        self._remember(new, until)
+        return _format.make_receipt(queue_id, new, slot)
+
+    def current(self, receipt: str) -> str:
+        """The receipt that holds ``receipt``'s message now (see :meth:`Queue.current_receipt`)."""
+        queue_id, layout = self._store
+        name, text, slot = _format.parse_receipt(queue_id, receipt)
+        if _fs.exists(layout.message_file(text)):
+            return receipt
+        for other in layout.names(beside=text):  # (its shard: the stem stays)
+            if (other.stem != name.stem or other.state is not State.HIDDEN
+                    or other.receive_count != name.receive_count
+                    or not _format.same_receive(other.tag, name.tag)):
+                continue
+            if slot is None:
+                return _format.make_receipt(queue_id, str(other), None)
+            with self._lock:
+                held = self._groups.held_until(name.group_hash, slot.index, other.until_us)
+            if held is not None:
+                return _format.make_receipt(queue_id, str(other), held)
+        raise StaleReceipt(stale_message(name.key))
+
+    def release(self, receipt: str) -> None:
+        """Make the message visible again now (ready), keeping its receive count."""
+        queue_id, layout = self._store
+        name, text, slot = _format.parse_receipt(queue_id, receipt)
+        ready = _format.ready_name(name.stem, name.receive_count)
+        released = _fs.rename(layout.message_file(text), layout.message_file(ready))
+        if slot is not None:
+            with self._lock:
+                self._groups.free(name.group_hash, slot)
+        if not released:
+            raise StaleReceipt(stale_message(name.key))
+        self._remember(ready, 0)
