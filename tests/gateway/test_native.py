@@ -503,7 +503,8 @@ def test_no_file_io_on_the_event_loop(tmp_path, monkeypatch):
 
     from tests.gateway.server import free_port
     from vsqs._core import fs as _fs
-    from vsqs._gateway.app import GatewayConfig, create_app
+    from vsqs._gateway.app import create_app
+    from vsqs._gateway.config import GatewayConfig
 
     on_the_loop: list[str] = []
 

@@ -33,7 +33,8 @@ from botocore.exceptions import ClientError
 
 import vsqs
 from tests.gateway.server import Server, running_gateway, tree_around
-from vsqs._gateway import sqs as _sqs
+from vsqs._gateway.sqs import attributes as _attributes
+from vsqs._gateway.sqs import protocol as _protocol
 
 KEY, SECRET = "AKIDVSQSTEST", "vsqs-test-secret"
 REGION = "us-east-1"
@@ -106,7 +107,7 @@ def error_of(caught: pytest.ExceptionInfo[ClientError]) -> tuple[str, int]:
 
 
 def md5_of_attributes(attributes: dict[str, dict[str, Any]]) -> str:
-    """SQS's MD5OfMessageAttributes, written out independently of vsqs._gateway.sqs."""
+    """SQS's MD5OfMessageAttributes, written out independently of vsqs._gateway.sqs.attributes."""
     data = b""
     for name in sorted(attributes):
         value = attributes[name]
@@ -875,20 +876,21 @@ def test_vsqs_errors_translate_to_sqs_errors() -> None:
         (vsqs.StorageError(5, "Input/output error", "/spool/x/f"), "ServiceUnavailable", 503),
     ]
     for exc, name, status in cases:
-        error = _sqs.sqs_error_of(exc, "/spool")
+        error = _protocol.sqs_error_of(exc, "/spool")
         assert (error.name, error.status) == (name, status), exc
         assert "/spool/" not in error.message
-        response = _sqs.error_response(error)
+        response = _protocol.error_response(error)
         assert response.headers["x-amzn-query-error"] == f"{error.query_code};{error.fault}"
 
 
 def test_attribute_digest_matches_a_known_vector() -> None:
     # computed by hand from SQS's algorithm: name "a", type "String", value "b"
     data = (struct.pack(">I", 1) + b"a" + struct.pack(">I", 6) + b"String" + b"\x01" + struct.pack(">I", 1) + b"b")
-    assert _sqs.md5_of_attributes({"a": {"DataType": "String", "StringValue": "b"}}) == hashlib.md5(data).hexdigest()
+    assert (_attributes.md5_of_attributes({"a": {"DataType": "String", "StringValue": "b"}})
+            == hashlib.md5(data).hexdigest())
     binary = {"x": {"DataType": "Binary", "BinaryValue": base64.b64encode(b"\x00\x01").decode()}}
-    assert _sqs.md5_of_attributes(binary) == md5_of_attributes({"x": {"DataType": "Binary",
-                                                                      "BinaryValue": b"\x00\x01"}})
+    assert _attributes.md5_of_attributes(binary) == md5_of_attributes({"x": {"DataType": "Binary",
+                                                                             "BinaryValue": b"\x00\x01"}})
 
 
 def test_metrics_count_sqs_actions_by_outcome(sqs: Any, server: Server) -> None:

@@ -1,0 +1,108 @@
+"""``vsqs serve``: the click command that starts the gateway.
+
+The CLI finds it through the ``vsqs.commands`` entry-point group (see
+setup.cfg), so the command line needs no import of the gateway. Importing
+this module needs only click and vsqs: FastAPI and uvicorn are imported
+when the command runs, and their absence is a one-line error naming the
+``server`` extra.
+"""
+
+from __future__ import annotations
+
+import configparser
+import logging
+import os
+
+import click
+
+from vsqs import Spool, VsqsError
+from vsqs._core import settings as _settings
+from vsqs._gateway.config import DEFAULT_MAX_MESSAGE_BYTES, GatewayConfig
+from vsqs._gateway.limits import MAX_MESSAGE_BYTES_CEILING
+
+
+def _read_secret_file(path: str) -> str:
+    with open(path, encoding="utf-8") as f:
+        secret = f.readline().strip()
+    if not secret:
+        raise click.BadParameter(f"{path} is empty", param_hint="--api-key-file")
+    return secret
+
+
+def _aws_credentials(path: str | None) -> dict[str, str]:
+    """Access key id -> secret, from the environment and an AWS shared-credentials
+    file (every profile with aws_access_key_id and aws_secret_access_key)."""
+    found: dict[str, str] = {}
+    key_id, secret = os.environ.get("VSQS_AWS_ACCESS_KEY_ID"), os.environ.get("VSQS_AWS_SECRET_ACCESS_KEY")
+    if bool(key_id) != bool(secret):
+        raise click.UsageError("set both VSQS_AWS_ACCESS_KEY_ID and VSQS_AWS_SECRET_ACCESS_KEY, or neither")
+    if key_id and secret:
+        found[key_id] = secret
+    if path:
+        parser = configparser.ConfigParser()
+        try:
+            parser.read(path, encoding="utf-8")
+        except configparser.Error as exc:
+            raise click.BadParameter(f"{path}: {exc}", param_hint="--aws-credentials-file") from None
+        for profile in parser.sections():
+            section = parser[profile]
+            if section.get("aws_access_key_id") and section.get("aws_secret_access_key"):
+                found[section["aws_access_key_id"].strip()] = section["aws_secret_access_key"].strip()
+        if not found:
+            raise click.BadParameter(f"{path} holds no aws_access_key_id/aws_secret_access_key pair",
+                                     param_hint="--aws-credentials-file")
+    return found
+
+
+@click.command(context_settings={"help_option_names": ["-h", "--help"]})
+@click.argument("spool", type=click.Path(file_okay=False, path_type=str))
+@click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on (loopback unless told).")
+@click.option("--port", type=click.IntRange(1, 65535), default=8080, show_default=True)
+@click.option("--workers", type=click.IntRange(1, 64), default=1, show_default=True,
+              help="Worker processes (they share nothing but the spool).")
+@click.option("--api-key-file", type=click.Path(exists=True, dir_okay=False), default=None,
+              help="File whose first line is the API key of the native API [default: $VSQS_API_KEY].")
+@click.option("--aws-credentials-file", type=click.Path(exists=True, dir_okay=False), default=None,
+              help="AWS shared-credentials file: the key pairs the SQS face accepts "
+              "[also $VSQS_AWS_ACCESS_KEY_ID and $VSQS_AWS_SECRET_ACCESS_KEY].")
+@click.option("--region", default="us-east-1", show_default=True, help="Region in queue ARNs and signatures.")
+@click.option("--max-message-bytes", type=click.IntRange(1, MAX_MESSAGE_BYTES_CEILING),
+              default=DEFAULT_MAX_MESSAGE_BYTES,
+              show_default=True, help="Largest body the gateway takes (a queue's own limit may be lower).")
+@click.option("--file-mode", default=None, metavar="MODE",
+              help="Octal mode for the queues the gateway creates, e.g. 660 for a group-shared spool.")
+@click.option("--limit-concurrency", type=click.IntRange(1), default=None,
+              help="Answer 503 past this many open connections and requests per worker [default: no limit].")
+@click.option("--create", is_flag=True, help="Create SPOOL if it does not exist.")
+@click.option("--log-level", type=click.Choice(["critical", "error", "warning", "info", "debug"]),
+              default="info", show_default=True)
+def serve(
+    spool: str, host: str, port: int, workers: int, api_key_file: str | None, aws_credentials_file: str | None,
+    region: str, max_message_bytes: int, file_mode: str | None, limit_concurrency: int | None, create: bool,
+    log_level: str,
+) -> None:
+    """Serve SPOOL over HTTP: the native API under /queues and the Amazon SQS
+    protocol on POST / (needs the extra: pip install 'vsqs[server]').
+
+    The gateway keeps no state: run as many as you like, on any hosts sharing
+    the spool. TLS belongs to a reverse proxy in front.
+    """
+    try:
+        from vsqs._gateway.app import serve as run
+    except ImportError as exc:
+        raise click.ClickException(
+            f"vsqs serve needs the server extra: pip install 'vsqs[server]' ({exc})") from None
+
+    Spool(spool, create=create)  # QueueNotFound (a clear one-line error) if it is missing
+    api_key = _read_secret_file(api_key_file) if api_key_file else os.environ.get("VSQS_API_KEY") or None
+    if file_mode is not None:
+        try:
+            file_mode = _settings.validate({"file_mode": file_mode})["file_mode"]
+        except VsqsError as exc:
+            raise click.BadParameter(str(exc), param_hint="--file-mode") from None
+    config = GatewayConfig(
+        spool=os.path.abspath(spool), api_key=api_key, aws_credentials=_aws_credentials(aws_credentials_file),
+        region=region, max_message_bytes=max_message_bytes, file_mode=file_mode,
+    )
+    logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    run(config, host=host, port=port, workers=workers, log_level=log_level, limit_concurrency=limit_concurrency)

@@ -1,0 +1,108 @@
+"""The Amazon SQS face of the gateway: the AWS JSON 1.0 protocol on ``POST /``.
+
+An unmodified SQS client (boto3, the ``aws sqs`` command, any SDK that speaks
+JSON 1.0) pointed at the gateway's URL works on the spool's queues, beside
+library and CLI users of the same spool. Every action turns into calls of
+the public vsqs API; file I/O runs on the gateway's thread pool.
+
+Protocol. A request is ``POST /`` with ``X-Amz-Target: AmazonSQS.<Action>``
+and a JSON body; an answer is JSON (``application/x-amz-json-1.0``) with an
+``x-amzn-RequestId`` header. An error is HTTP 400 (403 for a refused
+signature, 500/503 for the gateway's own trouble) with the body
+``{"__type": "com.amazonaws.sqs#<Name>", "message": ...}`` and the header
+``x-amzn-query-error: <query code>;Sender`` (``Receiver`` for 5xx): botocore maps that pair to
+``client.exceptions.<Name>`` (``QueueDoesNotExist`` for
+``AWS.SimpleQueueService.NonExistentQueue``, ``QueueNameExists`` for
+``QueueAlreadyExists``, ...). Unmodelled codes (``InvalidParameterValue``,
+``MissingParameter``, ...) come back as a ``ClientError`` with that code.
+
+Actions: CreateQueue, GetQueueUrl, ListQueues, DeleteQueue,
+GetQueueAttributes, SetQueueAttributes, SendMessage(Batch), ReceiveMessage,
+DeleteMessage(Batch), ChangeMessageVisibility(Batch), PurgeQueue. Others
+answer ``UnsupportedOperation``; an unknown target ``UnknownOperationException``.
+
+Decisions (beyond SQS's own rules):
+
+- Auth: SigV4 against the configured key pairs (``vsqs._gateway.sigv4``). With none but
+  an API key, SigV4 with the API key as the secret and any access key id (a
+  key closes both faces); with neither, every request is accepted, signed or
+  not. The region in the
+  signature's scope is not checked (it only names the key derivation).
+- Queue URL ``{scheme}://{Host}/{account_id}/{name}``. A QueueUrl is
+  accepted with any host and account; its last segment is the queue name.
+  CreateQueue takes only SQS names (1-80 of ``A-Za-z0-9_-``, plus ``.fifo``);
+  an existing queue may be addressed by any vsqs name (``jobs.dlq``), which
+  never contains ``/`` or ``..``. A bad name or URL touches no file.
+- FIFO: a queue is FIFO iff its name ends in ``.fifo`` (CreateQueue wants
+  ``FifoQueue=true`` with the suffix and the suffix with it). A new FIFO
+  queue gets ``dedup_window=300`` and ``group_concurrency=1``. Sends need a
+  MessageGroupId, refuse a non-zero per-message DelaySeconds, and need a
+  MessageDeduplicationId unless ContentBasedDeduplication is on.
+  vsqs de-duplicates per message group, so DeduplicationScope is
+  ``messageGroup`` (``queue`` is refused: vsqs cannot honour it) and
+  FifoThroughputLimit ``perQueue`` (vsqs has no throughput limit). A dedup id
+  is held while its message is in the queue and 300 s after it is gone
+  (SQS: 300 s after the send). MessageGroupId on a standard queue also
+  becomes a vsqs group, so that group is delivered in order, one in flight.
+- Queue attributes map to settings: VisibilityTimeout, DelaySeconds,
+  MessageRetentionPeriod (``retention``: reported only when set; vsqs keeps
+  messages for ever by default, and only ``vsqs gc`` enforces it),
+  MaximumMessageSize (the setting, else the gateway's limit),
+  ReceiveMessageWaitTimeSeconds, RedrivePolicy (``dead_letter`` and
+  ``max_receives``; the target must be an existing queue of the spool of the
+  same type), ContentBasedDeduplication. Read-only: the three message counts
+  (one listing), QueueArn, FifoQueue. CreatedTimestamp, LastModifiedTimestamp,
+  Policy, KMS and RedriveAllowPolicy are not reported (no public API holds
+  them); setting them is refused. Fractional settings made by the library
+  are reported as decimals. CreateQueue ``tags`` are ignored.
+- Message attributes: ``String`` ones are plain vsqs attributes (library
+  users see them as they are, and library attributes come back as String).
+  Other types keep their value as text (Binary as base64) and their type in
+  the hidden vsqs attribute ``sqs.types`` (JSON name -> DataType).
+  MessageDeduplicationId and AWSTraceHeader are kept in ``sqs.dedup_id`` and
+  ``sqs.trace``. Attributes named ``sqs.*`` are never shown to SQS clients
+  and refused from them. Message size = body + attribute names, types and
+  values, as SQS counts it.
+- Bodies are UTF-8 text. A body published by the library that is not UTF-8
+  is delivered with U+FFFD for each bad byte; MD5OfBody is that of what is
+  sent. SQS's character rule applies to sends (InvalidMessageContents).
+- Receive: MessageId is the vsqs id, ReceiptHandle the vsqs receipt.
+  System attributes: SenderId (the gateway's account id), SentTimestamp,
+  ApproximateReceiveCount, MessageGroupId, MessageDeduplicationId (as sent,
+  or the body's SHA-256 on a content-deduplicated queue), AWSTraceHeader.
+  ApproximateFirstReceiveTimestamp, SequenceNumber and
+  DeadLetterQueueSourceArn are not reported. ReceiveRequestAttemptId is
+  ignored.
+- Receipts: vsqs gives a message a new receipt when its visibility changes,
+  SQS keeps the handle. The gateway remembers, per process and in memory,
+  handle -> current receipt after a ChangeMessageVisibility; a handle changed
+  through another gateway process is followed with
+  :meth:`vsqs.Queue.current_receipt` (one listing: the same message, the same
+  receive count, still in flight). So a client that extends and then deletes
+  with its first handle deletes the message, whichever gateway it talks to.
+- Stale receipts: DeleteMessage with a receipt that no longer holds its
+  message succeeds without deleting (SQS's documented behaviour; the
+  metrics outcome is ``stale``); ChangeMessageVisibility answers
+  ``MessageNotInflight``. A malformed or foreign receipt is
+  ``ReceiptHandleIsInvalid``.
+- vsqs errors: QueueNotFound -> QueueDoesNotExist, QueueFull -> OverLimit,
+  MessageTooLarge -> InvalidParameterValue, InvalidArgument ->
+  InvalidParameterValue (InvalidAttributeValue for attributes),
+  QueueSuspended -> 503 ``ServiceUnavailable`` (SDKs retry it with backoff),
+  StorageError -> 500 ``InternalError`` if the disk is full, else 503
+  ``ServiceUnavailable``; IncompatibleFormat -> UnsupportedOperation.
+- PurgeQueue purges at once (no 60 s PurgeQueueInProgress window).
+- A request over the gateway's size cap is refused by the gateway's
+  middleware before it reaches this package (:func:`.protocol.request_too_large`
+  gives the SQS-shaped answer for it).
+- Metrics: operation ``sqs.<Action>`` (``sqs.unknown`` for anything else),
+  outcome ``ok``, ``stale``, ``partial`` (a batch with failed entries) or
+  the error's name.
+
+The package, one concern a module: ``protocol`` (the JSON 1.0 wire format,
+errors), ``parameters`` (reading and checking parameters), ``attributes``
+(queue attributes as settings, message attributes, digests), ``messages``
+(sends and receives), ``receipts`` (handles across visibility changes),
+``call`` (one request), ``actions`` (one function per action) and
+``endpoint`` (authentication and dispatch: the route).
+"""

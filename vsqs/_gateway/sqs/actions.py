@@ -1,0 +1,373 @@
+"""The SQS actions, one function each: read the parameters, make public vsqs
+calls on the thread pool, answer the result's JSON. vsqs errors rise to the
+endpoint, which answers them in SQS's terms."""
+
+from __future__ import annotations
+
+import base64
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from vsqs import (
+    InvalidArgument,
+    InvalidReceipt,
+    MessageTooLarge,
+    QueueNotFound,
+    StaleReceipt,
+    VsqsError,
+)
+from vsqs._gateway.limits import (
+    FIFO_DEDUP_WINDOW,
+    MAX_BATCH,
+    MAX_LIST_RESULTS,
+    MAX_VISIBILITY_TIMEOUT,
+    MAX_WAIT_SECONDS,
+)
+from vsqs._gateway.sqs.attributes import (
+    QUEUE_ATTRIBUTE_NAMES,
+    check_dead_letter_exists,
+    invalid_value,
+    queue_attributes,
+    settings_of,
+)
+from vsqs._gateway.sqs.call import Call
+from vsqs._gateway.sqs.messages import (
+    MESSAGE_SYSTEM_ATTRIBUTES,
+    Prepared,
+    check_dedup,
+    prepare,
+    received_message,
+    send_result,
+)
+from vsqs._gateway.sqs.parameters import (
+    batch_entries,
+    existing_queue_name,
+    integer,
+    is_fifo,
+    queue_name_of_url,
+    required_string,
+    sqs_queue_name,
+    string,
+    string_list,
+    string_map,
+)
+from vsqs._gateway.sqs.protocol import SqsError, sqs_error_of
+
+log = logging.getLogger("vsqs.gateway.sqs")
+
+
+def _outcome_of(fn: Callable[..., Any], *args: Any) -> Any:
+    """``fn(*args)``, or the vsqs error it raised (a batch entry's outcome)."""
+    try:
+        return fn(*args)
+    except (StaleReceipt, InvalidReceipt, InvalidArgument) as exc:
+        return exc
+
+
+def _failed(entry_id: str, error: SqsError) -> dict[str, Any]:
+    return {"Id": entry_id, "SenderFault": error.status < 500, "Code": error.query_code, "Message": error.message}
+
+
+def _batch_outcome(call: Call, failed: list[Any], stale: bool = False) -> None:
+    call.outcome = "partial" if failed else "stale" if stale else "ok"
+
+
+# -- the actions -------------------------------------------------------------------
+
+
+async def create_queue(call: Call) -> dict[str, Any]:
+    name = sqs_queue_name(call.params)
+    attributes = string_map(call.params, "Attributes")
+    fifo_flag = attributes.get("FifoQueue")
+    if is_fifo(name) and (fifo_flag or "").lower() != "true":
+        raise SqsError("InvalidParameterValue", f"Queue name {name!r} ends in .fifo: create it with "
+                       "Attributes FifoQueue=true (or choose a name without .fifo).")
+    if not is_fifo(name) and fifo_flag is not None:
+        raise (invalid_value("FifoQueue", "a FIFO queue's name must end in .fifo.")
+               if fifo_flag.lower() == "true" else SqsError("InvalidAttributeName", "FifoQueue applies only to "
+                                                             "FIFO queues (names ending in .fifo)."))
+    settings = settings_of(attributes, name)
+    spool = call.gateway.spool
+
+    def create() -> None:
+        check_dead_letter_exists(spool.queues(), settings)
+        try:
+            existing = spool.queue(name)
+        except QueueNotFound:
+            extra = {"dedup_window": FIFO_DEDUP_WINDOW, "group_concurrency": 1} if is_fifo(name) else {}
+            call.gateway.create_queue(name, **extra, **settings)
+            return
+        current = existing.settings
+        differing = sorted(key for key, value in settings.items() if current[key] != value)
+        if differing:
+            raise SqsError("QueueNameExists", f"A queue named {name!r} already exists with different "
+                           f"attributes ({', '.join(differing)}).")
+
+    call.queue_name = name
+    try:
+        await call.run(create)
+    except InvalidArgument as exc:
+        raise SqsError("InvalidAttributeValue", str(exc)) from None
+    call.gateway.forget(name)
+    return {"QueueUrl": call.url_of(name)}
+
+
+async def get_queue_url(call: Call) -> dict[str, Any]:
+    call.queue_name = existing_queue_name(call.params)
+    await call.queue()
+    return {"QueueUrl": call.url_of(call.queue_name)}
+
+
+async def list_queues(call: Call) -> dict[str, Any]:
+    prefix = string(call.params, "QueueNamePrefix") or ""
+    limit = integer(call.params, "MaxResults", 1, MAX_LIST_RESULTS)
+    token = string(call.params, "NextToken")
+    after = ""
+    if token:
+        try:
+            after = base64.urlsafe_b64decode(token.encode("ascii")).decode("utf-8")
+        except (ValueError, UnicodeError):
+            raise SqsError("InvalidParameterValue", "NextToken is not one this gateway gave out.") from None
+    names = [name for name in await call.run(call.gateway.spool.queues) if name.startswith(prefix) and name > after]
+    shown = names[: limit or MAX_LIST_RESULTS]
+    result: dict[str, Any] = {}
+    if shown:
+        result["QueueUrls"] = [call.url_of(name) for name in shown]
+    if limit is not None and len(names) > len(shown):
+        result["NextToken"] = base64.urlsafe_b64encode(shown[-1].encode("utf-8")).decode("ascii")
+    return result
+
+
+async def delete_queue(call: Call) -> dict[str, Any]:
+    name = queue_name_of_url(call.params)
+    call.queue_name = name
+    await call.run(call.gateway.spool.delete_queue, name)
+    call.gateway.forget(name)
+    return {}
+
+
+async def get_queue_attributes(call: Call) -> dict[str, Any]:
+    wanted = set(string_list(call.params, "AttributeNames"))
+    unknown = sorted(wanted - QUEUE_ATTRIBUTE_NAMES)
+    if unknown:
+        raise SqsError("InvalidAttributeName", f"Unknown Attribute {unknown[0][:100]}.")
+    queue = await call.queue()
+    assert call.queue_name is not None
+    attributes = await call.run(queue_attributes, call, queue, call.queue_name, wanted) if wanted else {}
+    return {"Attributes": attributes} if attributes else {}
+
+
+async def set_queue_attributes(call: Call) -> dict[str, Any]:
+    name = queue_name_of_url(call.params)
+    call.queue_name = name
+    attributes = string_map(call.params, "Attributes")
+    if not attributes:
+        raise SqsError("MissingParameter", "The request must contain the parameter Attributes.")
+    settings = settings_of(attributes, name)
+    queue = await call.queue()
+
+    def configure() -> None:
+        check_dead_letter_exists(call.gateway.spool.queues(), settings)
+        if settings:
+            queue.configure(**settings)
+
+    try:
+        await call.run(configure)
+    except InvalidArgument as exc:
+        raise SqsError("InvalidAttributeValue", str(exc)) from None
+    return {}
+
+
+async def send_message(call: Call) -> dict[str, Any]:
+    queue = await call.queue()
+    name = call.queue_name
+    assert name is not None
+    settings = await call.settings(queue)
+    prepared = prepare(call.params, name, call.message_limit(settings))
+    check_dedup(prepared, name, settings)
+    message_id = (await call.run(queue.publish_batch, [prepared.message]))[0]
+    call.gateway.published(name)
+    return send_result(message_id, prepared)
+
+
+async def send_message_batch(call: Call) -> dict[str, Any]:
+    queue = await call.queue()
+    name = call.queue_name
+    assert name is not None
+    entries = batch_entries(call.params)
+    settings = await call.settings(queue)
+    limit = call.message_limit(settings)
+    failed: list[dict[str, Any]] = []
+    ready: list[tuple[str, Prepared]] = []
+    total = 0
+    for entry in entries:
+        try:
+            prepared = prepare(entry, name, limit)
+            check_dedup(prepared, name, settings)
+            total += prepared.size
+            ready.append((entry["Id"], prepared))
+        except SqsError as exc:
+            failed.append(_failed(entry["Id"], exc))
+            total += len(str(entry.get("MessageBody", "")).encode("utf-8", "replace"))  # SQS counts it too
+    batch_limit = call.gateway.config.max_message_bytes  # SQS: a batch may be as large as one message can
+    if total > batch_limit:
+        raise SqsError("BatchRequestTooLong", f"The batch's messages are {total} bytes in all; "
+                       f"at most {batch_limit} are allowed.")
+
+    def send() -> list[str | SqsError]:
+        messages = [prepared.message for _, prepared in ready]
+        try:
+            return list(queue.publish_batch(messages))
+        except (InvalidArgument, MessageTooLarge):
+            pass  # nothing was published: find the culprits one by one
+        outcomes: list[str | SqsError] = []
+        for message in messages:
+            try:
+                outcomes.append(queue.publish_batch([message])[0])
+            except (InvalidArgument, MessageTooLarge) as exc:
+                outcomes.append(sqs_error_of(exc))
+        return outcomes
+
+    successful: list[dict[str, Any]] = []
+    if ready:
+        for (entry_id, prepared), outcome in zip(ready, await call.run(send), strict=True):
+            if isinstance(outcome, SqsError):
+                failed.append(_failed(entry_id, outcome))
+            else:
+                successful.append({"Id": entry_id, **send_result(outcome, prepared)})
+        call.gateway.published(name, len(successful))
+    _batch_outcome(call, failed)
+    return {"Successful": successful, "Failed": failed}
+
+
+async def receive_message(call: Call) -> dict[str, Any]:
+    params = call.params
+    count = integer(params, "MaxNumberOfMessages", 1, MAX_BATCH) or 1
+    visibility = integer(params, "VisibilityTimeout", 0, MAX_VISIBILITY_TIMEOUT)
+    wait = integer(params, "WaitTimeSeconds", 0, MAX_WAIT_SECONDS)
+    system_names = set(string_list(params, "AttributeNames")) | set(string_list(params, "MessageSystemAttributeNames"))
+    unknown = sorted(system_names - MESSAGE_SYSTEM_ATTRIBUTES - QUEUE_ATTRIBUTE_NAMES)
+    if unknown:
+        raise SqsError("InvalidAttributeName", f"Unknown Attribute {unknown[0][:100]}.")
+    attribute_names = string_list(params, "MessageAttributeNames")
+    queue = await call.queue()
+    name = call.queue_name
+    assert name is not None
+    settings = await call.settings(queue)
+    messages = await call.gateway.receive(
+        name, count, None if visibility is None else float(visibility),
+        float(settings["receive_wait"] if wait is None else wait), call.request.is_disconnected,
+    )
+    fifo = is_fifo(name)
+    received = [received_message(call, m, fifo, bool(settings["content_dedup"]), system_names, attribute_names)
+                for m in messages]
+    return {"Messages": received} if received else {}
+
+
+async def delete_message(call: Call) -> dict[str, Any]:
+    handle = required_string(call.params, "ReceiptHandle")
+    queue = await call.queue()
+    try:
+        await call.run(call.aliases.follow, queue, handle, queue.delete)
+    except StaleReceipt:
+        log.debug("DeleteMessage with a stale receipt on %s: nothing deleted", call.queue_name)
+        call.outcome = "stale"
+    call.aliases.settled(handle)
+    return {}
+
+
+async def delete_message_batch(call: Call) -> dict[str, Any]:
+    queue = await call.queue()
+    entries = batch_entries(call.params)
+    failed: list[dict[str, Any]] = []
+    todo: list[tuple[str, str]] = []
+    for entry in entries:
+        handle = entry.get("ReceiptHandle")
+        if not isinstance(handle, str):
+            failed.append(_failed(entry["Id"], SqsError("MissingParameter", "ReceiptHandle is required.")))
+        else:
+            todo.append((entry["Id"], handle))
+    outcomes = await call.run(lambda: [_outcome_of(call.aliases.follow, queue, handle, queue.delete)
+                                       for _, handle in todo])
+    successful: list[dict[str, Any]] = []
+    stale = False
+    for (entry_id, handle), outcome in zip(todo, outcomes, strict=True):
+        if isinstance(outcome, InvalidReceipt):
+            failed.append(_failed(entry_id, sqs_error_of(outcome)))
+            continue
+        stale = stale or isinstance(outcome, StaleReceipt)
+        call.aliases.settled(handle)
+        successful.append({"Id": entry_id})
+    _batch_outcome(call, failed, stale)
+    return {"Successful": successful, "Failed": failed}
+
+
+async def change_message_visibility(call: Call) -> dict[str, Any]:
+    handle = required_string(call.params, "ReceiptHandle")
+    if call.params.get("VisibilityTimeout") is None:
+        raise SqsError("MissingParameter", "The request must contain the parameter VisibilityTimeout.")
+    timeout = integer(call.params, "VisibilityTimeout", 0, MAX_VISIBILITY_TIMEOUT)
+    queue = await call.queue()
+    receipt = await call.run(call.aliases.follow, queue, handle,
+                             lambda current: queue.change_visibility(current, float(timeout or 0)))
+    call.aliases.moved(handle, receipt)
+    return {}
+
+
+async def change_message_visibility_batch(call: Call) -> dict[str, Any]:
+    queue = await call.queue()
+    entries = batch_entries(call.params)
+    failed: list[dict[str, Any]] = []
+    todo: list[tuple[str, str, float]] = []
+    for entry in entries:
+        try:
+            handle = required_string(entry, "ReceiptHandle")
+            if entry.get("VisibilityTimeout") is None:
+                raise SqsError("MissingParameter", "VisibilityTimeout is required.")
+            timeout = integer(entry, "VisibilityTimeout", 0, MAX_VISIBILITY_TIMEOUT)
+            todo.append((entry["Id"], handle, float(timeout or 0)))
+        except SqsError as exc:
+            failed.append(_failed(entry["Id"], exc))
+    outcomes = await call.run(lambda: [
+        _outcome_of(call.aliases.follow, queue, handle,
+                    lambda current, timeout=timeout: queue.change_visibility(current, timeout))
+        for _, handle, timeout in todo])
+    successful: list[dict[str, Any]] = []
+    for (entry_id, handle, _), outcome in zip(todo, outcomes, strict=True):
+        if isinstance(outcome, VsqsError):
+            failed.append(_failed(entry_id, sqs_error_of(outcome)))
+        else:
+            call.aliases.moved(handle, outcome)
+            successful.append({"Id": entry_id})
+    _batch_outcome(call, failed)
+    return {"Successful": successful, "Failed": failed}
+
+
+async def purge_queue(call: Call) -> dict[str, Any]:
+    queue = await call.queue()
+    await call.run(queue.purge)
+    return {}
+
+
+Action = Callable[[Call], Awaitable[dict[str, Any]]]
+ACTIONS: dict[str, Action] = {
+    "CreateQueue": create_queue,
+    "GetQueueUrl": get_queue_url,
+    "ListQueues": list_queues,
+    "DeleteQueue": delete_queue,
+    "GetQueueAttributes": get_queue_attributes,
+    "SetQueueAttributes": set_queue_attributes,
+    "SendMessage": send_message,
+    "SendMessageBatch": send_message_batch,
+    "ReceiveMessage": receive_message,
+    "DeleteMessage": delete_message,
+    "DeleteMessageBatch": delete_message_batch,
+    "ChangeMessageVisibility": change_message_visibility,
+    "ChangeMessageVisibilityBatch": change_message_visibility_batch,
+    "PurgeQueue": purge_queue,
+}
+UNSUPPORTED_ACTIONS = frozenset({
+    "AddPermission", "RemovePermission", "TagQueue", "UntagQueue", "ListQueueTags", "ListDeadLetterSourceQueues",
+    "StartMessageMoveTask", "CancelMessageMoveTask", "ListMessageMoveTasks",
+})

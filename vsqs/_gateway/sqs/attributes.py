@@ -1,0 +1,324 @@
+"""Attributes, both kinds: SQS queue attributes as vsqs settings (and back),
+and SQS message attributes as vsqs attributes (and back), with the MD5
+digests SQS computes over them."""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+import json
+import re
+import struct
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from vsqs import InvalidArgument, Queue
+from vsqs._core.rules import ATTRIBUTE_NAME_RE, check_queue_name
+from vsqs._gateway.limits import (
+    MAX_ATTRIBUTE_NAME,
+    MAX_DELAY_SECONDS,
+    MAX_MESSAGE_ATTRIBUTES,
+    MAX_RECEIVE_COUNT,
+    MAX_RETENTION,
+    MAX_VISIBILITY_TIMEOUT,
+    MAX_WAIT_SECONDS,
+    MIN_MESSAGE_BYTES,
+    MIN_RETENTION,
+    SQS_MAX_MESSAGE_BYTES,
+)
+from vsqs._gateway.sqs.call import Call
+from vsqs._gateway.sqs.parameters import is_fifo
+from vsqs._gateway.sqs.protocol import SqsError
+
+TYPES_ATTRIBUTE = "sqs.types"  # JSON {name: DataType} of the attributes that are not String
+DEDUP_ATTRIBUTE = "sqs.dedup_id"
+TRACE_ATTRIBUTE = "sqs.trace"
+RESERVED_PREFIX = "sqs."
+
+_DATA_TYPE_RE = re.compile(r"(String|Number|Binary)(\.[A-Za-z0-9_.-]+)?")
+_NUMBER_RE = re.compile(r"[+-]?([0-9]+(\.[0-9]*)?|\.[0-9]+)([eE][+-]?[0-9]+)?")
+_BAD_TEXT_RE = re.compile("[^\t\n\r\u0020-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
+
+
+# -- MD5 digests as SQS computes them ----------------------------------------------
+
+
+def md5_of_body(body: str) -> str:
+    return hashlib.md5(body.encode("utf-8"), usedforsecurity=False).hexdigest()
+
+
+def md5_of_attributes(attributes: Mapping[str, Mapping[str, Any]]) -> str:
+    """MD5OfMessageAttributes: for each name in order, its length-prefixed name,
+    DataType, a transport byte (1 text, 2 binary) and length-prefixed value."""
+    digest = hashlib.md5(usedforsecurity=False)
+
+    def chunk(data: bytes) -> None:
+        digest.update(struct.pack(">I", len(data)) + data)
+
+    for name in sorted(attributes):
+        value = attributes[name]
+        chunk(name.encode("utf-8"))
+        chunk(value["DataType"].encode("utf-8"))
+        if "BinaryValue" in value:
+            digest.update(b"\x02")
+            chunk(base64.b64decode(value["BinaryValue"]))
+        else:
+            digest.update(b"\x01")
+            chunk(value["StringValue"].encode("utf-8"))
+    return digest.hexdigest()
+
+
+# -- queue attributes <-> settings ------------------------------------------------
+
+# attribute -> (setting, lowest, highest) for the whole-number ones
+_NUMERIC_ATTRIBUTES: dict[str, tuple[str, int, int]] = {
+    "VisibilityTimeout": ("visibility_timeout", 0, MAX_VISIBILITY_TIMEOUT),
+    "DelaySeconds": ("delay", 0, MAX_DELAY_SECONDS),
+    "MessageRetentionPeriod": ("retention", MIN_RETENTION, MAX_RETENTION),
+    "MaximumMessageSize": ("max_message_bytes", MIN_MESSAGE_BYTES, SQS_MAX_MESSAGE_BYTES),
+    "ReceiveMessageWaitTimeSeconds": ("receive_wait", 0, MAX_WAIT_SECONDS),
+}
+_FIFO_ATTRIBUTES = frozenset({"FifoQueue", "ContentBasedDeduplication", "DeduplicationScope", "FifoThroughputLimit"})
+_FIXED_VALUES = {"DeduplicationScope": "messageGroup", "FifoThroughputLimit": "perQueue"}
+_READ_ONLY = frozenset({"ApproximateNumberOfMessages", "ApproximateNumberOfMessagesNotVisible",
+                        "ApproximateNumberOfMessagesDelayed", "QueueArn", "CreatedTimestamp",
+                        "LastModifiedTimestamp"})
+_UNSUPPORTED = frozenset({"Policy", "KmsMasterKeyId", "KmsDataKeyReusePeriodSeconds", "RedriveAllowPolicy",
+                          "SqsManagedSseEnabled"})
+QUEUE_ATTRIBUTE_NAMES = frozenset({"All", "RedrivePolicy", *_NUMERIC_ATTRIBUTES, *_FIFO_ATTRIBUTES,
+                                    *_READ_ONLY, *_UNSUPPORTED})
+
+
+def invalid_value(name: str, why: str) -> SqsError:
+    return SqsError("InvalidAttributeValue", f"Invalid value for the parameter {name}: {why}")
+
+
+def settings_of(attributes: Mapping[str, str], queue_name: str) -> dict[str, Any]:
+    """vsqs settings for SQS queue attributes (checked here; RedrivePolicy's
+    target is checked against the spool by the caller)."""
+    fifo = is_fifo(queue_name)
+    settings: dict[str, Any] = {}
+    for name, text in attributes.items():
+        if name in _NUMERIC_ATTRIBUTES:
+            setting, low, high = _NUMERIC_ATTRIBUTES[name]
+            if not re.fullmatch(r"[0-9]{1,12}", text) or not low <= int(text) <= high:
+                raise invalid_value(name, f"{text[:40]!r} is not a whole number {low}..{high}.")
+            settings[setting] = int(text)
+        elif name == "RedrivePolicy":
+            settings.update(_redrive_settings(text, queue_name))
+        elif name in _FIFO_ATTRIBUTES and not fifo:
+            raise SqsError("InvalidAttributeName", f"{name} applies only to FIFO queues (names ending in .fifo).")
+        elif name == "FifoQueue":
+            if text.lower() != "true":
+                raise invalid_value(name, "a queue named *.fifo is a FIFO queue; FifoQueue must be true.")
+        elif name == "ContentBasedDeduplication":
+            if text.lower() not in ("true", "false"):
+                raise invalid_value(name, f"{text[:40]!r} is not true or false.")
+            settings["content_dedup"] = text.lower() == "true"
+        elif name in _FIXED_VALUES:
+            if text != _FIXED_VALUES[name]:
+                raise invalid_value(name, f"vsqs supports only {_FIXED_VALUES[name]!r}, not {text[:40]!r} "
+                                     "(it de-duplicates within a message group and has no throughput limit).")
+        elif name in _READ_ONLY:
+            raise SqsError("InvalidAttributeName", f"{name} is read-only.")
+        elif name in _UNSUPPORTED:
+            raise SqsError("InvalidAttributeName", f"{name} is not supported by vsqs.")
+        else:
+            raise SqsError("InvalidAttributeName", f"Unknown Attribute {name[:100]}.")
+    return settings
+
+
+def _redrive_settings(text: str, queue_name: str) -> dict[str, Any]:
+    """``{"deadLetterTargetArn": ARN, "maxReceiveCount": N}`` -> dead_letter, max_receives ("" removes)."""
+    if text == "":
+        return {"dead_letter": None, "max_receives": None}
+    try:
+        policy = json.loads(text)
+    except ValueError:
+        raise invalid_value("RedrivePolicy", "it is not JSON.") from None
+    if not isinstance(policy, dict) or set(policy) != {"deadLetterTargetArn", "maxReceiveCount"}:
+        raise invalid_value("RedrivePolicy", "it must be a JSON object with exactly deadLetterTargetArn "
+                             "and maxReceiveCount.")
+    count = policy["maxReceiveCount"]
+    if isinstance(count, str) and count.isdigit():
+        count = int(count)
+    if isinstance(count, bool) or not isinstance(count, int) or not 1 <= count <= MAX_RECEIVE_COUNT:
+        raise invalid_value("RedrivePolicy", f"maxReceiveCount must be a whole number 1..{MAX_RECEIVE_COUNT}.")
+    arn = policy["deadLetterTargetArn"]
+    parts = arn.split(":") if isinstance(arn, str) else []
+    if len(parts) != 6 or parts[0] != "arn" or parts[2] != "sqs":
+        raise invalid_value("RedrivePolicy", "deadLetterTargetArn must be arn:aws:sqs:REGION:ACCOUNT:QUEUE.")
+    try:
+        target = check_queue_name(parts[5])
+    except InvalidArgument as exc:
+        raise invalid_value("RedrivePolicy", str(exc)) from None
+    if target == queue_name:
+        raise invalid_value("RedrivePolicy", "a queue cannot be its own dead-letter queue.")
+    if is_fifo(target) != is_fifo(queue_name):
+        raise invalid_value("RedrivePolicy", "the dead-letter queue must be of the same type (FIFO or standard).")
+    return {"dead_letter": target, "max_receives": count}
+
+
+def check_dead_letter_exists(spool_queues: Iterable[str], settings: Mapping[str, Any]) -> None:
+    target = settings.get("dead_letter")
+    if target is not None and target not in spool_queues:
+        raise invalid_value("RedrivePolicy", f"the dead-letter target queue {target!r} does not exist.")
+
+
+def _number_text(value: float) -> str:
+    return str(int(value)) if float(value).is_integer() else repr(float(value))
+
+
+def queue_attributes(call: Call, queue: Queue, name: str, wanted: set[str]) -> dict[str, str]:
+    """The queue attributes asked for (blocking: reads settings, lists the queue for counts)."""
+    settings = queue.settings
+    everything = "All" in wanted
+    out: dict[str, str] = {}
+
+    def want(attribute: str) -> bool:
+        return everything or attribute in wanted
+
+    for attribute, (setting, _, _) in _NUMERIC_ATTRIBUTES.items():
+        if want(attribute):
+            value = settings[setting]
+            if attribute == "MaximumMessageSize":
+                value = call.message_limit(settings)
+            if value is not None:
+                out[attribute] = _number_text(value)
+    if want("RedrivePolicy") and settings["max_receives"] is not None:
+        target = settings["dead_letter"] or f"{name}.dlq"
+        if target.startswith("/"):
+            target = target.rsplit("/", 1)[-1]
+        out["RedrivePolicy"] = json.dumps({"deadLetterTargetArn": call.arn_of(target),
+                                           "maxReceiveCount": settings["max_receives"]}, separators=(",", ":"))
+    if want("QueueArn"):
+        out["QueueArn"] = call.arn_of(name)
+    counts = {"ApproximateNumberOfMessages": "ready", "ApproximateNumberOfMessagesNotVisible": "in_flight",
+              "ApproximateNumberOfMessagesDelayed": "delayed"}
+    if any(want(attribute) for attribute in counts):
+        stats = queue.stats()
+        for attribute, state in counts.items():
+            if want(attribute):
+                out[attribute] = str(getattr(stats, state))
+    if is_fifo(name):
+        if want("FifoQueue"):
+            out["FifoQueue"] = "true"
+        if want("ContentBasedDeduplication"):
+            out["ContentBasedDeduplication"] = "true" if settings["content_dedup"] else "false"
+        for attribute, value in _FIXED_VALUES.items():
+            if want(attribute):
+                out[attribute] = value
+    return out
+
+
+# -- message attributes -----------------------------------------------------------
+
+
+def check_text(what: str, text: str) -> None:
+    bad = _BAD_TEXT_RE.search(text)
+    if bad is not None:
+        raise SqsError("InvalidMessageContents",
+                       f"{what} contains the character U+{ord(bad.group()):04X}, which SQS does not allow.")
+
+
+def message_attributes(value: object, where: str = "MessageAttributes") -> dict[str, dict[str, str]]:
+    """Check SQS message attributes; return them with Binary values in canonical base64."""
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise SqsError("InvalidParameterValue", f"{where} must be a map.")
+    if len(value) > MAX_MESSAGE_ATTRIBUTES:
+        raise SqsError("InvalidParameterValue",
+                       f"Number of message attributes [{len(value)}] exceeds the allowed maximum "
+                       f"[{MAX_MESSAGE_ATTRIBUTES}].")
+    clean: dict[str, dict[str, str]] = {}
+    for name, attribute in value.items():
+        if (not ATTRIBUTE_NAME_RE.fullmatch(name) or name.startswith(".") or name.endswith(".")
+                or ".." in name or name.lower().startswith(("aws.", "amazon.", RESERVED_PREFIX))):
+            raise SqsError("InvalidParameterValue",
+                           f"Message attribute name {name[:100]!r} is invalid: 1-{MAX_ATTRIBUTE_NAME} of "
+                           "A-Z a-z 0-9 _ - ., not starting or ending with '.', no '..', "
+                           "not starting with AWS., Amazon. or sqs.")
+        if not isinstance(attribute, dict) or not isinstance(attribute.get("DataType"), str):
+            raise SqsError("InvalidParameterValue", f"Message attribute {name!r} must have a DataType.")
+        data_type = attribute["DataType"]
+        if not _DATA_TYPE_RE.fullmatch(data_type) or len(data_type) > 256:
+            raise SqsError("InvalidParameterValue", f"Message attribute {name!r} has an invalid DataType "
+                           f"{data_type[:100]!r}: String, Number or Binary, optionally .custom.")
+        if attribute.get("StringListValues") or attribute.get("BinaryListValues"):
+            raise SqsError("InvalidParameterValue", f"Message attribute {name!r}: list values are not supported.")
+        if data_type.startswith("Binary"):
+            raw = attribute.get("BinaryValue")
+            try:
+                data = base64.b64decode(raw, validate=True) if isinstance(raw, str) else None
+            except (binascii.Error, ValueError):
+                data = None
+            if not data:
+                raise SqsError("InvalidParameterValue",
+                               f"Message attribute {name!r} of type {data_type} needs a BinaryValue (base64).")
+            clean[name] = {"DataType": data_type, "BinaryValue": base64.b64encode(data).decode("ascii")}
+            continue
+        text = attribute.get("StringValue")
+        if not isinstance(text, str) or not text:
+            raise SqsError("InvalidParameterValue",
+                           f"Message attribute {name!r} of type {data_type} needs a non-empty StringValue.")
+        check_text(f"Message attribute {name!r}", text)
+        if data_type.startswith("Number") and not _NUMBER_RE.fullmatch(text):
+            raise SqsError("InvalidParameterValue", f"Message attribute {name!r}: {text[:40]!r} is not a number.")
+        clean[name] = {"DataType": data_type, "StringValue": text}
+    return clean
+
+
+def attributes_size(attributes: Mapping[str, Mapping[str, str]]) -> int:
+    """Bytes SQS counts for attributes: names, types and values."""
+    size = 0
+    for name, value in attributes.items():
+        payload = base64.b64decode(value["BinaryValue"]) if "BinaryValue" in value else value["StringValue"].encode()
+        size += len(name.encode()) + len(value["DataType"].encode()) + len(payload)
+    return size
+
+
+def stored_attributes(attributes: Mapping[str, Mapping[str, str]]) -> dict[str, str]:
+    """SQS attributes as vsqs ones: String as is, the other types' names in sqs.types."""
+    stored = {name: value.get("StringValue", value.get("BinaryValue", "")) for name, value in attributes.items()}
+    types = {name: value["DataType"] for name, value in attributes.items() if value["DataType"] != "String"}
+    if types:
+        stored[TYPES_ATTRIBUTE] = json.dumps(types, sort_keys=True, separators=(",", ":"))
+    return stored
+
+
+def sqs_attributes(stored: Mapping[str, str]) -> dict[str, dict[str, str]]:
+    """vsqs attributes as SQS ones (hidden sqs.* ones left out)."""
+    try:
+        types = json.loads(stored.get(TYPES_ATTRIBUTE) or "{}")
+    except ValueError:
+        types = {}
+    if not isinstance(types, dict):
+        types = {}
+    out: dict[str, dict[str, str]] = {}
+    for name, value in stored.items():
+        if name.startswith(RESERVED_PREFIX):
+            continue
+        data_type = types.get(name)
+        if not isinstance(data_type, str) or not _DATA_TYPE_RE.fullmatch(data_type):
+            data_type = "String"
+        if data_type.startswith("Binary"):
+            try:
+                base64.b64decode(value, validate=True)
+                out[name] = {"DataType": data_type, "BinaryValue": value}
+                continue
+            except (binascii.Error, ValueError):
+                data_type = "String"
+        out[name] = {"DataType": data_type, "StringValue": value}
+    return out
+
+
+def selected(attributes: dict[str, dict[str, str]], names: list[str]) -> dict[str, dict[str, str]]:
+    """MessageAttributeNames: All, .*, prefix.* or exact names."""
+    if "All" in names or ".*" in names:
+        return attributes
+    prefixes = tuple(name[:-1] for name in names if name.endswith(".*"))
+    exact = set(names)
+    return {name: value for name, value in attributes.items()
+            if name in exact or (prefixes and name.startswith(prefixes))}

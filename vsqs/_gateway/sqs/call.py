@@ -1,0 +1,50 @@
+"""One SQS request being answered: what an action needs beyond its parameters."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from fastapi import Request
+
+from vsqs import Queue
+from vsqs._gateway.sqs.parameters import queue_name_of_url
+from vsqs._gateway.sqs.receipts import ReceiptAliases
+from vsqs._gateway.state import Gateway
+
+
+@dataclass
+class Call:
+    """One SQS request being answered."""
+
+    gateway: Gateway
+    request: Request
+    params: dict[str, Any]
+    aliases: ReceiptAliases
+    queue_name: str | None = None
+    outcome: str = "ok"
+
+    async def run(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        return await self.gateway.call(fn, *args, **kwargs)
+
+    async def queue(self) -> Queue:
+        """The queue named by QueueUrl (the handle is opened on the thread pool)."""
+        name = self.queue_name or queue_name_of_url(self.params)
+        self.queue_name = name
+        return await self.run(self.gateway.queue, name)
+
+    def url_of(self, name: str) -> str:
+        host = self.request.headers.get("host") or self.request.url.netloc
+        return f"{self.request.url.scheme}://{host}/{self.gateway.config.account_id}/{name}"
+
+    def arn_of(self, name: str) -> str:
+        config = self.gateway.config
+        return f"arn:aws:sqs:{config.region}:{config.account_id}:{name}"
+
+    async def settings(self, queue: Queue) -> dict[str, Any]:
+        """The queue's settings (read on the thread pool: they may come from disk)."""
+        return await self.run(lambda: dict(queue.settings))
+
+    def message_limit(self, settings: Mapping[str, Any]) -> int:
+        return int(settings["max_message_bytes"] or self.gateway.config.max_message_bytes)

@@ -1,0 +1,112 @@
+"""The SQS face's one route, ``POST /``: authenticate the request, dispatch on
+``X-Amz-Target`` to an action, answer its result or its error."""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from collections.abc import Iterator, Mapping
+
+from fastapi import APIRouter, Request
+from fastapi.responses import Response
+
+from vsqs import QueueNotFound, VsqsError
+from vsqs._gateway import sigv4 as _sigv4
+from vsqs._gateway.sqs.actions import ACTIONS, UNSUPPORTED_ACTIONS
+from vsqs._gateway.sqs.call import Call
+from vsqs._gateway.sqs.protocol import (
+    SqsError,
+    action_of,
+    error_response,
+    parse_body,
+    result_response,
+    sqs_error_of,
+    unknown_operation,
+)
+from vsqs._gateway.sqs.receipts import ReceiptAliases
+from vsqs._gateway.state import Gateway, gateway_of
+
+log = logging.getLogger("vsqs.gateway.sqs")
+
+
+class _AnyAccessKey(Mapping[str, str]):
+    """Every access key id, one secret: the API key, when no AWS key pairs are configured."""
+
+    def __init__(self, secret: str) -> None:
+        self._secret = secret
+
+    def __getitem__(self, key: str) -> str:
+        return self._secret
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(())
+
+    def __len__(self) -> int:
+        return 0
+
+
+def _authenticate(request: Request, gateway: Gateway, body: bytes) -> None:
+    """SigV4 against the AWS key pairs; with none but an API key, against the API key
+    as the secret (any access key id), so that a key closes both faces."""
+    config = gateway.config
+    credentials: Mapping[str, str] = config.aws_credentials
+    if not credentials:
+        if not config.api_key:
+            return  # none configured: every signature is accepted (the gateway warned at start-up)
+        credentials = _AnyAccessKey(config.api_key)
+    try:
+        _sigv4.verify(
+            method=request.method,
+            raw_path=request.scope.get("raw_path", request.url.path.encode()).decode("latin-1"),
+            raw_query=request.scope.get("query_string", b"").decode("latin-1"),
+            headers=_sigv4.header_map(request.scope["headers"]),
+            body=body,
+            credentials=credentials,
+            now=time.time(),
+        )
+    except _sigv4.SigV4Error as exc:
+        raise SqsError(exc.code, exc.message, exc.status) from None
+
+
+def router() -> APIRouter:
+    """The SQS face: one route, ``POST /``, dispatching on X-Amz-Target."""
+    api = APIRouter()
+    aliases = ReceiptAliases()
+
+    async def sqs(request: Request) -> Response:
+        request_id = str(uuid.uuid4())
+        gateway = gateway_of(request)
+        target = request.headers.get("x-amz-target", "")
+        action = action_of(target)
+        handler = ACTIONS.get(action)
+        request.scope["vsqs.operation"] = f"sqs.{action}" if handler else "sqs.unknown"
+        body = await request.body()  # over the size cap: the middleware answers
+        try:
+            _authenticate(request, gateway, body)
+            if handler is None:
+                if action in UNSUPPORTED_ACTIONS:
+                    raise SqsError("UnsupportedOperation", f"vsqs does not support {action}.")
+                raise unknown_operation(target, body)
+            call = Call(gateway, request, parse_body(body), aliases)
+            try:
+                result = await handler(call)
+            except VsqsError as exc:
+                if isinstance(exc, QueueNotFound) and call.queue_name:
+                    gateway.forget(call.queue_name)
+                raise sqs_error_of(exc, gateway.spool.root) from None
+        except SqsError as exc:
+            request.scope["vsqs.outcome"] = exc.name
+            if exc.status >= 500:
+                log.warning("SQS %s failed: %s: %s", action or "request", exc.name, exc.message)
+            return error_response(exc, request_id)
+        except Exception:
+            log.exception("SQS %s failed", action or "request")
+            request.scope["vsqs.outcome"] = "InternalError"
+            return error_response(SqsError("InternalError", "The gateway failed to answer; see its log."),
+                                  request_id)
+        request.scope["vsqs.outcome"] = call.outcome
+        return result_response(result, request_id)
+
+    api.add_api_route("/", sqs, methods=["POST"], include_in_schema=False, name="sqs")
+    return api

@@ -1,0 +1,138 @@
+"""SQS messages as vsqs messages: checking a send and preparing what to
+publish (with the digests of the answer), and rendering a received message."""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from vsqs import Message, Outgoing
+from vsqs._gateway.limits import MAX_DELAY_SECONDS
+from vsqs._gateway.sqs.attributes import (
+    DEDUP_ATTRIBUTE,
+    TRACE_ATTRIBUTE,
+    attributes_size,
+    check_text,
+    md5_of_attributes,
+    md5_of_body,
+    message_attributes,
+    selected,
+    sqs_attributes,
+    stored_attributes,
+)
+from vsqs._gateway.sqs.call import Call
+from vsqs._gateway.sqs.parameters import integer, is_fifo, required_string, string
+from vsqs._gateway.sqs.protocol import SqsError
+
+_ID_CHARS_RE = re.compile(r"[!-~]{1,128}")  # group and dedup ids: printable ASCII, no space
+
+
+@dataclass
+class Prepared:
+    """One checked message to send, with the digests of the answer."""
+
+    body: str
+    message: Outgoing
+    md5_body: str
+    md5_attributes: str | None
+    md5_system: str | None
+    size: int  # bytes as SQS counts them: body and attributes
+
+
+def prepare(entry: Mapping[str, Any], queue_name: str, limit: int) -> Prepared:
+    """Check one SendMessage (or batch entry) against SQS's rules and the queue's type."""
+    body = required_string(entry, "MessageBody")
+    if not body:
+        raise SqsError("MissingParameter", "The request must contain a non-empty MessageBody.")
+    check_text("MessageBody", body)
+    fifo = is_fifo(queue_name)
+    delay = integer(entry, "DelaySeconds", 0, MAX_DELAY_SECONDS)
+    group = string(entry, "MessageGroupId")
+    dedup_id = string(entry, "MessageDeduplicationId")
+    for key, value in (("MessageGroupId", group), ("MessageDeduplicationId", dedup_id)):
+        if value is not None and not _ID_CHARS_RE.fullmatch(value):
+            raise SqsError("InvalidParameterValue",
+                           f"{key} must be 1-128 printable ASCII characters without spaces.")
+    if fifo:
+        if group is None:
+            raise SqsError("MissingParameter", "The request must contain the parameter MessageGroupId.")
+        if delay:
+            raise SqsError("InvalidParameterValue", "The request includes parameter DelaySeconds, which is not "
+                           "valid for a FIFO queue: set DelaySeconds on the queue.")
+    elif dedup_id is not None:
+        raise SqsError("InvalidParameterValue",
+                       "The request includes parameter MessageDeduplicationId, which is valid only for FIFO queues.")
+    attributes = message_attributes(entry.get("MessageAttributes"))
+    system = message_attributes(entry.get("MessageSystemAttributes"), "MessageSystemAttributes")
+    if set(system) - {"AWSTraceHeader"} or any(v["DataType"] != "String" for v in system.values()):
+        raise SqsError("InvalidParameterValue", "MessageSystemAttributes may hold only AWSTraceHeader (String).")
+    size = len(body.encode("utf-8")) + attributes_size(attributes)
+    if size > limit:
+        raise SqsError("InvalidParameterValue", f"The message is {size} bytes (body and attributes); "
+                       f"MaximumMessageSize is {limit}.")
+    stored = stored_attributes(attributes)
+    if dedup_id is not None:
+        stored[DEDUP_ATTRIBUTE] = dedup_id
+    if system:
+        stored[TRACE_ATTRIBUTE] = system["AWSTraceHeader"]["StringValue"]
+    message = Outgoing(body.encode("utf-8"), delay=None if delay is None else float(delay),
+                       attributes=stored or None, group=group, dedup_id=dedup_id)
+    return Prepared(body, message, md5_of_body(body), md5_of_attributes(attributes) if attributes else None,
+                    md5_of_attributes(system) if system else None, size)
+
+
+def check_dedup(prepared: Prepared, queue_name: str, settings: Mapping[str, Any]) -> None:
+    """A FIFO send needs a MessageDeduplicationId unless the queue de-duplicates by content."""
+    if is_fifo(queue_name) and prepared.message.dedup_id is None and not settings["content_dedup"]:
+        raise SqsError("InvalidParameterValue", "The queue should either have ContentBasedDeduplication "
+                       "enabled or MessageDeduplicationId provided explicitly.")
+
+
+def send_result(message_id: str, prepared: Prepared) -> dict[str, Any]:
+    result: dict[str, Any] = {"MessageId": message_id, "MD5OfMessageBody": prepared.md5_body}
+    if prepared.md5_attributes:
+        result["MD5OfMessageAttributes"] = prepared.md5_attributes
+    if prepared.md5_system:
+        result["MD5OfMessageSystemAttributes"] = prepared.md5_system
+    return result
+
+
+# -- receiving --------------------------------------------------------------------
+
+MESSAGE_SYSTEM_ATTRIBUTES = frozenset({"All", "SenderId", "SentTimestamp", "ApproximateReceiveCount",
+                                       "ApproximateFirstReceiveTimestamp", "SequenceNumber",
+                                       "MessageDeduplicationId", "MessageGroupId", "AWSTraceHeader",
+                                       "DeadLetterQueueSourceArn"})
+
+
+def received_message(call: Call, message: Message, fifo: bool, content_dedup: bool,
+                     system_names: set[str], attribute_names: list[str]) -> dict[str, Any]:
+    body = message.body.decode("utf-8", errors="replace")
+    stored = message.attributes
+    out: dict[str, Any] = {"MessageId": message.id, "ReceiptHandle": message.receipt,
+                           "MD5OfBody": md5_of_body(body), "Body": body}
+    system: dict[str, str] = {}
+    dedup_id = stored.get(DEDUP_ATTRIBUTE)
+    if dedup_id is None and fifo and content_dedup:
+        dedup_id = hashlib.sha256(message.body).hexdigest()
+    candidates = {
+        "SenderId": call.gateway.config.account_id,
+        "SentTimestamp": str(int(message.sent_at * 1000)),
+        "ApproximateReceiveCount": str(message.receive_count),
+        "MessageGroupId": message.group,
+        "MessageDeduplicationId": dedup_id,
+        "AWSTraceHeader": stored.get(TRACE_ATTRIBUTE),
+    }
+    for name, value in candidates.items():
+        if value is not None and ("All" in system_names or name in system_names):
+            system[name] = value
+    if system:
+        out["Attributes"] = system
+    attributes = selected(sqs_attributes(stored), attribute_names) if attribute_names else {}
+    if attributes:
+        out["MessageAttributes"] = attributes
+        out["MD5OfMessageAttributes"] = md5_of_attributes(attributes)
+    return out

@@ -1,0 +1,135 @@
+"""Reading and checking the parameters of an SQS request: typed readers,
+queue names and URLs, batch entries. Each failure is the :class:`SqsError`
+an SQS client expects."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import Any
+from urllib.parse import urlsplit
+
+from vsqs import InvalidArgument
+from vsqs._core.rules import check_queue_name
+from vsqs._gateway.limits import MAX_BATCH, MAX_SQS_QUEUE_NAME
+from vsqs._gateway.sqs.protocol import SqsError
+
+FIFO_SUFFIX = ".fifo"
+
+_SQS_NAME_RE = re.compile(rf"[A-Za-z0-9_-]{{1,{MAX_SQS_QUEUE_NAME}}}")
+_ACCOUNT_RE = re.compile(r"[A-Za-z0-9_-]{1,64}")
+_BATCH_ID_RE = re.compile(r"[A-Za-z0-9_-]{1,80}")
+
+
+def string(params: Mapping[str, Any], key: str, *, required: bool = False) -> str | None:
+    value = params.get(key)
+    if value is None:
+        if required:
+            raise SqsError("MissingParameter", f"The request must contain the parameter {key}.")
+        return None
+    if not isinstance(value, str):
+        raise SqsError("InvalidParameterValue", f"{key} must be a string, not {type(value).__name__}.")
+    return value
+
+
+def required_string(params: Mapping[str, Any], key: str) -> str:
+    value = string(params, key, required=True)
+    assert value is not None
+    return value
+
+
+def integer(params: Mapping[str, Any], key: str, low: int, high: int) -> int | None:
+    value = params.get(key)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        raise SqsError("InvalidParameterValue",
+                       f"Value {value!r} for parameter {key} is invalid: it must be an integer {low}..{high}.")
+    return value
+
+
+def string_list(params: Mapping[str, Any], key: str) -> list[str]:
+    value = params.get(key)
+    if value is None:
+        return []
+    if not isinstance(value, list) or not all(isinstance(item, str) for item in value):
+        raise SqsError("InvalidParameterValue", f"{key} must be a list of strings.")
+    return value
+
+
+def string_map(params: Mapping[str, Any], key: str) -> dict[str, str]:
+    value = params.get(key)
+    if value is None:
+        return {}
+    if not isinstance(value, dict) or not all(isinstance(v, str) for v in value.values()):
+        raise SqsError("InvalidParameterValue", f"{key} must be a map of strings to strings.")
+    return value
+
+
+# -- queue names ------------------------------------------------------------------
+
+
+def queue_name_of_url(params: Mapping[str, Any]) -> str:
+    """The queue name in QueueUrl (``.../ACCOUNT/NAME``); InvalidAddress if there is none."""
+    url = required_string(params, "QueueUrl")
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        parts = None
+    segments = parts.path.strip("/").split("/") if parts is not None and parts.scheme and parts.netloc else []
+    if len(segments) != 2 or not _ACCOUNT_RE.fullmatch(segments[0]):
+        raise SqsError("InvalidAddress", f"The address {url[:200]!r} is not a queue URL "
+                       "(scheme://host/ACCOUNT/QUEUE_NAME).")
+    try:
+        return check_queue_name(segments[1])
+    except InvalidArgument as exc:
+        raise SqsError("InvalidAddress", f"The address {url[:200]!r} names no valid queue: {exc}") from None
+
+
+def sqs_queue_name(params: Mapping[str, Any]) -> str:
+    """QueueName of CreateQueue: SQS's rule (1-80 of A-Za-z0-9_- plus .fifo)."""
+    name = required_string(params, "QueueName")
+    base = name.removesuffix(FIFO_SUFFIX)
+    if not _SQS_NAME_RE.fullmatch(base) or len(name) > MAX_SQS_QUEUE_NAME:
+        raise SqsError("InvalidParameterValue",
+                       f"Queue name {name[:100]!r} is invalid: use 1-{MAX_SQS_QUEUE_NAME} characters of "
+                       "A-Z a-z 0-9 _ - (a FIFO queue's name ends in .fifo, within the 80).")
+    return name
+
+
+def existing_queue_name(params: Mapping[str, Any]) -> str:
+    """QueueName of GetQueueUrl: any vsqs queue name."""
+    name = required_string(params, "QueueName")
+    try:
+        return check_queue_name(name)
+    except InvalidArgument as exc:
+        raise SqsError("InvalidParameterValue", str(exc)) from None
+
+
+def is_fifo(name: str) -> bool:
+    return name.endswith(FIFO_SUFFIX)
+
+
+# -- batches ----------------------------------------------------------------------
+
+
+def batch_entries(params: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """Entries of a batch request, checked as SQS does (count, ids, distinct ids)."""
+    entries = params.get("Entries")
+    if entries is None:
+        raise SqsError("MissingParameter", "The request must contain the parameter Entries.")
+    if not isinstance(entries, list) or not all(isinstance(entry, dict) for entry in entries):
+        raise SqsError("InvalidParameterValue", "Entries must be a list of objects.")
+    if not entries:
+        raise SqsError("EmptyBatchRequest", "There should be at least one entry in the request.")
+    if len(entries) > MAX_BATCH:
+        raise SqsError("TooManyEntriesInBatchRequest",
+                       f"Maximum number of entries per request are {MAX_BATCH}. You have sent {len(entries)}.")
+    ids = [entry.get("Id") for entry in entries]
+    for entry_id in ids:
+        if not isinstance(entry_id, str) or not _BATCH_ID_RE.fullmatch(entry_id):
+            raise SqsError("InvalidBatchEntryId", f"A batch entry id {str(entry_id)[:100]!r} is invalid: "
+                           "use 1-80 characters of A-Z a-z 0-9 _ -.")
+    if len(set(ids)) != len(ids):
+        raise SqsError("BatchEntryIdsNotDistinct", "Two or more batch entries in the request have the same Id.")
+    return entries

@@ -1,0 +1,167 @@
+"""The wire protocol of the SQS face: AWS JSON 1.0 on ``POST /``.
+
+A request is ``POST /`` with ``X-Amz-Target: AmazonSQS.<Action>`` and a JSON
+body; an answer is JSON (``application/x-amz-json-1.0``) with an
+``x-amzn-RequestId`` header. An error is HTTP 400 (403 for a refused
+signature, 500/503 for the gateway's own trouble) with the body
+``{"__type": "com.amazonaws.sqs#<Name>", "message": ...}`` and the header
+``x-amzn-query-error: <query code>;Sender`` (``Receiver`` for 5xx), which
+botocore maps to ``client.exceptions.<Name>``. This module reads requests,
+renders answers and errors, and holds the one translation of vsqs errors
+for this face. (The older query protocol, form-encoded with XML answers, is
+not spoken: such a request is told so.)
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import uuid
+from typing import Any
+
+from fastapi.responses import Response
+
+from vsqs import (
+    IncompatibleFormat,
+    InvalidArgument,
+    InvalidReceipt,
+    MessageTooLarge,
+    QueueFull,
+    QueueNotFound,
+    QueueSuspended,
+    StaleReceipt,
+    StorageError,
+    VsqsError,
+)
+from vsqs._gateway.asgi import Scope
+from vsqs._gateway.errors import without_paths
+
+CONTENT_TYPE = "application/x-amz-json-1.0"
+TARGET_PREFIX = "AmazonSQS."
+
+# SQS error name -> (query error code, HTTP status); botocore raises client.exceptions.<name>
+_ERRORS: dict[str, tuple[str, int]] = {
+    "QueueDoesNotExist": ("AWS.SimpleQueueService.NonExistentQueue", 400),
+    "QueueNameExists": ("QueueAlreadyExists", 400),
+    "ReceiptHandleIsInvalid": ("ReceiptHandleIsInvalid", 400),
+    "MessageNotInflight": ("AWS.SimpleQueueService.MessageNotInflight", 400),
+    "TooManyEntriesInBatchRequest": ("AWS.SimpleQueueService.TooManyEntriesInBatchRequest", 400),
+    "EmptyBatchRequest": ("AWS.SimpleQueueService.EmptyBatchRequest", 400),
+    "BatchEntryIdsNotDistinct": ("AWS.SimpleQueueService.BatchEntryIdsNotDistinct", 400),
+    "InvalidBatchEntryId": ("AWS.SimpleQueueService.InvalidBatchEntryId", 400),
+    "BatchRequestTooLong": ("AWS.SimpleQueueService.BatchRequestTooLong", 400),
+    "UnsupportedOperation": ("AWS.SimpleQueueService.UnsupportedOperation", 400),
+    "InvalidAttributeName": ("InvalidAttributeName", 400),
+    "InvalidAttributeValue": ("InvalidAttributeValue", 400),
+    "InvalidMessageContents": ("InvalidMessageContents", 400),
+    "InvalidAddress": ("InvalidAddress", 400),
+    "OverLimit": ("OverLimit", 400),
+    "InvalidParameterValue": ("InvalidParameterValue", 400),
+    "MissingParameter": ("MissingParameter", 400),
+    "UnknownOperationException": ("UnknownOperationException", 400),
+    "SerializationException": ("SerializationException", 400),
+    "InternalError": ("InternalError", 500),
+    "ServiceUnavailable": ("ServiceUnavailable", 503),
+}
+
+
+# errors of the AWS request framework rather than of SQS (their __type namespace differs)
+_FRAMEWORK_ERRORS = frozenset({"MissingAuthenticationToken", "IncompleteSignature", "InvalidClientTokenId",
+                               "SignatureDoesNotMatch", "RequestExpired", "UnknownOperationException",
+                               "SerializationException"})
+
+
+class SqsError(Exception):
+    """An SQS error answer; ``name`` is the error's shape name (or its code when
+    botocore has no class for it), ``status`` None takes the table's."""
+
+    def __init__(self, name: str, message: str, status: int | None = None) -> None:
+        super().__init__(message)
+        query_code, default_status = _ERRORS.get(name, (name, 400))
+        self.name, self.message, self.query_code = name, message, query_code
+        self.status = default_status if status is None else status
+
+    @property
+    def fault(self) -> str:
+        return "Receiver" if self.status >= 500 else "Sender"
+
+
+def is_sqs_request(scope: Scope) -> bool:
+    """The SQS face answers POST / carrying an X-Amz-Target header."""
+    return scope["path"] == "/" and any(key == b"x-amz-target" for key, _ in scope["headers"])
+
+
+def action_of(target: str) -> str:
+    """The action an X-Amz-Target names (``""``: none of SQS's)."""
+    return target[len(TARGET_PREFIX):] if target.startswith(TARGET_PREFIX) else ""
+
+
+def parse_body(body: bytes) -> dict[str, Any]:
+    """The request's parameters: a JSON object (an empty body: none)."""
+    if not body.strip():
+        return {}
+    try:
+        params = json.loads(body)
+    except (ValueError, UnicodeDecodeError):
+        raise SqsError("SerializationException", "The request body is not valid JSON.") from None
+    if not isinstance(params, dict):
+        raise SqsError("SerializationException", "The request body must be a JSON object.")
+    return params
+
+
+def unknown_operation(target: str, body: bytes) -> SqsError:
+    """The answer to a target that names no SQS action, saying what this face speaks."""
+    if not target and b"Action=" in body[:4096]:  # the older query protocol
+        return SqsError("UnknownOperationException",
+                        "this gateway speaks SQS's AWS JSON 1.0 protocol, not the query protocol: "
+                        "use an SDK from after April 2024 (boto3/botocore 1.34.90 or later)")
+    return SqsError("UnknownOperationException",
+                    f"Unknown operation {target[:100]!r}: send X-Amz-Target: AmazonSQS.<Action> "
+                    "(the AWS JSON 1.0 protocol)")
+
+
+def result_response(result: dict[str, Any], request_id: str) -> Response:
+    """An action's answer."""
+    return Response(json.dumps(result, separators=(",", ":")), media_type=CONTENT_TYPE,
+                    headers={"x-amzn-RequestId": request_id})
+
+
+def error_response(error: SqsError, request_id: str | None = None) -> Response:
+    """The JSON 1.0 error answer botocore turns into ``client.exceptions.<name>``."""
+    namespace = "com.amazon.coral.service" if error.name in _FRAMEWORK_ERRORS else "com.amazonaws.sqs"
+    body = json.dumps({"__type": f"{namespace}#{error.name}", "message": error.message})
+    headers = {"x-amzn-RequestId": request_id or str(uuid.uuid4()),
+               "x-amzn-query-error": f"{error.query_code};{error.fault}"}
+    if error.status == 503:
+        headers["Retry-After"] = "5"
+    return Response(body, status_code=error.status, media_type=CONTENT_TYPE, headers=headers)
+
+
+def request_too_large(limit: int) -> Response:
+    """The SQS-shaped answer to a request over the gateway's size cap (HTTP 413)."""
+    return error_response(SqsError("InvalidParameterValue", f"The request body is over {limit} bytes.", 413))
+
+
+def sqs_error_of(exc: VsqsError, spool_root: str | None = None) -> SqsError:
+    """The one translation of vsqs errors for the SQS face; paths inside
+    ``spool_root`` are shown relative to it (clients see queue names, not paths)."""
+    text = without_paths(str(exc), spool_root) if spool_root else str(exc)
+    if isinstance(exc, QueueNotFound):
+        return SqsError("QueueDoesNotExist", f"The specified queue does not exist: {text}")
+    if isinstance(exc, InvalidReceipt):
+        return SqsError("ReceiptHandleIsInvalid", f"The receipt handle is not valid: {text}")
+    if isinstance(exc, StaleReceipt):
+        return SqsError("MessageNotInflight", f"The message is not in flight with this receipt: {text}")
+    if isinstance(exc, MessageTooLarge):
+        return SqsError("InvalidParameterValue", f"The message is over MaximumMessageSize: {text}")
+    if isinstance(exc, QueueFull):
+        return SqsError("OverLimit", text)
+    if isinstance(exc, QueueSuspended):
+        return SqsError("ServiceUnavailable", text)
+    if isinstance(exc, InvalidArgument):
+        return SqsError("InvalidParameterValue", text)
+    if isinstance(exc, IncompatibleFormat):
+        return SqsError("UnsupportedOperation", text)
+    if isinstance(exc, StorageError) and exc.errno != errno.ENOSPC:
+        return SqsError("ServiceUnavailable", f"storage error, try again: {text}")
+    return SqsError("InternalError", text)

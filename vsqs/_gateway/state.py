@@ -1,0 +1,177 @@
+"""What the handlers of both faces share: :class:`Gateway`.
+
+The gateway keeps no state of its own. Every request turns into calls of the
+public Python API on the spool, so any number of gateways on any hosts can
+serve one spool beside library and CLI users, and killing one loses nothing.
+What it does keep is a cache: one open :class:`vsqs.Queue` handle per queue
+(for the handle's listing cache), checked against the disk every few seconds,
+and this process's long polls, so that a publish wakes them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import math
+import threading
+import time
+from collections import deque
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
+
+import anyio.to_thread
+from fastapi import Request
+
+from vsqs import InvalidArgument, Message, Queue, Spool
+from vsqs._gateway.config import GatewayConfig
+from vsqs._gateway.limits import MAX_WAIT
+from vsqs._gateway.metrics import GatewayMetrics
+
+T = TypeVar("T")
+
+_HANDLE_CHECK_SECONDS = 2.0
+_POLL_FIRST, _POLL_MAX = 0.01, 0.5
+_MIN_REPOLL = 0.1  # seconds between receive attempts of the idle long polls of one queue
+
+
+class Gateway:
+    """What the handlers share: the spool, the queue handles, the metrics, the waiters."""
+
+    def __init__(self, config: GatewayConfig) -> None:
+        self.config = config
+        self.spool = Spool(config.spool)
+        self._handles: dict[str, tuple[Queue, float]] = {}
+        self._handles_lock = threading.Lock()
+        self._waiters: dict[str, _Waiters] = {}
+        self.metrics = GatewayMetrics(self.spool)
+
+    # -- queue handles ------------------------------------------------------
+
+    def queue(self, name: str) -> Queue:
+        """An open handle on queue ``name`` (QueueNotFound, or InvalidArgument for a bad name).
+
+        Handles are cached; every few seconds a cached one is compared with the
+        queue on disk, so a queue deleted and made again elsewhere is noticed.
+        """
+        now = time.monotonic()
+        with self._handles_lock:
+            cached = self._handles.get(name)
+        if cached is not None and now - cached[1] < _HANDLE_CHECK_SECONDS:
+            return cached[0]
+        fresh = self.spool.queue(name)
+        if cached is not None and cached[0].id == fresh.id:
+            fresh = cached[0]
+        with self._handles_lock:
+            self._handles[name] = (fresh, now)
+        return fresh
+
+    async def on(self, name: str, fn: Callable[[Queue], T]) -> T:
+        """``fn(queue)`` on the thread pool, the queue opened there too: one hop per request."""
+        return await anyio.to_thread.run_sync(lambda: fn(self.queue(name)))
+
+    async def handle(self, name: str) -> Queue:
+        """:meth:`queue` from the event loop (opening a queue reads its metadata)."""
+        return await self.call(self.queue, name)
+
+    def create_queue(self, name: str, **settings: Any) -> Queue:
+        """Create (or open) queue ``name`` with ``settings``; a queue the gateway makes
+        gets the operator's ``--file-mode`` (HTTP clients cannot choose modes)."""
+        if self.config.file_mode is not None:
+            settings = {"file_mode": self.config.file_mode, **settings}
+        return self.spool.create_queue(name, **settings)
+
+    def forget(self, name: str) -> None:
+        with self._handles_lock:
+            self._handles.pop(name, None)
+
+    async def call(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        """Run a blocking vsqs call on the thread pool (file I/O never blocks the event loop)."""
+        return await anyio.to_thread.run_sync(lambda: fn(*args, **kwargs))
+
+    # -- long polling ---------------------------------------------------------
+
+    def published(self, name: str, count: int = 1) -> None:
+        """Wake up to ``count`` of this process's long polls on queue ``name``, one
+        per message published (others, and other processes, find it by polling)."""
+        waiters = self._waiters.get(name)
+        if waiters is None:
+            return
+        waiters.attempted_at = -math.inf  # the next poll of any waiter goes ahead
+        while count > 0 and waiters.sleeping:
+            woken = waiters.sleeping.popleft()
+            if not woken.done():
+                woken.set_result(None)
+                count -= 1
+
+    async def receive(
+        self, name: str, max_messages: int, visibility_timeout: float | None, wait: float | None,
+        disconnected: Callable[[], Awaitable[bool]] | None = None,
+    ) -> list[Message]:
+        """Receive with a long poll that holds no thread while it waits.
+
+        Each attempt is one non-blocking ``receive_batch`` on the thread pool;
+        between attempts the request sleeps on the event loop. A publish
+        through this process wakes one sleeper per message. Otherwise a
+        sleeper wakes after its pause (10 ms doubling to 0.5 s) and tries again
+        only if no waiter on the queue tried in the last 0.1 s, so idle long
+        polls cost a few listings a second per queue, however many there are.
+        A client that went away stops its poll before the next attempt, so
+        no message is hidden for nobody.
+        """
+        queue = await self.handle(name)
+        if wait is None:
+            wait = float(await self.call(lambda: queue.settings["receive_wait"]))
+        if not 0 <= wait <= MAX_WAIT:
+            raise InvalidArgument(f"wait must be 0..{MAX_WAIT:g} seconds, not {wait!r}")
+        deadline = time.monotonic() + wait
+        waiters = self._waiters.setdefault(name, _Waiters())
+        loop = asyncio.get_running_loop()
+        pause = _POLL_FIRST
+        self.metrics.long_polls.inc()
+        try:
+            while True:
+                waiters.attempted_at = time.monotonic()
+                got = await self.call(
+                    queue.receive_batch, max_messages, visibility_timeout=visibility_timeout, wait=0
+                )
+                if got or deadline - time.monotonic() <= 0:
+                    return got
+                while True:  # sleep until woken, or until it is our turn to poll
+                    left = deadline - time.monotonic()
+                    if left <= 0:
+                        return []
+                    woken: asyncio.Future[None] = loop.create_future()
+                    waiters.sleeping.append(woken)
+                    try:
+                        await asyncio.wait_for(asyncio.shield(woken), min(pause, left))
+                    except TimeoutError:
+                        pause = min(pause * 2, _POLL_MAX)
+                    finally:
+                        if not woken.done():
+                            woken.cancel()
+                            with contextlib.suppress(ValueError):
+                                waiters.sleeping.remove(woken)
+                    if disconnected is not None and await disconnected():
+                        return []
+                    if woken.done() and not woken.cancelled():
+                        pause = _POLL_FIRST
+                        break
+                    if time.monotonic() - waiters.attempted_at >= _MIN_REPOLL:
+                        break
+        finally:
+            self.metrics.long_polls.dec()
+
+
+class _Waiters:
+    """This process's long polls on one queue."""
+
+    __slots__ = ("attempted_at", "sleeping")
+
+    def __init__(self) -> None:
+        self.sleeping: deque[asyncio.Future[None]] = deque()
+        self.attempted_at = -math.inf  # monotonic time of the last receive attempt by any of them
+
+
+def gateway_of(request: Request) -> Gateway:
+    gateway: Gateway = request.app.state.gateway
+    return gateway
