@@ -13,7 +13,7 @@ import pytest
 from click.testing import CliRunner
 
 import vsqs
-from vsqs._cli.commands import main
+from vsqs._cli import main
 
 from tests.conftest import vsqs_command
 
@@ -350,7 +350,7 @@ def test_suspend_resume_and_throttled_receive(run, queue):
 
 
 def test_stats_watch_refreshes_until_interrupted(run, queue, monkeypatch):
-    import vsqs._cli.commands as cli
+    import vsqs._cli.ops as ops
 
     sleeps = []
 
@@ -360,7 +360,7 @@ def test_stats_watch_refreshes_until_interrupted(run, queue, monkeypatch):
             raise KeyboardInterrupt
         queue.publish(b"x")
 
-    monkeypatch.setattr(cli.time, "sleep", sleep)
+    monkeypatch.setattr(ops.time, "sleep", sleep)
     result = run("stats", queue.path, "--json", "--watch", "--interval", "0.5")
     docs = [json.loads(line) for line in result.output.splitlines()]
     assert [d["ready"] for d in docs] == [0, 1] and sleeps == [0.5, 0.5]
