@@ -1,5 +1,5 @@
 """``python -m vsqs``: the same as the ``vsqs`` command."""
 
-from vsqs._cli.commands import main
+from vsqs._cli import main
 
 main(prog_name="vsqs")

@@ -13,7 +13,7 @@ import pytest
 from click.testing import CliRunner
 
 import vsqs
-from vsqs._cli.commands import main
+from vsqs._cli import main
 
 from tests.conftest import vsqs_command
 
@@ -350,7 +350,7 @@ def test_suspend_resume_and_throttled_receive(run, queue):
 
 
 def test_stats_watch_refreshes_until_interrupted(run, queue, monkeypatch):
-    import vsqs._cli.commands as cli
+    import vsqs._cli.ops as ops
 
     sleeps = []
 
@@ -360,7 +360,7 @@ def test_stats_watch_refreshes_until_interrupted(run, queue, monkeypatch):
             raise KeyboardInterrupt
         queue.publish(b"x")
 
-    monkeypatch.setattr(cli.time, "sleep", sleep)
+    monkeypatch.setattr(ops.time, "sleep", sleep)
     result = run("stats", queue.path, "--json", "--watch", "--interval", "0.5")
     docs = [json.loads(line) for line in result.output.splitlines()]
     assert [d["ready"] for d in docs] == [0, 1] and sleeps == [0.5, 0.5]
@@ -374,6 +374,30 @@ def test_stats_prometheus_dead_lettered(run, tmp_path):
     q.requeue_expired()
     prom = run("stats", q.path, "--prometheus").output
     assert f'vsqs_dead_lettered_messages{{queue="jobs",path="{q.path}"}} 1' in prom
+
+
+def test_stats_prometheus_exact_text(run, queue):
+    queue.publish(b"x", group='te"nant')
+    queue.receive()  # in flight: nothing ready, so the oldest ready age is 0.0
+    labels = f'queue="q",path="{queue.path}"'
+    assert run("stats", queue.path, "--prometheus", "--groups").output == "\n".join([
+        "# HELP vsqs_messages Messages in the queue, by state.",
+        "# TYPE vsqs_messages gauge",
+        f'vsqs_messages{{{labels},state="ready"}} 0',
+        f'vsqs_messages{{{labels},state="in_flight"}} 1',
+        f'vsqs_messages{{{labels},state="delayed"}} 0',
+        "# HELP vsqs_dead_lettered_messages Messages of this queue now in its dead-letter queue.",
+        "# TYPE vsqs_dead_lettered_messages gauge",
+        f"vsqs_dead_lettered_messages{{{labels}}} 0",
+        "# HELP vsqs_oldest_message_age_seconds Seconds since the oldest visible message was sent.",
+        "# TYPE vsqs_oldest_message_age_seconds gauge",
+        f"vsqs_oldest_message_age_seconds{{{labels}}} 0.0",
+        "# HELP vsqs_group_messages Messages of each message group, by state.",
+        "# TYPE vsqs_group_messages gauge",
+        f'vsqs_group_messages{{{labels},group="te\\"nant",state="ready"}} 0',
+        f'vsqs_group_messages{{{labels},group="te\\"nant",state="in_flight"}} 1',
+        f'vsqs_group_messages{{{labels},group="te\\"nant",state="delayed"}} 0',
+    ]) + "\n"
 
 
 def test_publish_group(run, queue):

@@ -285,7 +285,7 @@ def test_four_producers_four_consumers_on_a_sharded_queue(tmp_path):
 def test_spool_and_cli_create_sharded_queues(tmp_path):
     from click.testing import CliRunner
 
-    from vsqs._cli.commands import main
+    from vsqs._cli import main
 
     result = CliRunner().invoke(main, ["create", str(tmp_path / "c"), "--shards", "32"])
     assert result.exit_code == 0, result.output
