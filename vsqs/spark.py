@@ -24,14 +24,10 @@ from dataclasses import dataclass, fields
 from typing import TYPE_CHECKING, Any
 
 from vsqs import InvalidArgument, Message, Queue, StaleReceipt, VsqsError, Worker
-from vsqs._spark.source import (
-    COLUMNS,
-    NAME,
-    OPTIONS,
-    SCHEMA,
-    WRITE_COLUMNS,
-    VsqsDataSource,
-)
+from vsqs._spark.columns import WRITE_COLUMNS
+from vsqs._spark.options import OPTIONS
+from vsqs._spark.schema import COLUMNS, SCHEMA
+from vsqs._spark.source import NAME, VsqsDataSource
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
