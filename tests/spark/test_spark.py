@@ -385,13 +385,13 @@ def test_write_rows_are_checked_without_spark():
         StructType,
     )
 
-    from vsqs._spark.source import WriteColumns, _write_columns
+    from vsqs._spark.columns import WriteColumns, write_columns
 
     def schema(**columns):
         return StructType([StructField(name, dtype) for name, dtype in columns.items()])
 
-    assert _write_columns(schema(body=BinaryType())) == WriteColumns("body")
-    columns = _write_columns(
+    assert write_columns(schema(body=BinaryType())) == WriteColumns("body")
+    columns = write_columns(
         schema(
             Body=StringType(),
             attributes=MapType(StringType(), StringType()),
@@ -411,7 +411,7 @@ def test_write_rows_are_checked_without_spark():
         (schema(body=BinaryType(), at=StringType()), "cannot write column 'at'"),
     ]:
         with pytest.raises(vsqs.InvalidArgument, match=message):
-            _write_columns(bad)
+            write_columns(bad)
 
     def row(body=b"x", delay=None, group=None, dedup_id=None, priority=None, attributes=None):
         return columns.message(body, [delay, group, dedup_id, priority, attributes])
@@ -484,7 +484,7 @@ def test_bad_dataframes_are_refused_and_publish_nothing(spark, queue):
 
 def test_options_parse_without_spark():
     parse = vsqs.spark.VsqsDataSource  # noqa: F841  (the options belong to it)
-    from vsqs._spark.source import Options
+    from vsqs._spark.options import Options
 
     assert Options.parse({"path": "/q"}) == Options(path="/q")
     parsed = Options.parse(
@@ -646,7 +646,7 @@ def test_stream_write_publishes_each_batch(spark, queue, tmp_path):
 
 def test_process_queue_leaves_exactly_the_failed_messages(spark, queue, tmp_path):
     bodies = [b"p%d" % i for i in range(60)]
-    ids = dict(zip(queue.publish_batch(bodies), bodies))
+    ids = dict(zip(queue.publish_batch(bodies), bodies, strict=True))
     bad = {b"p3", b"p17", b"p18", b"p42", b"p59"}
 
     def fn(body):

@@ -133,7 +133,7 @@ def spark(cluster):
 def test_a_speculated_stragglers_message_is_redelivered_not_lost(spark, tmp_path):
     queue = vsqs.Queue(tmp_path / "q", create=True)
     bodies = [b"m%d" % i for i in range(20)]
-    ids = dict(zip(bodies, queue.publish_batch(bodies)))
+    ids = dict(zip(bodies, queue.publish_batch(bodies), strict=True))
     marker = tmp_path / "straggling"
 
     def fn(body):

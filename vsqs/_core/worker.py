@@ -3,8 +3,9 @@
 A :class:`Worker` runs ``handler(message)`` for each message: a normal return
 deletes the message, an exception makes it visible again (after
 ``retry_delay``). While a handler runs, a lease keeper extends the message's
-visibility so a long job is not handed to a second consumer. ``burst=True``
-drains the queue and returns, like rq's burst worker.
+visibility (:mod:`vsqs._core.leases`) so a long job is not handed to a
+second consumer. ``burst=True`` drains the queue and returns, like rq's
+burst worker.
 """
 
 from __future__ import annotations
@@ -15,7 +16,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from vsqs._core.errors import InvalidArgument, StaleReceipt, StorageError, VsqsError
+from vsqs._core.errors import InvalidArgument, StorageError
+from vsqs._core.leases import LeaseKeeper
 from vsqs._core.limits import MAX_VISIBILITY_TIMEOUT
 from vsqs._core.message import Message
 from vsqs._core.queue import Queue
@@ -34,51 +36,6 @@ class WorkerStats:
     processed: int = 0  # handler succeeded, message deleted
     failed: int = 0  # handler raised, message made visible again
     lost: int = 0  # lease lost before settling: another consumer may get it again
-
-
-class _LeaseKeeper(threading.Thread):
-    """Extends the leases of messages being handled, until they are settled."""
-
-    def __init__(self, visibility_timeout: float) -> None:
-        super().__init__(name="vsqs-lease-keeper", daemon=True)
-        self._timeout = visibility_timeout
-        self._held: dict[int, tuple[Message, float]] = {}  # id(message) -> (message, renew at)
-        self._lock = threading.Lock()
-        self._stop_event = threading.Event()
-
-    def hold(self, message: Message) -> None:
-        with self._lock:
-            self._held[id(message)] = (message, time.monotonic() + self._timeout / 2)
-
-    def settle(self, message: Message, action: Callable[[], object]) -> bool:
-        """Run ``action`` (delete or release) under the lock; False if the lease was lost."""
-        with self._lock:
-            self._held.pop(id(message), None)
-            try:
-                action()
-                return True
-            except StaleReceipt:
-                return False
-
-    def stop(self) -> None:
-        self._stop_event.set()
-
-    def run(self) -> None:
-        period = max(0.05, self._timeout / 6)
-        while not self._stop_event.wait(period):
-            now = time.monotonic()
-            with self._lock:
-                for key, (message, renew_at) in list(self._held.items()):
-                    if now < renew_at:
-                        continue
-                    try:
-                        message.change_visibility(self._timeout)
-                        self._held[key] = (message, now + self._timeout / 2)
-                    except StorageError as exc:  # passing trouble: try again next period
-                        log.warning("cannot extend lease of %s yet: %s", message.id, exc)
-                    except VsqsError as exc:  # the lease is lost: the final settle will say so
-                        log.warning("cannot extend lease of %s: %s", message.id, exc)
-                        self._held.pop(key)
 
 
 class Worker:
@@ -137,32 +94,30 @@ class Worker:
 
     def work(self) -> WorkerStats:
         """Run until stopped, drained (burst) or ``max_messages`` taken; return the counts."""
-        keeper = _LeaseKeeper(self.visibility_timeout)
-        keeper.start()
         errors: list[BaseException] = []
+        with LeaseKeeper(self.visibility_timeout) as keeper:
 
-        def loop() -> None:
-            try:
-                self._loop(keeper)
-            except BaseException as exc:  # surfaced to the caller of work()
-                errors.append(exc)
-                self._stopping.set()
+            def loop() -> None:
+                try:
+                    self._loop(keeper)
+                except BaseException as exc:  # surfaced to the caller of work()
+                    errors.append(exc)
+                    self._stopping.set()
 
-        threads = [
-            threading.Thread(target=loop, name=f"vsqs-worker-{i}", daemon=True)
-            for i in range(self.concurrency)
-        ]
-        for thread in threads:
-            thread.start()
-        try:
+            threads = [
+                threading.Thread(target=loop, name=f"vsqs-worker-{i}", daemon=True)
+                for i in range(self.concurrency)
+            ]
             for thread in threads:
-                while thread.is_alive():
-                    thread.join(0.2)  # keeps the main thread responsive to signals
-        finally:
-            for message in self._parked:
-                self._give_back(message, keeper)
-            self._parked.clear()
-            keeper.stop()
+                thread.start()
+            try:
+                for thread in threads:
+                    while thread.is_alive():
+                        thread.join(0.2)  # keeps the main thread responsive to signals
+            finally:
+                for message in self._parked:
+                    self._give_back(message, keeper)
+                self._parked.clear()
         if errors:
             raise errors[0]
         return self.stats
@@ -190,7 +145,7 @@ class Worker:
                 return message
         return None
 
-    def _loop(self, keeper: _LeaseKeeper) -> None:
+    def _loop(self, keeper: LeaseKeeper) -> None:
         while not self._stopping.is_set():
             if not self._reserve():
                 return
@@ -209,7 +164,7 @@ class Worker:
             keeper.hold(message)
             self._handle(message, keeper)
 
-    def _handle(self, message: Message, keeper: _LeaseKeeper) -> None:
+    def _handle(self, message: Message, keeper: LeaseKeeper) -> None:
         try:
             self.handler(message)
         except Exception as exc:
@@ -229,7 +184,7 @@ class Worker:
             else:
                 self.stats.lost += 1
 
-    def _give_back(self, message: Message, keeper: _LeaseKeeper) -> None:
+    def _give_back(self, message: Message, keeper: LeaseKeeper) -> None:
         """Make a failed message visible again, now or after ``retry_delay``."""
         def hide_for_retry_delay() -> object:
             return message.change_visibility(self.retry_delay)

@@ -1,0 +1,351 @@
+"""Executors as queue workers: :func:`process_queue` and its result.
+
+Each Spark task drains the shared queue (burst): one message at a time
+through a :class:`vsqs.Worker`, or ``batch_size`` at a time through
+:class:`_BatchLoop`. Both keep the leases of the messages being handled with
+the engine's one :class:`~vsqs._core.leases.LeaseKeeper`.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import math
+import os
+import threading
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, fields
+from typing import TYPE_CHECKING, Any
+
+from vsqs import InvalidArgument, Message, Queue, Worker
+from vsqs._core.leases import LeaseKeeper
+from vsqs._core.limits import MAX_BATCH, MAX_VISIBILITY_TIMEOUT, MAX_WAIT
+from vsqs._spark.checks import seconds_fault
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+log = logging.getLogger("vsqs.spark")
+
+
+@dataclass(frozen=True)
+class ProcessResult:
+    """What :func:`process_queue` did, summed over the successful task attempts."""
+
+    processed: int = 0  # fn succeeded and the message was deleted
+    failed: int = 0  # fn raised: the message stays in the queue (hidden for retry_delay)
+    redelivered: int = 0  # messages received that had been received before (receive_count > 1)
+    lost: int = 0  # lease lost before the delete: the message will be delivered again
+    published: int = 0  # results published to the output queue
+    tasks: int = 0  # task attempts whose counts are included
+
+    def __add__(self, other: ProcessResult) -> ProcessResult:
+        return ProcessResult(
+            **{f.name: getattr(self, f.name) + getattr(other, f.name) for f in fields(self)}
+        )
+
+
+Body = bytes | str
+
+
+def _results(value: object) -> list[Body]:
+    """fn's return value as the list of bodies to publish."""
+    if value is None:
+        return []
+    if isinstance(value, (bytes, bytearray, memoryview, str)):
+        return [bytes(value) if not isinstance(value, str) else value]
+    if isinstance(value, Iterable):
+        out: list[Body] = []
+        for item in value:
+            if item is None:
+                continue
+            if not isinstance(item, (bytes, bytearray, memoryview, str)):
+                raise TypeError(f"fn must return bytes, str, None or a list of them, not a list holding {type(item).__name__}")
+            out.append(bytes(item) if not isinstance(item, str) else item)
+        return out
+    raise TypeError(f"fn must return bytes, str, None or a list of them, not {type(value).__name__}")
+
+
+class _Counts:
+    """Thread-safe counters of one task."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.redelivered = 0
+        self.published = 0
+        self.processed = 0
+        self.failed = 0
+        self.lost = 0
+
+    def add(self, **counts: int) -> None:
+        with self.lock:
+            for name, value in counts.items():
+                setattr(self, name, getattr(self, name) + value)
+
+
+@dataclass(frozen=True)
+class _TaskSpec:
+    """Everything one process_queue task needs (pickled to the executors)."""
+
+    queue: Queue  # a Queue pickles as its path and options
+    output: Queue | None
+    fn: Callable[[Any], Any]
+    batch_size: int | None
+    visibility_timeout: float
+    wait: float
+    concurrency: int
+    retry_delay: float
+    max_messages: int | None
+
+
+def _run_task(spec: _TaskSpec) -> ProcessResult:
+    """One task: drain the queue (burst), calling fn; runs on an executor."""
+    queue, output = spec.queue, spec.output
+    counts = _Counts()
+    if spec.batch_size is None:
+
+        def handle(message: Message) -> None:
+            if message.receive_count > 1:
+                counts.add(redelivered=1)
+            bodies = _results(spec.fn(message.body))
+            if output is not None and bodies:
+                output.publish_batch(bodies)  # durable, before the input is deleted
+                counts.add(published=len(bodies))
+
+        stats = Worker(
+            queue,
+            handle,
+            visibility_timeout=spec.visibility_timeout,
+            wait=spec.wait,
+            concurrency=spec.concurrency,
+            max_messages=spec.max_messages,
+            burst=True,
+            retry_delay=spec.retry_delay,
+        ).work()
+        counts.add(processed=stats.processed, failed=stats.failed, lost=stats.lost)
+    else:
+        _BatchLoop(queue, output, spec, counts).run()
+    return ProcessResult(
+        processed=counts.processed,
+        failed=counts.failed,
+        redelivered=counts.redelivered,
+        lost=counts.lost,
+        published=counts.published,
+        tasks=1,
+    )
+
+
+class _BatchLoop:
+    """Batch mode: receive up to batch_size messages, call fn(list of bodies),
+    publish the results in one batch, then delete the inputs. While fn runs, a
+    lease keeper extends the batch's visibility; a failed batch stays hidden
+    until the task ends (each message is tried once per run), then is given
+    back after retry_delay, as the Worker does."""
+
+    def __init__(self, queue: Queue, output: Queue | None, spec: _TaskSpec, counts: _Counts) -> None:
+        self.queue = queue
+        self.output = output
+        self.spec = spec
+        self.counts = counts
+        self.keeper = LeaseKeeper(spec.visibility_timeout)
+        self.lock = threading.Lock()  # guards taken and parked
+        self.parked: list[Message] = []
+        self.taken = 0
+
+    def run(self) -> None:
+        errors: list[BaseException] = []
+
+        def loop() -> None:
+            try:
+                self._loop()
+            except BaseException as exc:  # noqa: BLE001 - re-raised by run()
+                errors.append(exc)
+
+        with self.keeper:
+            threads = [threading.Thread(target=loop, daemon=True) for _ in range(self.spec.concurrency)]
+            for thread in threads:
+                thread.start()
+            for thread in threads:
+                thread.join()
+            for message in self.parked:
+                self._settle(message, give_back=True)
+        if errors:
+            raise errors[0]
+
+    def _take(self) -> int:
+        with self.lock:
+            if self.spec.max_messages is None:
+                return self.spec.batch_size or 1
+            left = self.spec.max_messages - self.taken
+            return max(0, min(left, self.spec.batch_size or 1))
+
+    def _loop(self) -> None:
+        while True:
+            wanted = self._take()
+            if wanted == 0:
+                return
+            messages = self.queue.receive_batch(
+                wanted, visibility_timeout=self.spec.visibility_timeout, wait=self.spec.wait
+            )
+            if not messages:
+                return
+            with self.lock:
+                self.taken += len(messages)
+            for message in messages:
+                self.keeper.hold(message)
+            self.counts.add(redelivered=sum(1 for m in messages if m.receive_count > 1))
+            try:
+                results = self.spec.fn([m.body for m in messages])
+                if results is None:
+                    results = [None] * len(messages)
+                results = list(results)
+                if len(results) != len(messages):
+                    raise TypeError(
+                        f"a batch fn must return one result per body: got {len(results)} "
+                        f"for {len(messages)}"
+                    )
+                bodies = [body for result in results for body in _results(result)]
+            except Exception as exc:  # noqa: BLE001 - fn failed: the batch stays for a retry
+                log.info("batch of %d failed: %s", len(messages), exc)
+                with self.lock:
+                    self.parked.extend(messages)
+                continue
+            if self.output is not None and bodies:
+                self.output.publish_batch(bodies)  # durable, before the inputs are deleted
+                self.counts.add(published=len(bodies))
+            for message in messages:
+                self._settle(message, give_back=False)
+
+    def _settle(self, message: Message, *, give_back: bool) -> None:
+        action: Callable[[], object]
+        if not give_back:
+            action = message.delete
+        elif self.spec.retry_delay:
+            action = functools.partial(message.change_visibility, self.spec.retry_delay)
+        else:
+            action = message.release
+        if self.keeper.settle(message, action):
+            self.counts.add(**{"failed" if give_back else "processed": 1})
+        else:
+            self.counts.add(lost=1)
+
+
+def _seconds(name: str, value: object, maximum: float, *, positive: bool = False) -> float:
+    fault = seconds_fault(value, maximum, positive=positive)
+    if fault == "type":
+        raise InvalidArgument(f"{name} must be a number of seconds, not {value!r}")
+    if fault == "low":
+        raise InvalidArgument(f"{name} must be {'> 0' if positive else '>= 0'} seconds, not {value!r}")
+    if fault == "high":
+        raise InvalidArgument(f"{name} must be at most {maximum:g} seconds, not {value!r}")
+    return float(value)  # type: ignore[arg-type]
+
+
+def _count(name: str, value: object, *, allow_none: bool = False) -> Any:
+    if value is None and allow_none:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise InvalidArgument(f"{name} must be an int >= 1{' or None' if allow_none else ''}, not {value!r}")
+    return value
+
+
+def _task_spec(
+    queue: Queue,
+    output: Queue | None,
+    fn: Callable[[Any], Any],
+    tasks: int,
+    *,
+    concurrency: object,
+    batch_size: object,
+    visibility_timeout: object,
+    wait: object,
+    retry_delay: object,
+    max_messages: object,
+) -> _TaskSpec:
+    """process_queue's arguments, checked, as what each of its ``tasks`` tasks runs."""
+    concurrency = _count("concurrency", concurrency)
+    batch_size = _count("batch_size", batch_size, allow_none=True)
+    if batch_size is not None and batch_size > MAX_BATCH:
+        raise InvalidArgument(f"batch_size must be at most {MAX_BATCH}, not {batch_size}")
+    timeout = _seconds("visibility_timeout", visibility_timeout, MAX_VISIBILITY_TIMEOUT, positive=True)
+    wait = _seconds("wait", wait, MAX_WAIT)
+    delay = timeout if retry_delay is None else _seconds("retry_delay", retry_delay, MAX_VISIBILITY_TIMEOUT)
+    if max_messages is not None:
+        max_messages = _count("max_messages", max_messages)
+    return _TaskSpec(
+        queue=queue,
+        output=output,
+        fn=fn,
+        batch_size=batch_size,
+        visibility_timeout=timeout,
+        wait=wait,
+        concurrency=concurrency,
+        retry_delay=delay,
+        max_messages=None if max_messages is None else math.ceil(max_messages / tasks),  # a task's share
+    )
+
+
+def process_queue(
+    spark: SparkSession,
+    path: str | os.PathLike[str] | Queue,
+    fn: Callable[[Any], Any],
+    *,
+    output: str | os.PathLike[str] | Queue | None = None,
+    parallelism: int | None = None,
+    concurrency: int = 1,
+    batch_size: int | None = None,
+    visibility_timeout: float = 60.0,
+    wait: float = 1.0,
+    retry_delay: float | None = None,
+    max_messages: int | None = None,
+) -> ProcessResult:
+    """Drain the queue at ``path`` with ``parallelism`` Spark tasks; return the counts.
+
+    Each task receives messages from the shared queue and calls
+    ``fn(body)`` (bytes); with ``batch_size=N`` it calls ``fn(bodies)`` with a
+    list of up to N bodies instead and expects a list of as many results. A
+    result (bytes, str, a list of them, or None for nothing) is published to
+    ``output`` durably; only then is the input message deleted. A message
+    whose ``fn`` raised stays in the queue, hidden for ``retry_delay`` seconds
+    (default: ``visibility_timeout``) after the task ends, with its receive
+    count raised. A long ``fn`` keeps its message hidden: its lease is
+    extended while it runs.
+
+    The tasks stop when the queue has nothing visible for ``wait`` seconds
+    (or after ``max_messages`` in all). A task that dies, is retried or is
+    run speculatively re-delivers the messages it held when their lease runs
+    out; nothing is lost, and a message may be handled twice (at-least-once).
+    The counts come from the task attempts that succeeded.
+    """
+    queue = path if isinstance(path, Queue) else Queue(path)
+    out = None if output is None else output if isinstance(output, Queue) else Queue(output, create=True)
+    if not callable(fn):
+        raise InvalidArgument(f"fn must be callable, not {fn!r}")
+    context = spark.sparkContext
+    tasks = _count("parallelism", parallelism if parallelism is not None else context.defaultParallelism)
+    spec = _task_spec(
+        queue,
+        out,
+        fn,
+        tasks,
+        concurrency=concurrency,
+        batch_size=batch_size,
+        visibility_timeout=visibility_timeout,
+        wait=wait,
+        retry_delay=retry_delay,
+        max_messages=max_messages,
+    )
+
+    def task(_partition: Iterable[int]) -> Iterator[ProcessResult]:
+        yield _run_task(spec)
+
+    context.setJobDescription(f"vsqs.process_queue {queue.path}")
+    try:
+        results = context.parallelize(range(tasks), tasks).mapPartitions(task).collect()
+    finally:
+        context.setJobDescription(None)  # type: ignore[arg-type]
+    total = ProcessResult()
+    for result in results:
+        total += result
+    return total
+

@@ -1,0 +1,188 @@
+"""Batch and streaming writes: each row a message.
+
+Every task attempt stages its rows (``Queue.publish_staged``) as they
+arrive; the driver's commit publishes exactly the stages of the attempts
+Spark committed and drops the job's others, so a retried or speculative task
+publishes each row once. A streaming write does the same per micro-batch.
+"""
+
+from __future__ import annotations
+
+import logging
+import secrets
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from pyspark.sql.datasource import (
+    DataSourceArrowWriter,
+    DataSourceStreamWriter,
+    WriterCommitMessage,
+)
+
+from vsqs import InvalidArgument, Outgoing, Queue
+from vsqs._spark.columns import WriteColumns
+from vsqs._spark.options import Options
+
+try:  # pyspark >= 4.1: streaming writes get Arrow batches, staged as they come
+    from pyspark.sql.datasource import DataSourceStreamArrowWriter as _StreamWriterBase
+
+    _ARROW_STREAM_WRITES = True
+except ImportError:  # pragma: no cover - pyspark 4.0: rows, staged in chunks
+    _StreamWriterBase = DataSourceStreamWriter  # type: ignore[misc,assignment]
+    _ARROW_STREAM_WRITES = False
+
+log = logging.getLogger("vsqs.spark")
+
+STAGE_CHUNK_ROWS = 1000  # rows per publish_staged call (one directory fsync each)
+STAGE_CHUNK_BYTES = 16 << 20
+
+
+@dataclass
+class StagedCommit(WriterCommitMessage):
+    """What one successful task attempt staged."""
+
+    stage: str | None  # None when the partition had no rows
+    rows: int
+
+
+def _task_stage(prefix: str) -> str:
+    """A stage name unique to this task attempt, under the job's ``prefix``."""
+    from pyspark import TaskContext
+
+    context = TaskContext.get()
+    if context is None:  # pragma: no cover - write() always runs in a task
+        return f"{prefix}-x-{secrets.token_hex(6)}"
+    # the random suffix keeps names unique across Spark restarts (task attempt ids restart)
+    return (
+        f"{prefix}-{context.partitionId()}-{context.attemptNumber()}"
+        f"-{context.taskAttemptId()}-{secrets.token_hex(3)}"
+    )
+
+
+def _chunks(items: Iterable[Any]) -> Iterator[list[Any]]:
+    """Group messages (bodies or Outgoing) into chunks of at most
+    STAGE_CHUNK_ROWS rows / STAGE_CHUNK_BYTES."""
+    chunk: list[Any] = []
+    size = 0
+    for item in items:
+        chunk.append(item)
+        body = item.body if isinstance(item, Outgoing) else item
+        size += len(body) if body is not None else 0
+        if len(chunk) >= STAGE_CHUNK_ROWS or size >= STAGE_CHUNK_BYTES:
+            yield chunk
+            chunk, size = [], 0
+    if chunk:
+        yield chunk
+
+
+def _stage_rows(queue: Queue, stage_prefix: str, chunks: Iterable[list[Any]]) -> StagedCommit:
+    """Stage every message of one task attempt, chunk by chunk, as the rows
+    arrive; nothing is visible to receivers until the driver commits the stage."""
+    stage: str | None = None
+    rows = 0
+    for chunk in chunks:
+        if not chunk:
+            continue
+        if any(item is None for item in chunk):
+            raise InvalidArgument("vsqs cannot write a row whose 'body' is null")
+        stage = stage or _task_stage(stage_prefix)
+        rows += len(queue.publish_staged(chunk, stage=stage))
+    return StagedCommit(stage, rows)
+
+
+def _commit_stages(queue: Queue, prefix: str, messages: Sequence[WriterCommitMessage | None]) -> int:
+    """Publish the stages named in ``messages``; drop this job's other stages
+    (attempts that failed or lost to another attempt). Returns messages published."""
+    committed = set()
+    published = 0
+    for message in messages:
+        if isinstance(message, StagedCommit) and message.stage is not None:
+            published += queue.commit_stage(message.stage)
+            committed.add(message.stage)
+    _drop_stages(queue, prefix, keep=committed)
+    return published
+
+
+def _drop_stages(queue: Queue, prefix: str, keep: set[str] = frozenset()) -> int:  # type: ignore[assignment]
+    dropped = 0
+    for stage in queue.stages():
+        if stage.startswith(prefix + "-") and stage not in keep:
+            dropped += queue.abort_stage(stage)
+    return dropped
+
+
+def _arrow_chunks(batches: Iterator[Any], columns: WriteColumns) -> Iterator[list[Any]]:
+    """Each Arrow batch Spark hands over is staged as it comes (in chunks)."""
+    for batch in batches:
+        bodies = batch.column(columns.body).to_pylist()
+        if not columns.options:
+            yield from _chunks(bodies)
+            continue
+        values = [batch.column(name).to_pylist() for _, name in columns.options]
+        # the whole batch is checked before any of it is staged
+        yield from _chunks([columns.message(body, row) for body, *row in zip(bodies, *values, strict=True)])
+
+
+def _row_chunks(rows: Iterator[Any], columns: WriteColumns) -> Iterator[list[Any]]:
+    """The same for Row objects (pyspark 4.0 streaming writes)."""
+    return _chunks(
+        columns.message(row[columns.body], [row[name] for _, name in columns.options])
+        for row in rows
+    )
+
+
+class StagedWriter(DataSourceArrowWriter):
+    """Each task attempt stages its rows; the driver's commit publishes the stages
+    of the attempts Spark committed, so a retried or speculative task publishes
+    each row once."""
+
+    def __init__(self, options: Options, columns: WriteColumns, job: str) -> None:
+        self.options = options
+        self.columns = columns
+        self.job = job  # unique per write; the prefix of every stage of this write
+
+    def write(self, iterator: Iterator[Any]) -> StagedCommit:
+        queue = self.options.queue()
+        return _stage_rows(queue, f"spark-{self.job}", _arrow_chunks(iterator, self.columns))
+
+    def commit(self, messages: list[WriterCommitMessage | None]) -> None:
+        published = _commit_stages(self.options.queue(), f"spark-{self.job}", messages)
+        log.info("published %d messages to %s", published, self.options.path)
+
+    def abort(self, messages: list[WriterCommitMessage | None]) -> None:
+        _drop_stages(self.options.queue(), f"spark-{self.job}")
+
+
+class StagedStreamWriter(_StreamWriterBase):
+    """Streaming write: each micro-batch is staged per task attempt and
+    published by the driver's commit of that batch. Stages are named
+    ``spark-<query>-<batch>-<partition>-<attempt>-...``; the commit of a batch
+    drops the batch's other stages (failed attempts, or a dead run's)."""
+
+    def __init__(self, options: Options, columns: WriteColumns, job: str) -> None:
+        self.options = options
+        self.columns = columns
+        self.job = job
+
+    def _prefix(self, batch_id: object) -> str:
+        return f"spark-{self.job}-{batch_id}"
+
+    def write(self, iterator: Iterator[Any]) -> StagedCommit:
+        from pyspark import TaskContext
+
+        context = TaskContext.get()
+        batch_id = context.getLocalProperty("streaming.sql.batchId") if context else None
+        queue = self.options.queue()
+        if _ARROW_STREAM_WRITES:
+            chunks = _arrow_chunks(iterator, self.columns)
+        else:  # pragma: no cover - pyspark 4.0
+            chunks = _row_chunks(iterator, self.columns)
+        return _stage_rows(queue, self._prefix(batch_id if batch_id is not None else "x"), chunks)
+
+    def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        published = _commit_stages(self.options.queue(), self._prefix(batchId), messages)
+        log.info("batch %s: published %d messages to %s", batchId, published, self.options.path)
+
+    def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        _drop_stages(self.options.queue(), self._prefix(batchId))
