@@ -24,7 +24,6 @@ Names sort in delivery order (priority first, then send time). No I/O here.
 from __future__ import annotations
 
 import enum
-import errno
 import hashlib
 import json
 import os
@@ -38,7 +37,7 @@ from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 from vsqs._core import limits
-from vsqs._core.errors import IncompatibleFormat, InvalidArgument, InvalidReceipt, StorageError
+from vsqs._core.errors import IncompatibleFormat, InvalidArgument, InvalidReceipt
 from vsqs._core.rules import check_group
 
 FORMAT_VERSION = 2  # the newest format this vsqs reads and writes
@@ -327,36 +326,6 @@ def parse_throttle_token(name: str) -> int | None:
     """The window of a token name, or ``None``."""
     m = _THROTTLE_RE.fullmatch(name)
     return int(m[1]) if m else None
-
-
-# -- envelopes: a message file holding a header line before the body --------
-
-def encode_envelope(header: dict[str, Any], body: bytes) -> bytes:
-    """One line of JSON (the header), a newline, then the body as is."""
-    return json.dumps(header, sort_keys=True, separators=(",", ":")).encode() + b"\n" + body
-
-
-def decode_envelope(data: bytes) -> tuple[dict[str, Any], bytes]:
-    """(header, body) of an envelope; ValueError if it is not one."""
-    end = data.find(b"\n")
-    if end < 0:
-        raise ValueError("no header line")
-    header = json.loads(data[:end])
-    if not isinstance(header, dict):
-        raise ValueError("header is not a JSON object")
-    return header, data[end + 1 :]
-
-
-def decode_content(name: Name, data: bytes, where: str) -> tuple[bytes, dict[str, Any] | None]:
-    """(body, header) of the content of message file ``name``; a corrupt
-    envelope is a :class:`StorageError` (EIO) naming ``where``."""
-    if not name.envelope:
-        return data, None
-    try:
-        header, body = decode_envelope(data)
-    except ValueError as exc:
-        raise StorageError(errno.EIO, f"corrupt message envelope ({exc})", where) from None
-    return body, header
 
 
 # -- receipts ---------------------------------------------------------------

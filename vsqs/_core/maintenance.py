@@ -10,6 +10,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
+from vsqs._core import envelope as _envelope
 from vsqs._core import format as _format
 from vsqs._core import fs as _fs
 from vsqs._core.dead_letters import DeadLetters
@@ -80,7 +81,7 @@ class Maintenance:
     def _info(self, name: _format.Name, now: int, data: bytes | None) -> MessageInfo:
         visible_at = name.until_us if name.state is State.HIDDEN else name.sent_us
         where = self._layout.message_file(str(name))
-        body, header = (None, None) if data is None else _format.decode_content(name, data, where)
+        body, header = (None, None) if data is None else _envelope.decode_content(name, data, where)
         header = header or {}
         return MessageInfo(
             name.key,
@@ -127,7 +128,7 @@ class Maintenance:
         """A group's name, from the envelope of one of its messages (its hash if unreadable)."""
         data = _fs.read(self._layout.message_file(str(name)))
         try:
-            header = _format.decode_content(name, data, str(name))[1] if data else None
+            header = _envelope.decode_content(name, data, str(name))[1] if data else None
         except StorageError:
             header = None
         return str((header or {}).get("group") or name.group_hash)

@@ -15,6 +15,7 @@ from datetime import datetime
 from typing import Any, NamedTuple
 
 from vsqs._core import dedup as _dedup
+from vsqs._core import envelope as _envelope
 from vsqs._core import format as _format
 from vsqs._core import fs as _fs
 from vsqs._core.dedup import Reservations
@@ -111,7 +112,7 @@ def write_new(
 ) -> tuple[str, str]:
     """Write ``STEM.new`` under a fresh key, where the message will live (or
     in the directory ``stage``, ending in a separator); return (stem, path)."""
-    content = _format.encode_envelope(entry.header, entry.body) if entry.header else entry.body
+    content = _envelope.encode_envelope(entry.header, entry.body) if entry.header else entry.body
     for _attempt in range(8):
         key = _format.new_key(entry.priority)
         stem = _format.make_stem(key, group_hash=entry.group_hash, envelope=bool(entry.header))

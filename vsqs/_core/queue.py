@@ -25,6 +25,7 @@ from datetime import datetime
 from types import MappingProxyType
 from typing import Any
 
+from vsqs._core import envelope as _envelope
 from vsqs._core import format as _format
 from vsqs._core import fs as _fs
 from vsqs._core import publishing
@@ -518,7 +519,7 @@ class Queue:
                     if data is None:
                         continue  # only if another host's clock is far ahead: it took our lease
                     if parsed.envelope:
-                        data, header = _format.decode_content(parsed, data, path)
+                        data, header = _envelope.decode_content(parsed, data, path)
                 except StorageError as exc:  # unreadable (permissions) or corrupt
                     # a corrupt file stays in flight and comes back with its lease (and
                     # goes to the dead-letter queue after max_receives); the rest go on
@@ -632,7 +633,7 @@ class Queue:
         data = _fs.read(path)
         if data is None:
             raise StaleReceipt(stale_message(name.key))
-        return (name, *_format.decode_content(name, data, path))
+        return (name, *_envelope.decode_content(name, data, path))
 
     def change_visibility(self, receipt: str, timeout: float) -> str:
         """Hide the message for ``timeout`` seconds from now; return the new receipt."""

@@ -9,6 +9,7 @@ import os
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
+from vsqs._core import envelope as _envelope
 from vsqs._core import format as _format
 from vsqs._core import fs as _fs
 from vsqs._core import publishing
@@ -125,7 +126,7 @@ def _staged_digest(name: _format.Name, path: str) -> str:
     """The de-duplication hash a staged message carries in its envelope, or ""."""
     data = _fs.read(path)
     try:
-        header = _format.decode_content(name, data, path)[1] if data else None
+        header = _envelope.decode_content(name, data, path)[1] if data else None
     except StorageError:
         header = None
     return str((header or {}).get("dedup") or "")
