@@ -88,6 +88,7 @@ class Listing:
         # going round them all: once they are used up, the next shards are listed
         self.rest_of_round = False
         self.skipped = False  # names of this listing were dropped after a lost race: list again when out
+        self.freed = False  # this handle freed a group's slot since the listing: list again when out
 
     def next_candidate(self, may_list: bool = True) -> str | None:
         """The next name to try to claim (not yet validated). The directory is
@@ -96,12 +97,18 @@ class Listing:
             self.promote(_format.now_us())
         if self.visible or self.grouped:
             stale = time.monotonic() >= self.stale_at
-        else:  # ran out: at once if the window left names behind (and was of use), else not too often
+        else:
+            # ran out: at once if the last listing was of use (this handle claimed
+            # from it: more may have come since), if names were left behind, or if
+            # this handle freed a group's slot; after a listing that gave nothing
+            # to claim, not too often (by its cost). Never on a timing heuristic
+            # alone while a message this handle could claim may be ready.
             age = time.monotonic() - self.listed_at
             stale = (
-                self.skipped
+                self.claimed > 0
+                or self.skipped
+                or self.freed
                 or self.rest_of_round
-                or (self.truncated and self.claimed > 0)
                 or self.cost < CHEAP_LISTING
                 or age >= EXHAUSTED_FACTOR * self.cost
             )
@@ -157,6 +164,13 @@ class Listing:
         else:
             heapq.heappush(self.visible, name)
 
+    def slot_freed(self, group: str) -> None:
+        """This handle freed a slot of ``group`` (or moved its lease): its view of
+        the group is stale. Lift the group's block, and list again once the cache
+        runs out, so the group's next message is seen whatever the listing cost."""
+        self.blocked.discard(group)
+        self.freed = True
+
     def block(self, group: str) -> None:
         """Leave ``group`` alone until the next listing (its slots are all held)."""
         self.blocked.add(group)
@@ -192,6 +206,7 @@ class Listing:
         self.rest_of_round = more_shards
         self.claimed = 0
         self.blocked = set()
+        self.freed = False
         self.listed_at = time.monotonic()
         self.cost = self.listed_at - started
         self.stale_at = self.listed_at + max(MAX_AGE, AGE_FACTOR * self.cost)

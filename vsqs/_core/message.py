@@ -1,4 +1,4 @@
-"""What the queue hands out: received messages, listings, stats; argument checks."""
+"""What the queue hands out: received messages, listings, stats, and the options of an outgoing message."""
 
 from __future__ import annotations
 

@@ -535,11 +535,6 @@ class Queue:
             raise failure
         return got
 
-    def _remember(self, name: str, until_us: int = 0) -> None:
-        """Put a name this handle just made into its cache, so it sees its own moves."""
-        with self._lock:
-            self._listing.remember(name, until_us)
-
     @contextlib.contextmanager
     def receiving(
         self, *, visibility_timeout: float | None = None, wait: float = 0
@@ -582,9 +577,15 @@ class Queue:
         deleted = _fs.unlink(layout.prefix + text if locate is None else locate(text) + text)
         if slot is not None:  # harmless if the slot moved on: the next generation exists then
             with self._lock:
-                self._groups.free(_format.group_of(text), slot)
+                group = _format.group_of(text)
+                self._groups.free(group, slot)
+                self._listing.slot_freed(group)
         if not deleted:
             raise StaleReceipt(stale_message(text[:_KEY_LENGTH]))
+        if settings["max_messages"] is not None:  # this handle's deletes count at once, as its publishes
+            capacity = self._capacity
+            with capacity.lock:
+                capacity.count = max(0, capacity.count - 1)
 
     def delete_batch(self, receipts: Iterable[str]) -> list[VsqsError | None]:
         """Delete several messages; one outcome per receipt, in order: ``None``
@@ -657,7 +658,7 @@ class Queue:
         self._held(self._open_parts()).release(receipt)
 
     def _held(self, store: Store) -> HeldMessages:
-        return HeldMessages(store, self._groups, self._lock, self._remember)
+        return HeldMessages(store, self._groups, self._lock, self._listing)
 
     # -- inspection and maintenance ------------------------------------------
 

@@ -6,13 +6,13 @@ receipt. (Delete is the queue's hot path and stays in :class:`Queue`.)"""
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
 
 from vsqs._core import format as _format
 from vsqs._core import fs as _fs
 from vsqs._core.errors import StaleReceipt
 from vsqs._core.format import SlotRef, State
 from vsqs._core.groups import GroupLeases
+from vsqs._core.listing import Listing
 from vsqs._core.message import to_us
 from vsqs._core.metadata import Store
 
@@ -61,20 +61,15 @@ def stale_message(key: str) -> str:
 class HeldMessages:
     """The moves of messages held by receipts, in one queue (``store``): each
     is one rename of the message file, and for a message of a group the
-    slot lease moves first. ``remember`` puts the new name in the handle's
-    listing cache; ``lock`` is the queue's, which guards the group leases."""
+    slot lease moves first. The new name goes into the handle's ``listing``,
+    so the handle sees its own moves; ``lock`` is the queue's, which guards
+    the group leases and the listing."""
 
-    def __init__(
-        self,
-        store: Store,
-        groups: GroupLeases,
-        lock: threading.Lock,
-        remember: Callable[[str, int], None],
-    ) -> None:
+    def __init__(self, store: Store, groups: GroupLeases, lock: threading.Lock, listing: Listing) -> None:
         self._store = store
         self._groups = groups
         self._lock = lock
-        self._remember = remember
+        self._listing = listing
 
     def change_visibility(self, receipt: str, timeout: float) -> str:
         """Hide the message for ``timeout`` (checked) seconds from now; the new receipt."""
@@ -93,7 +88,10 @@ class HeldMessages:
                 with self._lock:
                     self._groups.free(name.group_hash, slot)
             raise StaleReceipt(stale_message(name.key))
-        self._remember(new, until)
+        with self._lock:
+            if slot is not None:
+                self._listing.slot_freed(name.group_hash)  # its lease moved: it may be free from ``until``
+            self._listing.remember(new, until)
         return _format.make_receipt(queue_id, new, slot)
 
     def current(self, receipt: str) -> str:
@@ -124,6 +122,8 @@ class HeldMessages:
         if slot is not None:
             with self._lock:
                 self._groups.free(name.group_hash, slot)
+                self._listing.slot_freed(name.group_hash)
         if not released:
             raise StaleReceipt(stale_message(name.key))
-        self._remember(ready, 0)
+        with self._lock:
+            self._listing.remember(ready)

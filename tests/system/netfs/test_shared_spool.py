@@ -94,3 +94,16 @@ def test_check_fs_across_the_two_mounts(shared_fs):
     assert checks["exclusive create"].status == "ok", checks["exclusive create"].detail
     assert checks["rename race"].status != "FAIL", checks["rename race"].detail
     assert checks["cross-host listing"].status != "FAIL"
+
+
+def test_one_handle_takes_all_it_published(shared_fs):
+    # a listing on a network filesystem is not cheap: a handle whose listing
+    # was productive must list again when its cache runs out, not answer "empty"
+    queue = vsqs.Queue(os.path.join(shared_fs.host_a, "alone"), create=True)
+    for i in range(400):
+        queue.publish(str(i).encode())
+    taken = set()
+    while (m := queue.receive()) is not None:
+        taken.add(m.body)
+        m.delete()
+    assert len(taken) == 400

@@ -1,0 +1,135 @@
+"""Receive must not answer "empty" while this handle could claim a message,
+whatever its listings cost (issue 11: three bugs found on a fresh clone).
+
+A handle re-lists an exhausted cache at once only when its last listing was
+cheap, else after a while (a cost heuristic). These tests make every
+listing "slow" through a seam instead of sleeping: ``time.monotonic`` is
+patched to jump 10 s during each directory listing (``fs.list_names``), so a
+listing is never cheap and the next exhausted cache always comes "right
+after" it. What they check holds at any listing cost.
+"""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+import vsqs
+from vsqs._core import fs as _fs
+
+LISTING_SECONDS = 10.0  # what one directory listing "takes" under slow_listings
+
+
+@pytest.fixture
+def slow_listings(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Every directory listing takes LISTING_SECONDS of the (patched) monotonic
+    clock, with no real wait; yields a one-item list counting the listings."""
+    real_monotonic, real_list = time.monotonic, _fs.list_names
+    offset = [0.0]
+    listings = [0]
+
+    def monotonic() -> float:
+        return real_monotonic() + offset[0]
+
+    def list_names(directory: str) -> list[str]:
+        listings[0] += 1
+        names = real_list(directory)
+        offset[0] += LISTING_SECONDS
+        return names
+
+    monkeypatch.setattr(time, "monotonic", monotonic)
+    monkeypatch.setattr(_fs, "list_names", list_names)
+    return listings
+
+
+# -- 1. a handle that frees a group's slot sees the group's next message ---------
+
+
+def test_own_delete_lets_the_group_go_on_with_slow_listings(queue, slow_listings):
+    # test_one_in_flight_per_group_in_order[shards4] failed once in a full run:
+    # after the delete the exhausted cache was not listed again (the listing
+    # had not been cheap), so the group's next message was not seen
+    queue.publish_batch([b"a0", b"a1"], group="a")
+    first = queue.receive()
+    assert first.body == b"a0"
+    assert queue.receive() is None  # a1 waits for a0
+    first.delete()
+    assert queue.receive().body == b"a1"
+
+
+def test_own_delete_lets_the_group_go_on_with_concurrency(queue, slow_listings):
+    queue.configure(group_concurrency=2)
+    queue.publish_batch([b"a0", b"a1", b"a2"], group="a")
+    held = [queue.receive(), queue.receive()]
+    assert [m.body for m in held] == [b"a0", b"a1"]
+    assert queue.receive() is None  # both slots held
+    held[1].delete()
+    assert queue.receive().body == b"a2"
+
+
+# -- 2. a productive listing is followed by another when the cache runs out ------
+
+
+def test_cache_run_out_lists_again_after_a_productive_listing(queue, slow_listings):
+    queue.publish(b"first")
+    m = queue.receive()
+    assert m.body == b"first"
+    m.delete()
+    queue.publish(b"second")  # not in this handle's cache: listed after
+    assert queue.receive().body == b"second"
+
+
+def test_one_handle_takes_all_it_published_with_slow_listings(queue, slow_listings):
+    # the netfs failure in small: one handle, no other consumer, listings dear
+    for i in range(20):
+        queue.publish(b"%d" % i)
+    published, taken = 20, set()
+    while (m := queue.receive()) is not None:
+        taken.add(m.body)
+        m.delete()
+        if published < 40:  # one more each time, after the listing that is cached
+            queue.publish(b"%d" % published)
+            published += 1
+    assert len(taken) == published == 40
+    assert queue.stats().total == 0
+
+
+def test_fruitless_listing_is_not_repeated_at_once(flat_queue, slow_listings):
+    # the other half of the rule: after a listing that found nothing to claim,
+    # an exhausted cache waits (the heuristic) instead of listing every call
+    assert flat_queue.receive() is None
+    listings = slow_listings[0]
+    assert flat_queue.receive() is None
+    assert slow_listings[0] == listings
+
+
+# -- 3. max_messages counts this handle's own deletes at once ---------------------
+
+
+def test_publish_after_own_delete_fits_max_messages(queue, monkeypatch):
+    queue.configure(max_messages=1)
+    frozen = time.monotonic()
+    monkeypatch.setattr(time, "monotonic", lambda: frozen)  # the cached count never expires
+    queue.publish(b"one")
+    with pytest.raises(vsqs.QueueFull):
+        queue.publish(b"two")
+    queue.receive().delete()
+    queue.publish(b"two")  # at once: the handle counts its own delete
+    assert queue.stats().ready == 1
+    with pytest.raises(vsqs.QueueFull):
+        queue.publish(b"three")
+
+
+def test_own_deletes_never_count_below_zero(queue, monkeypatch):
+    queue.configure(max_messages=2)
+    frozen = time.monotonic()
+    monkeypatch.setattr(time, "monotonic", lambda: frozen)  # the cached count never expires
+    queue.publish(b"x")  # counts the queue (empty), then its own publish: 1
+    queue.receive().delete()  # 0
+    vsqs.Queue(queue.path).publish_batch([b"y", b"z"])  # another handle's: not in this count
+    for m in queue.receive_batch(2):
+        m.delete()  # 0, not -2
+    with pytest.raises(vsqs.QueueFull):
+        queue.publish_batch([b"a", b"b", b"c"])
+    queue.publish_batch([b"a", b"b"])
