@@ -28,15 +28,16 @@ from collections.abc import Callable
 from vsqs._core import format as _format
 from vsqs._core import fs as _fs
 from vsqs._core.errors import InvalidArgument
+from vsqs._core.limits import MAX_DEDUP_ID
+from vsqs._core.rules import is_dedup_id
 
 DEDUP_DIR = ".dedup"
 WRITE_GRACE = 5.0  # a .new file or empty reservation this old lost its writer
 _POLL = 0.01
-MAX_DEDUP_ID = 128
 
 
 def dedup_hash(dedup_id: object, group: str | None) -> str:
-    if not isinstance(dedup_id, str) or not dedup_id or len(dedup_id) > MAX_DEDUP_ID or "\x00" in dedup_id:
+    if not is_dedup_id(dedup_id):
         raise InvalidArgument(f"dedup_id must be a str of 1-{MAX_DEDUP_ID} characters, not {dedup_id!r}")
     scope = (group or "") + "\x00" + dedup_id
     return hashlib.sha256(scope.encode("utf-8")).hexdigest()[:32]

@@ -23,6 +23,7 @@ MAX_ATTRIBUTES = 50  # attributes per message
 MAX_ATTRIBUTE_BYTES = 64 * 1024  # names and values of a message's attributes, in UTF-8
 MAX_ATTRIBUTE_NAME = 256  # characters of an attribute's name
 MAX_GROUP_LENGTH = 128  # characters of a message group's name
+MAX_DEDUP_ID = 128  # characters of a de-duplication id
 
 # -- names of things on disk --
 MAX_QUEUE_NAME = 80  # characters of a queue's name in a spool

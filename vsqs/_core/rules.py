@@ -93,6 +93,13 @@ def check_group(group: object) -> str:
     return group  # type: ignore[return-value]
 
 
+def is_dedup_id(dedup_id: object) -> bool:
+    """Whether ``dedup_id`` can be a de-duplication id: 1-128 characters, no NUL."""
+    return (
+        isinstance(dedup_id, str) and 0 < len(dedup_id) <= limits.MAX_DEDUP_ID and "\x00" not in dedup_id
+    )
+
+
 def is_queue_name(name: object) -> bool:
     """Whether ``name`` is a queue name: one plain path component of 1-80
     characters of A-Z a-z 0-9 _ . -, starting with a letter or digit, never ``..``."""

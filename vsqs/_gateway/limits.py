@@ -18,7 +18,7 @@ MIN_PRIORITY = _engine.MIN_PRIORITY
 MAX_PRIORITY = _engine.MAX_PRIORITY
 MAX_GROUP_LENGTH = _engine.MAX_GROUP_LENGTH
 MAX_ATTRIBUTE_NAME = _engine.MAX_ATTRIBUTE_NAME
-MAX_DEDUP_ID = 128  # the engine's too (vsqs._core.dedup, not yet in vsqs._core.limits) and SQS's
+MAX_DEDUP_ID = _engine.MAX_DEDUP_ID  # (SQS's is 128 too)
 
 # -- as Amazon SQS --
 MAX_WAIT = 20.0  # seconds a receive may long-poll: a longer wait belongs in a loop

@@ -34,12 +34,19 @@ from vsqs._core.limits import (
     MAX_ATTRIBUTE_BYTES,
     MAX_ATTRIBUTE_NAME,
     MAX_ATTRIBUTES,
+    MAX_DEDUP_ID,
     MAX_DELAY,
     MAX_GROUP_LENGTH,
     MAX_PRIORITY,
     MIN_PRIORITY,
 )
-from vsqs._core.rules import ATTRIBUTE_NAME_RE, attributes_problem, is_group, is_priority
+from vsqs._core.rules import (
+    ATTRIBUTE_NAME_RE,
+    attributes_problem,
+    is_dedup_id,
+    is_group,
+    is_priority,
+)
 from vsqs._spark.checks import seconds_fault
 
 OPTION_COLUMNS = ("delay", "group", "dedup_id", "priority", "attributes")
@@ -55,9 +62,6 @@ _COLUMN_TYPES = {  # what each write column must be, and how to say it
     "priority": (_INTEGER_TYPES, "an integer (tinyint, smallint, int or bigint)"),
     "attributes": ((MapType,), "map<string,string>"),
 }
-# The engine's dedup_id rule (vsqs/_core/dedup.py) is not in limits.py and
-# rules.py yet: until it is, its limit is repeated here.
-MAX_DEDUP_ID = 128
 
 
 def _column_error(column: str, message: str, value: object) -> InvalidArgument:
@@ -85,7 +89,7 @@ def _check_group(column: str, value: object) -> str:
 
 
 def _check_dedup_id(column: str, value: object) -> str:
-    if not isinstance(value, str) or not value or len(value) > MAX_DEDUP_ID or "\x00" in value:
+    if not is_dedup_id(value):
         raise _column_error(column, f"must be a string of 1-{MAX_DEDUP_ID} characters (or null)", value)
     return value
 
