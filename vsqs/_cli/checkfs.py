@@ -81,8 +81,18 @@ def run_checks(directory: str, other: str | None, processes: int, rounds: int) -
 
 def _checks(scratch: str, other: str | None, processes: int, rounds: int) -> Iterator[Check]:
     names = [f"m{i:05d}" for i in range(rounds)]
+    yield _exclusive_create(scratch, other, names, processes)
+    yield _rename_race(scratch, other, names, processes)
+    yield _fsync(scratch)
+    yield _clock(scratch)
+    yield _rename_over_a_name(scratch)
+    if other:
+        yield _cross_host_listing(scratch, other)
+    yield _speed(scratch, rounds)
 
-    # 1. exclusive create: exactly one winner per name
+
+def _exclusive_create(scratch: str, other: str | None, names: list[str], processes: int) -> Check:
+    """Exactly one winner per name."""
     sub = os.path.join(scratch, "excl")
     os.mkdir(sub)
     dirs = [sub] + ([os.path.join(other, "excl")] if other else [])
@@ -95,12 +105,13 @@ def _checks(scratch: str, other: str | None, processes: int, rounds: int) -> Ite
     missing = [name for name in names if winners[name] == 0]
     shown = ", ".join(f"{code} x{count}" for code, count in errnos.most_common())
     if double or missing:
-        yield Check("exclusive create", "FAIL", f"{len(double)} names won twice, {len(missing)} never: not safe")
-    else:
-        note = " (vsqs maps EPERM/EIO for a lost race)" if set(errnos) - {"EEXIST"} else ""
-        yield Check("exclusive create", "ok", f"one winner for each of {rounds} names; losers saw {shown}{note}")
+        return Check("exclusive create", "FAIL", f"{len(double)} names won twice, {len(missing)} never: not safe")
+    note = " (vsqs maps EPERM/EIO for a lost race)" if set(errnos) - {"EEXIST"} else ""
+    return Check("exclusive create", "ok", f"one winner for each of {len(names)} names; losers saw {shown}{note}")
 
-    # 2. rename of one source to distinct targets: exactly one winner
+
+def _rename_race(scratch: str, other: str | None, names: list[str], processes: int) -> Check:
+    """A rename of one source to distinct targets: exactly one winner."""
     sub = os.path.join(scratch, "rename")
     os.mkdir(sub)
     for name in names:
@@ -108,20 +119,21 @@ def _checks(scratch: str, other: str | None, processes: int, rounds: int) -> Ite
     dirs = [sub] + ([os.path.join(other, "rename")] if other else [])
     results = _race(_rename_racer, [(dirs[i % len(dirs)], names, i) for i in range(processes)])
     winners = Counter(name for won, _ in results for name in won)
-    errnos = Counter()
+    errnos: Counter[str] = Counter()
     for _, lost in results:
         errnos.update(lost)
     double = [name for name, count in winners.items() if count > 1]
     left = [n for n in os.listdir(sub) if "." not in n]
     if double:
-        yield Check("rename race", "FAIL", f"{len(double)} files renamed by two racers: claims are not safe")
-    else:
-        shown = ", ".join(f"{code} x{count}" for code, count in errnos.most_common())
-        status = "ok" if not left else "warn"
-        yield Check("rename race", status, f"one winner for each of {rounds} files; losers saw {shown}"
-                    + (f"; {len(left)} never renamed" if left else ""))
+        return Check("rename race", "FAIL", f"{len(double)} files renamed by two racers: claims are not safe")
+    shown = ", ".join(f"{code} x{count}" for code, count in errnos.most_common())
+    status = "ok" if not left else "warn"
+    return Check("rename race", status, f"one winner for each of {len(names)} files; losers saw {shown}"
+                 + (f"; {len(left)} never renamed" if left else ""))
 
-    # 3. fsync of a file and of a directory
+
+def _fsync(scratch: str) -> Check:
+    """fsync of a file and of a directory."""
     path = os.path.join(scratch, "durable")
     fd = os.open(path, _EXCL, 0o644)
     os.write(fd, b"x")
@@ -131,22 +143,26 @@ def _checks(scratch: str, other: str | None, processes: int, rounds: int) -> Ite
         dfd = os.open(scratch, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
         try:
             os.fsync(dfd)
-            yield Check("fsync", "ok", "files and directories can be fsynced")
+            return Check("fsync", "ok", "files and directories can be fsynced")
         finally:
             os.close(dfd)
     except OSError as exc:
-        yield Check("fsync", "warn", f"directory fsync fails ({exc.strerror}): vsqs tolerates EINVAL/ENOTSUP")
+        return Check("fsync", "warn", f"directory fsync fails ({exc.strerror}): vsqs tolerates EINVAL/ENOTSUP")
 
-    # 4. the clock: does the filesystem's time agree with this host's?
+
+def _clock(scratch: str) -> Check:
+    """Does the filesystem's time agree with this host's?"""
     path = os.path.join(scratch, "clock")
     before = time.time()
     os.close(os.open(path, _EXCL, 0o644))
     skew = os.stat(path).st_mtime - before
     status = "ok" if abs(skew) < 1 else "warn"
-    yield Check("clock", status, f"file times are {skew:+.3f} s from this host's clock"
-                + ("" if status == "ok" else ": sync clocks (NTP) or set clock_skew"))
+    return Check("clock", status, f"file times are {skew:+.3f} s from this host's clock"
+                 + ("" if status == "ok" else ": sync clocks (NTP) or set clock_skew"))
 
-    # 5. rename never replaces? (vsqs never relies on either answer)
+
+def _rename_over_a_name(scratch: str) -> Check:
+    """Does rename replace an existing name? (vsqs never relies on either answer.)"""
     a, b = os.path.join(scratch, "over-a"), os.path.join(scratch, "over-b")
     for p in (a, b):
         os.close(os.open(p, _EXCL, 0o644))
@@ -155,27 +171,29 @@ def _checks(scratch: str, other: str | None, processes: int, rounds: int) -> Ite
         replaced = "rename replaces an existing name (POSIX)"
     except OSError as exc:
         replaced = f"rename onto an existing name fails ({exc.strerror}, as on HDFS)"
-    yield Check("rename over a name", "ok", replaced + "; vsqs never renames onto an existing name")
+    return Check("rename over a name", "ok", replaced + "; vsqs never renames onto an existing name")
 
-    # 6. another host sees a new name, and how soon
-    if other:
-        name = f"seen-{secrets.token_hex(4)}"
-        os.close(os.open(os.path.join(scratch, name), _EXCL, 0o644))
-        start = time.monotonic()
-        seen = False
-        while time.monotonic() - start < 120:
-            if name in os.listdir(other):
-                seen = True
-                break
-            time.sleep(0.05)
-        delay = time.monotonic() - start
-        if not seen:
-            yield Check("cross-host listing", "FAIL", "a new file never showed in the other mount's listing (120 s)")
-        else:
-            yield Check("cross-host listing", "ok" if delay < 10 else "warn",
-                        f"a new file shows in the other mount's listing after {delay:.2f} s (a delay, never a loss)")
 
-    # 7. speed of the claim cycle on this mount
+def _cross_host_listing(scratch: str, other: str) -> Check:
+    """Another host sees a new name, and how soon."""
+    name = f"seen-{secrets.token_hex(4)}"
+    os.close(os.open(os.path.join(scratch, name), _EXCL, 0o644))
+    start = time.monotonic()
+    seen = False
+    while time.monotonic() - start < 120:
+        if name in os.listdir(other):
+            seen = True
+            break
+        time.sleep(0.05)
+    delay = time.monotonic() - start
+    if not seen:
+        return Check("cross-host listing", "FAIL", "a new file never showed in the other mount's listing (120 s)")
+    return Check("cross-host listing", "ok" if delay < 10 else "warn",
+                 f"a new file shows in the other mount's listing after {delay:.2f} s (a delay, never a loss)")
+
+
+def _speed(scratch: str, rounds: int) -> Check:
+    """The speed of the claim cycle on this mount."""
     sub = os.path.join(scratch, "speed")
     os.mkdir(sub)
     count = max(100, rounds)
@@ -186,4 +204,4 @@ def _checks(scratch: str, other: str | None, processes: int, rounds: int) -> Ite
         os.rename(p, p + ".r")
         os.unlink(p + ".r")
     rate = count / (time.perf_counter() - start)
-    yield Check("speed", "ok", f"{rate:,.0f} create+rename+unlink cycles per second")
+    return Check("speed", "ok", f"{rate:,.0f} create+rename+unlink cycles per second")
