@@ -95,6 +95,10 @@ try:
 except ImportError as exc:
     sys.exit(f"scripts/bench.py: cannot import vsqs ({exc}); run it with .venv/bin/python")
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # when imported by bench_peers.py
+import _report
+from _report import cpu_model, mount_of, read_first
+
 CREATE_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC
 READ_FLAGS = os.O_RDONLY | os.O_CLOEXEC
 DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC
@@ -300,55 +304,6 @@ def progress(text: str) -> None:
 # -- environment -----------------------------------------------------------------
 
 
-def _unescape_mount(field_: str) -> str:
-    for code, char in (("\\040", " "), ("\\011", "\t"), ("\\012", "\n"), ("\\134", "\\")):
-        field_ = field_.replace(code, char)
-    return field_
-
-
-def mount_of(path: str) -> dict[str, str]:
-    """The /proc/mounts entry with the longest mount point containing ``path``."""
-    path = os.path.realpath(path)
-    best: dict[str, str] = {}
-    try:
-        with open("/proc/mounts", encoding="utf-8") as f:
-            lines = f.read().splitlines()
-    except OSError:
-        return best
-    for line in lines:
-        parts = line.split()
-        if len(parts) < 4:
-            continue
-        device, point, fstype, options = (_unescape_mount(p) for p in parts[:4])
-        inside = path == point or path.startswith(point.rstrip("/") + "/")
-        # ">=": a later mount on the same point shadows an earlier one
-        if inside and len(point) >= len(best.get("mount_point", "")):
-            best = {"device": device, "mount_point": point, "type": fstype, "options": options}
-    if best.get("type") in ("ext3", "ext4") and best["device"].startswith("/dev/"):
-        try:
-            with open(f"/sys/fs/ext4/{os.path.basename(best['device'])}/journal_task") as f:
-                best["journal"] = "no" if f.read().strip() == "<none>" else "yes"
-        except OSError:
-            pass
-    return best
-
-
-def _read_first(path: str) -> str | None:
-    try:
-        with open(path, encoding="utf-8") as f:
-            return f.read().strip()
-    except OSError:
-        return None
-
-
-def cpu_model() -> str:
-    text = _read_first("/proc/cpuinfo") or ""
-    for line in text.splitlines():
-        if line.startswith("model name"):
-            return line.split(":", 1)[1].strip()
-    return platform.processor() or "unknown"
-
-
 def vsqs_source() -> dict[str, Any]:
     """Where vsqs is imported from, and its git commit if it is a checkout."""
     where = os.path.dirname(os.path.abspath(vsqs.__file__))
@@ -370,7 +325,7 @@ def vsqs_source() -> dict[str, Any]:
 
 def environment(directory: str, args: argparse.Namespace) -> dict[str, Any]:
     affinity = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None
-    expire = _read_first("/proc/sys/vm/dirty_expire_centisecs")
+    expire = read_first("/proc/sys/vm/dirty_expire_centisecs")
     return {
         "python": f"{platform.python_version()} ({platform.python_implementation()}) {sys.executable}",
         "platform": platform.platform(),
@@ -558,7 +513,7 @@ class Bench:
         args = self.args
         phase = os.path.join(self.root, "depth")
         os.mkdir(phase)
-        expire = _read_first("/proc/sys/vm/dirty_expire_centisecs")
+        expire = read_first("/proc/sys/vm/dirty_expire_centisecs")
         expire_s = int(expire) / 100 if expire and expire.isdigit() else None
         small = [d for d in args.depths if d <= BIG_DEPTH]
         big = [d for d in args.depths if d > BIG_DEPTH]
@@ -658,22 +613,13 @@ def fmt_spread(values: list[float]) -> str:
 
 
 def print_table(results: dict[str, Measure]) -> None:
-    order = [
-        "bare_create", "publish",
-        "bare_create_durable", "publish_durable",
-        "bare_create_durable_batch", "publish_batch_durable",
-        "bare_consume", "receive_delete",
-    ]
-    for depth in sorted(int(k[6:]) for k in results if k.startswith("depth_")):
-        order += [f"bare_depth_{depth}", f"depth_{depth}"]
-    width = max(len(results[k].label) for k in order if k in results)
+    order = report_order(results)
+    width = max(len(results[k].label) for k in order)
     head = (f"{'measurement':<{width}}  {'msgs/rep':>8} {'reps':>4} {'msgs/s':>9}  "
             f"{'wall us/msg (min-max)':<24} {'CPU us/msg (min-max)':<24}")
     print(head)
     print("-" * len(head))
     for key in order:
-        if key not in results:
-            continue
         m = results[key]
         line = (f"{m.label:<{width}}  {m.count:>8,} {m.reps:>4} {m.rate:>9,.0f}  "
                 f"{fmt_spread(m.per_msg_us('wall')):<24} {fmt_spread(m.per_msg_us('cpu')):<24}")
@@ -764,6 +710,55 @@ def print_ratios(rows: list[dict[str, Any]]) -> None:
     print()
 
 
+def report_order(results: dict[str, Measure]) -> list[str]:
+    order = [
+        "bare_create", "publish",
+        "bare_create_durable", "publish_durable",
+        "bare_create_durable_batch", "publish_batch_durable",
+        "bare_consume", "receive_delete",
+    ]
+    for depth in sorted(int(k[6:]) for k in results if k.startswith("depth_")):
+        order += [f"bare_depth_{depth}", f"depth_{depth}"]
+    return [k for k in order if k in results]
+
+
+def markdown(results: dict[str, Measure], rows: list[dict[str, Any]], args: argparse.Namespace) -> list[str]:
+    """The table and the ratios as markdown, after a line saying where they come from."""
+    def spread(m: Measure, which: str) -> str:
+        values = m.per_msg_us(which)
+        med = statistics.median(values)
+        return f"{med:.1f}" if len(values) == 1 else f"{med:.1f} ({min(values):.1f}–{max(values):.1f})"
+
+    table, notes = [], []
+    for key in report_order(results):
+        m = results[key]
+        warm = f"{statistics.median(m.warmup_wall) * 1e3:.0f}" if m.warmup_wall else ""
+        table.append([m.label, f"{m.count:,}", m.reps, f"{m.rate:,.0f}", spread(m, "wall"), spread(m, "cpu"), warm])
+        notes += [f"* {m.label}: {note}" for note in m.notes]
+    ratios = []
+    for r in rows:
+        if r["kind"] == "share":
+            figures = [f"{r['cpu']:.1%}", f"{r['wall']:.1%}", f"{r['added_cpu_us']:+.1f}", f"{r['added_wall_us']:+.1f}"]
+            target = f"≥ {r['target']:.0%}" if r["target"] is not None else ""
+        else:
+            figures = [f"{r['cpu']:.2f}x", f"{r['wall']:.2f}x", "", ""]
+            target = f"≤ {r['target']:g}x" if r["target"] is not None else ""
+        if target:
+            target += ": " + ("met" if r["met"] else "missed")
+        ratios.append([r["name"], *figures, target])
+    extra = (f"{args.body_size}-byte bodies, consumed messages "
+             + ("on disk (--settled)" if args.settled else "in the page cache"))
+    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    return [
+        _report.provenance(repo, args.dir, extra),
+        _report.table(["measurement", "msgs/rep", "reps", "msgs/s", "wall µs/msg (min–max)",
+                       "CPU µs/msg (min–max)", "warm-up ms"], table, right=(1, 2, 3, 6)),
+        "\n".join(notes),
+        _report.table(["ratio (throughput share, or slowdown with depth)", "CPU", "wall",
+                       "vsqs adds, CPU µs/msg", "wall µs/msg", "target"], ratios, right=(1, 2, 3, 4)),
+    ]
+
+
 # -- main ------------------------------------------------------------------------
 
 
@@ -777,6 +772,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--quick", action="store_true", help="small counts: a smoke run of a few seconds")
     p.add_argument("--json", nargs="?", const="-", metavar="PATH",
                    help="also emit the results as JSON, to PATH or (no PATH) to stdout")
+    _report.add_markdown_option(p)
     p.add_argument("--body-size", type=int, default=100, metavar="BYTES", help="message body size (100)")
     p.add_argument("--count", type=int, metavar="N",
                    help="messages per repetition, non-durable publish and receive+delete (10000)")
@@ -800,7 +796,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                    help="sync before timing receives, so consumed messages are on disk")
     p.add_argument("--peers", action="store_true",
                    help="instead, run scripts/bench_peers.py: vsqs against dirq, persist-queue, "
-                        "mailbox.Maildir and vsqs 0.3 (it takes --dir, --quick, --json, --body-size "
+                        "mailbox.Maildir and vsqs 0.3 (it takes --dir, --quick, --json, --markdown, --body-size "
                         "and its own options, see bench_peers.py --help)")
     args = p.parse_args(argv)
     preset = QUICK if args.quick else DEFAULTS
@@ -867,6 +863,8 @@ def main(argv: list[str] | None = None) -> int:
         else:
             with open(args.json, "w", encoding="utf-8") as f:
                 f.write(text + "\n")
+    if args.markdown:
+        _report.emit(markdown(bench.results, rows, args), args.markdown)
     return 0
 
 

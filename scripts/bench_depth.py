@@ -114,9 +114,17 @@ def main() -> int:
     p.add_argument("--shards", default="1,64", help="comma-separated shard counts (1,64)")
     p.add_argument("--take", type=int, default=250_000, help="messages taken at a depth, at most the depth (250000)")
     p.add_argument("--dir", default=os.path.join(os.getcwd(), ".bench"), help="scratch parent (./.bench)")
+    p.add_argument("--markdown", nargs="?", const="-", metavar="PATH",
+                   help="also print the results as markdown tables, with a line naming the command, commit, "
+                        "date and machine (to PATH, or to stdout after the usual output)")
     args = p.parse_args()
     if shutil.which("perf") is None:
         p.error("needs perf (Debian: apt install linux-perf)")
+    probe = subprocess.run(["perf", "stat", "-x,", "-e", "instructions:u,instructions:k", "true"],
+                           capture_output=True, text=True, check=False)
+    if "<not supported>" in probe.stderr or probe.returncode != 0:
+        p.error("perf cannot count instructions:u and instructions:k on this machine (a VM?); "
+                "scripts/bench_instructions.py --counter callgrind counts user-space instructions without it")
     depths = [int(d) for d in args.depths.split(",")]
     shard_counts = [int(s) for s in args.shards.split(",")]
     os.makedirs(args.dir, exist_ok=True)
@@ -137,12 +145,28 @@ def main() -> int:
         shutil.rmtree(scratch, ignore_errors=True)
     low, high = min(depths), max(depths)
     print(f"\nat depth {high:,} / at depth {low:,}:")
+    growth = []
     for shards in shard_counts:
         for kind in ("vsqs", "bare"):
             a, b = rows[(kind, shards, high)], rows[(kind, shards, low)]
             label = f"{kind} {'flat' if shards == 1 else f'{shards} shards'}"
-            print(f"  {label:<26} user {a['user'] / b['user']:.2f}x   kernel {a['kernel'] / b['kernel']:.2f}x   "
-                  f"CPU {a['cpu_us'] / b['cpu_us']:.2f}x")
+            growth.append([label, f"{a['user'] / b['user']:.2f}x", f"{a['kernel'] / b['kernel']:.2f}x",
+                           f"{a['cpu_us'] / b['cpu_us']:.2f}x"])
+            print(f"  {label:<26} user {growth[-1][1]}   kernel {growth[-1][2]}   CPU {growth[-1][3]}")
+    if args.markdown:
+        sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+        import _report
+
+        table = [[f"{kind} {'flat' if shards == 1 else f'{shards} shards'}", f"{depth:,}",
+                  f"{min(depth, args.take):,}", f"{r['user']:,.0f}", f"{r['kernel']:,.0f}", f"{r['cpu_us']:.1f}",
+                  f"{r['fill_s']:.0f}"] for (kind, shards, depth), r in rows.items()]
+        _report.emit([
+            _report.provenance(REPO, args.dir, "perf stat, (a run taking N) - (a run taking none)"),
+            _report.table(["case", "depth", "taken", "user instr/msg", "kernel instr/msg", "CPU µs/msg", "fill s"],
+                          table, right=(1, 2, 3, 4, 5, 6)),
+            _report.table([f"at depth {high:,} / at depth {low:,}", "user", "kernel", "CPU"], growth,
+                          right=(1, 2, 3)),
+        ], args.markdown)
     return 0
 
 

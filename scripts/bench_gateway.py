@@ -50,7 +50,10 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, REPO)
+
+import _report
 
 import vsqs
 from tests.gateway.server import running_gateway
@@ -245,6 +248,7 @@ def main() -> None:
     parser.add_argument("--dir", default=".bench", help="where the spool goes (removed at the end)")
     parser.add_argument("--quick", action="store_true", help="a smoke run: 1,4 clients, 400 messages")
     parser.add_argument("--json", action="store_true", help="print the rows as JSON too")
+    _report.add_markdown_option(parser)
     args = parser.parse_args()
     if args.quick:
         args.clients, args.messages = "1,4", 400
@@ -289,9 +293,44 @@ def main() -> None:
             lib = next(r for r in rows if r.workload == name and r.via == "library" and r.clients == clients)
             parts.append(f"{name} {g.rate / lib.rate:.2f}")
         print(f"  {clients:>3} clients: " + ", ".join(parts))
+    if args.markdown:
+        extra = (f"vsqs serve --workers {args.workers}, loopback; {args.messages:,} durable messages of "
+                 f"{len(BODY)} bytes per row")
+        _report.emit([_report.provenance(REPO, args.dir, extra), markdown(rows, concurrencies)], args.markdown)
     if args.json:
         print(json.dumps([{**r.__dict__, "latencies": None, "rate": r.rate, "p50_ms": r.percentile(50),
                            "p95_ms": r.percentile(95), "p99_ms": r.percentile(99)} for r in rows]))
+
+
+MD_LABELS = {
+    "publish": "publish, one per request",
+    "publish x10": "publish, batches of 10",
+    "consume": "receive + delete, one per request (2 requests a message)",
+    "consume x10": "receive 10 + delete 10",
+    "sqs send": "SQS face: SendMessage",
+    "sqs receive+delete x10": "SQS face: ReceiveMessage 10 + DeleteMessageBatch",
+}
+
+
+def markdown(rows: list[Row], concurrencies: list[int]) -> str:
+    """One line per workload and concurrency: the gateway beside the library, same run."""
+    lines = []
+    for name, label in MD_LABELS.items():
+        for i, clients in enumerate(concurrencies):
+            g = next((r for r in rows if r.workload == name and r.via == "gateway" and r.clients == clients), None)
+            lib = next((r for r in rows if r.workload == name and r.via == "library" and r.clients == clients), None)
+            if g is None:
+                continue
+            line = [label if i == 0 else "", clients, f"{g.rate:,.0f}",
+                    f"{g.percentile(50):.2f} / {g.percentile(99):.2f}"]
+            if lib is not None:
+                line += [f"{lib.rate:,.0f}", f"{lib.percentile(50):.2f} / {lib.percentile(99):.2f}",
+                         f"{g.rate / lib.rate:.2f}"]
+            else:
+                line += ["", "", ""]
+            lines.append(line)
+    return _report.table(["workload", "clients", "gateway msg/s", "p50 / p99 ms", "library msg/s", "p50 / p99 ms",
+                          "gateway / library"], lines, right=(1, 2, 4, 6))
 
 
 def _print(row: Row) -> None:

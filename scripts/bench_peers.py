@@ -719,18 +719,18 @@ def run_depths(args: argparse.Namespace, scratch: str, unavailable: dict[str, st
 def print_report(doc: dict[str, Any], args: argparse.Namespace) -> None:
     table = doc["table"]
     sys.path.insert(0, HERE)
-    import bench  # the environment helpers
+    import _report  # the environment helpers
 
     print("vsqs against its peers")
     print(f"  python      {platform.python_version()} ({sys.executable}); peers in {VENV}")
     print("  peers       " + ", ".join(f"{k} {v}" for k, v in doc["installed"].items()))
     for k, v in doc["unavailable"].items():
         print(f"  unavailable {k}: {v}")
-    fs = bench.mount_of(args.dir)
+    fs = _report.mount_of(args.dir)
     if fs:
         print(f"  filesystem  {fs['type']} on {fs['device']} at {fs['mount_point']}"
               + {"no": ", no journal", "yes": ", journal"}.get(fs.get("journal", ""), ""))
-    print(f"  cpus        {os.cpu_count()}, {bench.cpu_model()}")
+    print(f"  cpus        {os.cpu_count()}, {_report.cpu_model()}")
     print(f"  counts      publish and receive+delete {args.count}, durable publish {args.durable_count}, "
           f"multi-process {args.mp_count} ({args.mp_count // 2} per producer); "
           f"{args.repeat} repetition(s), medians; {args.body_size} byte bodies")
@@ -748,15 +748,7 @@ def print_report(doc: dict[str, Any], args: argparse.Namespace) -> None:
                 continue
             if "rate" not in rec:
                 continue  # not run (--depths-only)
-            note = ""
-            if wl == "multiprocess":
-                note = (f"lost {'/'.join(map(str, rec['lost']))}, "
-                        f"duplicated {'/'.join(map(str, rec['duplicates']))} (per repetition)")
-                if rec["errors"]:
-                    note += "; errors: " + "; ".join(rec["errors"])
-                if rec.get("races"):
-                    note += ("; per message: lost claims " + "/".join(str(x["lost"]) for x in rec["races"])
-                             + ", listings " + "/".join(str(x["listings"]) for x in rec["races"]))
+            note = mp_note(rec) if wl == "multiprocess" else ""
             print(f"{LABELS[peer]:<{w}}  {WL_LABELS[wl]:<26} {rec['rate']:>9,.0f} {rec['cpu_us']:>10.1f}  {note}")
         print()
     for peer, rows in table.items():  # failed multi-process runs still have counts
@@ -785,21 +777,80 @@ def print_report(doc: dict[str, Any], args: argparse.Namespace) -> None:
         print("RSS: the worker's resident memory after the timed loop, less before the handle was opened.")
         print()
     print("vsqs / dirq QueueSimple (throughput ratio; > 1 means vsqs is faster)")
+    for label, wall, cpu in ratio_rows(doc, args):
+        print(f"  {label:<26} -" if wall == "-" else f"  {label:<26} wall {wall:>6}   CPU {cpu:>6}")
+    print()
+    print(f"total time {doc['seconds']:.0f} s")
+
+
+def mp_note(rec: dict[str, Any]) -> str:
+    note = (f"lost {'/'.join(map(str, rec['lost']))}, "
+            f"duplicated {'/'.join(map(str, rec['duplicates']))} (per repetition)")
+    if rec["errors"]:
+        note += "; errors: " + "; ".join(rec["errors"])
+    if rec.get("races"):
+        note += ("; per message: lost claims " + "/".join(str(x["lost"]) for x in rec["races"])
+                 + ", listings " + "/".join(str(x["listings"]) for x in rec["races"]))
+    return note
+
+
+def ratio_rows(doc: dict[str, Any], args: argparse.Namespace) -> list[tuple[str, str, str]]:
+    """(workload, wall ratio, CPU ratio) of vsqs against dirq; > 1 means vsqs is faster."""
+    table, out = doc["table"], []
     mine, theirs = table.get("vsqs", {}), table.get("dirq", {})
     for wl in WORKLOADS:
         a, b = mine.get(wl, {}), theirs.get(wl, {})
         if "rate" in a and "rate" in b:
-            print(f"  {WL_LABELS[wl]:<26} wall {a['rate'] / b['rate']:5.2f}x   "
-                  f"CPU {b['cpu_us'] / a['cpu_us']:5.2f}x")
+            out.append((WL_LABELS[wl], f"{a['rate'] / b['rate']:.2f}x", f"{b['cpu_us'] / a['cpu_us']:.2f}x"))
         elif not args.depths_only:
-            print(f"  {WL_LABELS[wl]:<26} -")
-    for depth, row in depths.items():
+            out.append((WL_LABELS[wl], "-", "-"))
+    for depth, row in doc.get("depths", {}).items():
         a, b = row.get("vsqs", {}), row.get("dirq", {})
         if "rate" in a and "rate" in b:
-            label = f"receive+delete at {int(depth):,}"
-            print(f"  {label:<26} wall {a['rate'] / b['rate']:5.2f}x   CPU {b['cpu_us'] / a['cpu_us']:5.2f}x")
-    print()
-    print(f"total time {doc['seconds']:.0f} s")
+            out.append((f"receive+delete at {int(depth):,}", f"{a['rate'] / b['rate']:.2f}x",
+                        f"{b['cpu_us'] / a['cpu_us']:.2f}x"))
+    return out
+
+
+def markdown(doc: dict[str, Any], args: argparse.Namespace) -> list[str]:
+    """The report's tables as markdown, after a line saying where they come from."""
+    import _report
+
+    blocks = []
+    extra = (f"publish and receive+delete {args.count:,} messages, durable publish {args.durable_count:,}, "
+             f"multi-process {args.mp_count:,}; {args.repeat} repetition(s), medians; "
+             + ", ".join(f"{k} {v}" for k, v in doc["installed"].items()))
+    blocks.append(_report.provenance(REPO, args.dir, extra))
+    rows = []
+    for peer, recs in ([] if args.depths_only else doc["table"].items()):
+        for wl in WORKLOADS:
+            rec = recs[wl]
+            if "skip" in rec:
+                rows.append([LABELS[peer], WL_LABELS[wl], "", "", rec["skip"]])
+            elif "rate" in rec:
+                note = mp_note(rec) if wl == "multiprocess" else ""
+                rows.append([LABELS[peer], WL_LABELS[wl], f"{rec['rate']:,.0f}", f"{rec['cpu_us']:.1f}", note])
+    if rows:
+        blocks.append(_report.table(["peer", "workload", "msgs/s", "CPU µs/msg", "notes"], rows, right=(2, 3)))
+    rows = []
+    for depth, row in doc.get("depths", {}).items():
+        for peer in DEPTH_PEERS:
+            rec = row.get(peer)
+            if rec is None:
+                continue
+            if "skip" in rec:
+                rows.append([LABELS[peer], f"{int(depth):,}", "", "", "", "", rec["skip"]])
+            elif "rate" in rec:
+                rows.append([LABELS[peer], f"{int(depth):,}", f"{row['timed']:,}", f"{rec['rate']:,.0f}",
+                             f"{rec['cpu_us']:.1f}", f"{rec['warmup_ms']:.0f}", f"{rec['rss_mb']:+.1f}"])
+    if rows:
+        blocks.append(_report.table(["peer (receive+delete, fresh handle)", "depth", "timed", "msgs/s",
+                                     "CPU µs/msg", "first ms", "RSS MB"], rows, right=(1, 2, 3, 4, 5, 6)))
+    ratios = ratio_rows(doc, args)
+    if ratios:
+        blocks.append(_report.table(["vsqs / dirq QueueSimple (> 1: vsqs faster)", "wall", "CPU"], ratios,
+                                    right=(1, 2)))
+    return blocks
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -808,6 +859,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                    help="make the scratch directory under this one (default: ./.bench)")
     p.add_argument("--quick", action="store_true", help="small counts: a smoke run")
     p.add_argument("--json", metavar="PATH", help="also write the results as JSON to PATH")
+    p.add_argument("--markdown", nargs="?", const="-", metavar="PATH",
+                   help="also print the results as markdown tables, with a line naming the command, commit, "
+                        "date and machine (to PATH, or to stdout after the usual output)")
     p.add_argument("--body-size", type=int, default=100, metavar="BYTES")
     p.add_argument("--count", type=int, metavar="N", help="messages for publish and receive+delete (2000)")
     p.add_argument("--durable-count", type=int, metavar="N", help="messages for durable publish (300)")
@@ -841,6 +895,10 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     doc = run(args)
     print_report(doc, args)
+    if args.markdown:
+        import _report
+
+        _report.emit(markdown(doc, args), args.markdown)
     if args.json:
         with open(args.json, "w", encoding="utf-8") as f:
             json.dump({"config": {k: v for k, v in vars(args).items() if k != "json"}, **doc}, f, indent=2)
