@@ -91,11 +91,11 @@ from typing import Any
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 try:
     import vsqs
-    import vsqs._core.queue
 except ImportError as exc:
     sys.exit(f"scripts/bench.py: cannot import vsqs ({exc}); run it with .venv/bin/python")
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # when imported by bench_peers.py
+import _probe
 import _report
 from _report import cpu_model, mount_of, read_first
 
@@ -201,36 +201,10 @@ def timed_at_depth(depth: int, count: int) -> int:
     """How many receive+deletes to time at ``depth``: at least two and a half
     listing windows where the depth exceeds one, so that the re-listings a
     deep queue needs are inside the timed loop, not left out."""
-    window = getattr(vsqs._core.queue, "_LISTING_WINDOW", 0)  # names a handle keeps of one listing
+    window = _probe.window()  # names a handle keeps of one listing
     if window and depth > window:
         count = max(count, window * 5 // 2)
     return min(depth, count)
-
-
-def count_listings(queue: vsqs.Queue) -> list[int]:
-    """A counter of the handle's directory listings (a one-item list, reset by the caller)."""
-    counter = [0]
-    relist = queue._relist
-
-    def counted(*args: Any) -> None:
-        counter[0] += 1
-        relist(*args)
-
-    queue._relist = counted  # type: ignore[method-assign]
-    return counter
-
-
-def cache_bytes(queue: vsqs.Queue) -> int:
-    """Bytes the handle holds for its listing cache and its issued receipts (objects and lists)."""
-    cache, receipts = queue._listing, queue._receipts
-    total = sys.getsizeof(cache.visible) + sum(map(sys.getsizeof, cache.visible))
-    total += sys.getsizeof(cache.hidden) + sum(sys.getsizeof(x) + sys.getsizeof(x[1]) for x in cache.hidden)
-    total += sys.getsizeof(cache.grouped) + sum(sys.getsizeof(x) + sys.getsizeof(x[1]) for x in cache.grouped)
-    for generation in (receipts.new, receipts.old):
-        total += sys.getsizeof(generation) + sum(
-            sys.getsizeof(k) + sys.getsizeof(v) + sys.getsizeof(v[0]) for k, v in generation.items()
-        )
-    return total
 
 
 def timed(fn: Callable[..., None], *args: Any) -> tuple[float, float]:
@@ -537,11 +511,11 @@ class Bench:
             queue = vsqs.Queue(queue.path)
             if args.settled:
                 os.sync()
-            listings = count_listings(queue)
+            probe = _probe.Probe()
             bare_consume(paths[: args.warmup])
             warm_wall, _ = timed(vsqs_consume, queue, args.warmup)  # includes the first listing
-            first_listing = queue._listing.cost
-            listings[0] = 0
+            first_listing = probe.cache.cost
+            probe.listings = 0
             paths = paths[args.warmup : args.warmup + timed_count]
             chunk = 500
             bare_chunks: list[Chunk] = []
@@ -552,10 +526,10 @@ class Bench:
                 vsqs_chunks.append((len(part), vsqs_consume, (queue, len(part))))
             self.interleave(m.reps, bare, bare_chunks, m, vsqs_chunks)
             m.warmup_wall.append(warm_wall)
-            if depth > queue._window or m.reps == 1:
+            if depth > _probe.window() or m.reps == 1:
                 m.notes.append(
-                    f"first listing {first_listing * 1e3:.0f} ms; {listings[0]} more in the timed loop; "
-                    f"handle's listing cache after it: {cache_bytes(queue) / 2**20:.1f} MB"
+                    f"first listing {first_listing * 1e3:.0f} ms; {probe.listings} more in the timed loop; "
+                    f"handle's listing cache after it: {probe.cache_bytes() / 2**20:.1f} MB"
                 )
             elapsed = time.monotonic() - started
             if not args.settled and expire_s is not None and elapsed > expire_s:

@@ -30,10 +30,10 @@ import tracemalloc
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))  # this checkout's vsqs
 
+import _probe
 import _report
 
 import vsqs
-from vsqs._core import queue as _queue
 
 
 def rss_mb() -> float:
@@ -46,7 +46,7 @@ def main() -> int:
     p.add_argument("--dir", default=os.path.join(os.getcwd(), ".bench"), help="parent of the scratch queue")
     p.add_argument("--depth", type=int, default=1_000_000)
     p.add_argument("--count", type=int, default=10_000, help="receive+deletes timed after the first")
-    p.add_argument("--window", type=int, help=f"listing window of the handle ({_queue._LISTING_WINDOW})")
+    p.add_argument("--window", type=int, help=f"listing window of the handle ({_probe.window()})")
     p.add_argument("--tracemalloc", action="store_true", help="trace Python allocations (slower)")
     _report.add_markdown_option(p)
     args = p.parse_args()
@@ -71,18 +71,19 @@ def main() -> int:
         base = rss_mb()
         if args.tracemalloc:
             tracemalloc.start()
-        q = vsqs.Queue(path)
         if args.window:
-            q._window = args.window
+            _probe.set_window(args.window)
+        probe = _probe.Probe()
+        q = vsqs.Queue(path)
         cpu0, wall0 = time.process_time(), time.perf_counter()
         q.receive().delete()
         wall, cpu = time.perf_counter() - wall0, time.process_time() - cpu0
-        listing, kept = q._listing.cost, len(q._listing.visible)
+        listing, kept = probe.cache.cost, len(probe.cache.visible)
         say(f"first receive+delete: {wall:.3f} s wall, {cpu:.3f} s CPU; the listing took {listing:.3f} s, "
-            f"kept {kept:,} names (window {q._window:,})",
+            f"kept {kept:,} names (window {probe.cache.window:,})",
             "the first receive+delete (one listing of the whole queue)",
             f"{wall:.3f} s wall, {cpu:.3f} s CPU; the listing {listing:.3f} s; {kept:,} names kept "
-            f"(window {q._window:,})")
+            f"(window {probe.cache.window:,})")
         held, peak_rss = rss_mb() - base, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
         say(f"RSS after it: {rss_mb():.1f} MB ({held:+.1f} MB since before the handle); "
             f"peak RSS of the process {peak_rss:.0f} MB",
@@ -93,24 +94,17 @@ def main() -> int:
             say(f"tracemalloc: {current / 2**20:.1f} MB held by the handle, peak {peak / 2**20:.1f} MB "
                 "(the listing)", "Python memory the handle holds after it, and at the listing's peak "
                 "(tracemalloc)", f"{current / 2**20:.1f} MB, peak {peak / 2**20:.1f} MB")
-        listings = [0]
-        relist = q._relist
-
-        def counted(now: int) -> None:
-            listings[0] += 1
-            relist(now)
-
-        q._relist = counted  # type: ignore[method-assign]
+        probe.listings = 0
         receive, delete = q.receive, q.delete
         cpu0, wall0 = time.process_time(), time.perf_counter()
         for _ in range(args.count):
             delete(receive().receipt)
         cpu, wall = time.process_time() - cpu0, time.perf_counter() - wall0
         say(f"{args.count:,} receive+deletes: {cpu / args.count * 1e6:.1f} us CPU, "
-            f"{wall / args.count * 1e6:.1f} us wall per message; {listings[0]} listings among them",
+            f"{wall / args.count * 1e6:.1f} us wall per message; {probe.listings} listings among them",
             f"{args.count:,} more receive+deletes, per message",
             f"{cpu / args.count * 1e6:.1f} µs CPU, {wall / args.count * 1e6:.1f} µs wall; "
-            f"{listings[0]} listings among them")
+            f"{probe.listings} listings among them")
         say(f"RSS after them: {rss_mb():.1f} MB ({rss_mb() - base:+.1f} MB since before the handle)",
             "RSS after them, less before the handle was opened", f"{rss_mb() - base:+.1f} MB")
         if args.tracemalloc:

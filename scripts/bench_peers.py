@@ -667,9 +667,9 @@ def listing_window() -> int:
     """How many names a vsqs handle keeps of one listing (0 if this vsqs has no window)."""
     if REPO not in sys.path:
         sys.path.insert(0, REPO)
-    from vsqs._core import queue as _queue
+    from vsqs._core import listing as _listing
 
-    return int(getattr(_queue, "_LISTING_WINDOW", 0))
+    return int(getattr(_listing, "WINDOW", 0))
 
 
 def run_depths(args: argparse.Namespace, scratch: str, unavailable: dict[str, str]) -> dict[str, Any]:
