@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import stat
 
 import pytest
 
@@ -156,3 +157,33 @@ def test_dead_letter_to_an_ancestor_path_is_refused(spool):
     with pytest.raises(vsqs.InvalidArgument, match="directory above it"):
         q.configure(dead_letter=spool.root, max_receives=1)
     q.configure(dead_letter=os.path.join(spool.root, "elsewhere"), max_receives=1)
+
+
+def test_sources_of_a_dead_letter_queue_take_its_own_file_mode(tmp_path):
+    """.sources lives in the dead-letter queue: its files take that queue's
+    file_mode, not the mode of the queue whose messages died."""
+    old = os.umask(0o022)
+    try:
+        vsqs.Queue(tmp_path / "q.dlq", create=True, mode=0o640)
+        q = vsqs.Queue(tmp_path / "q", create=True, mode=0o600)
+        q.configure(max_receives=1, visibility_timeout=0)
+        q.publish(b"x")
+        q.receive()
+        assert q.receive() is None  # dead-lettered on the way
+        sources = tmp_path / "q.dlq" / ".sources"
+        assert [stat.S_IMODE(p.stat().st_mode) for p in sources.iterdir()] == [0o640]
+    finally:
+        os.umask(old)
+
+
+def test_configure_on_a_fresh_handle_keeps_the_queues_file_mode(tmp_path):
+    """A handle that has not read the settings yet writes the next settings
+    version with the queue's file_mode, not the process umask's."""
+    old = os.umask(0o077)
+    try:
+        vsqs.Queue(tmp_path / "q", create=True, mode=0o660)
+        vsqs.Queue(tmp_path / "q").configure(retention=100)
+        versions = sorted((tmp_path / "q" / ".settings").iterdir())
+        assert [stat.S_IMODE(p.stat().st_mode) for p in versions] == [0o660] * len(versions)
+    finally:
+        os.umask(old)

@@ -594,3 +594,24 @@ def test_abort_removes_foreign_files_in_a_stage(queue):
     open(os.path.join(queue.path, ".stage.s", "junk"), "w").close()
     assert queue.abort_stage("s") == 1
     assert queue.stages() == []
+
+
+def test_a_dropped_handle_is_freed_at_once(queue):
+    """A handle is in no reference cycle (its parts get what they need, never
+    the handle): dropping it frees its listing cache without waiting for the
+    cyclic garbage collector."""
+    import gc
+    import weakref
+
+    queue.publish_batch([b"x"] * 20, durable=False)
+    handle = vsqs.Queue(queue.path)
+    handle.receive().delete()  # every part in use: listing, receipts, capacity
+    handle.configure(max_receives=3)
+    handle.stats()
+    gone = weakref.ref(handle)
+    gc.disable()
+    try:
+        del handle
+        assert gone() is None
+    finally:
+        gc.enable()

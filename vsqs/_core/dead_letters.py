@@ -17,6 +17,8 @@ from vsqs._core.errors import InvalidArgument, QueueNotFound, StorageError
 from vsqs._core.format import State
 from vsqs._core.layout import Layout, move_into
 from vsqs._core.metadata import Store, open_store
+from vsqs._core.settings import SETTINGS_DIR
+from vsqs._core.settings_store import SettingsStore
 
 QueueT = TypeVar("QueueT")
 
@@ -25,7 +27,7 @@ class DeadLetters(Generic[QueueT]):
     """The dead letters of one queue (the one whose ``layout`` this is), and,
     when that queue is itself a dead-letter queue, the redrive of its messages.
 
-    It sees its own queue through ``queue_id``, ``settings`` and ``mode``, and
+    It sees its own queue through ``queue_id`` and its ``settings``, and
     other queues only as :class:`Store` (id and layout); ``open_queue`` makes
     the public handle that :meth:`queue` returns.
     """
@@ -33,22 +35,20 @@ class DeadLetters(Generic[QueueT]):
     def __init__(
         self,
         layout: Layout,
-        queue_id: Callable[[], str],
-        settings: Callable[[], Mapping[str, Any]],
-        mode: Callable[[], int | None],
+        queue_id: str,
+        settings: SettingsStore,
         open_queue: Callable[[str, bool, int | None], QueueT],
     ) -> None:
         self._layout = layout
         self._queue_id = queue_id
         self._settings = settings
-        self._mode = mode
         self._open_queue = open_queue
         self._lock = threading.Lock()
         self._cached: tuple[QueueT, Store] | None = None
 
     def path(self, settings: Mapping[str, Any] | None = None) -> str | None:
         """The dead-letter queue's path; None without ``max_receives`` nor ``dead_letter``."""
-        settings = settings or self._settings()
+        settings = settings or self._settings.current()
         if settings["max_receives"] is None and not settings["dead_letter"]:
             return None
         here = self._layout.path
@@ -71,10 +71,11 @@ class DeadLetters(Generic[QueueT]):
             cached = self._cached
         if cached is not None and cached[1].layout.path == path:
             return cached
-        mode = self._mode()
-        handle = self._open_queue(path, create, mode)
-        store = open_store(path, create=create, mode=mode)
-        register_source(store.layout, self._queue_id(), self._layout.path, mode)
+        handle = self._open_queue(path, create, self._settings.mode)  # (made with this queue's mode)
+        store = open_store(path)
+        # .sources belongs to the dead-letter queue: its files take that queue's mode
+        own_mode = SettingsStore(store.layout.file(SETTINGS_DIR), lambda settings: None).current_mode()
+        register_source(store.layout, self._queue_id, self._layout.path, own_mode)
         with self._lock:
             self._cached = (handle, store)
         return handle, store
@@ -85,7 +86,7 @@ class DeadLetters(Generic[QueueT]):
         found = self._open()
         assert found is not None
         store = found[1]
-        dead = _format.ready_name(_format.with_origin(name, self._queue_id()), name.receive_count)
+        dead = _format.ready_name(_format.with_origin(name, self._queue_id), name.receive_count)
         try:
             return int(move_into(self._layout.message_file(str(name)), store.layout.message_file(dead)))
         except StorageError as exc:
@@ -106,7 +107,7 @@ class DeadLetters(Generic[QueueT]):
             names = open_store(path).layout.names()
         except QueueNotFound:
             return 0
-        queue_id = self._queue_id()
+        queue_id = self._queue_id
         return sum(1 for name in names if name.origin == queue_id)
 
     def redrive(self, to: str | None, max_messages: int | None, now: int, skew_us: int) -> int:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import math
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 from vsqs._core import envelope as _envelope
@@ -22,6 +22,7 @@ from vsqs._core.layout import Layout
 from vsqs._core.limits import DEFAULT_GC_GRACE, DEFAULT_STAGE_GRACE
 from vsqs._core.message import MessageInfo, QueueStats
 from vsqs._core.rules import check_seconds
+from vsqs._core.settings_store import SettingsStore
 from vsqs._core.stages import Stages
 
 
@@ -32,8 +33,7 @@ class Maintenance:
         self,
         layout: Layout,
         skew_us: int,
-        settings: Callable[[], Mapping[str, Any]],
-        mode: Callable[[], int | None],
+        settings: SettingsStore,
         dead_letters: DeadLetters[Any],
         stages: Stages,
         groups: GroupLeases,
@@ -43,7 +43,6 @@ class Maintenance:
         self._layout = layout
         self._skew_us = skew_us
         self._settings = settings
-        self._mode = mode
         self._dead_letters = dead_letters
         self._stages = stages
         self._groups = groups
@@ -145,7 +144,7 @@ class Maintenance:
         """Make every hidden message whose time has come ready again, and move
         those received ``max_receives`` times to the dead-letter queue; how many moved."""
         now = _format.now_us()
-        max_receives = self._settings()["max_receives"]
+        max_receives = self._settings.current()["max_receives"]
         moved = 0
         for name in self._layout.names():
             if name.state is State.WRITING or self.state_of(name, now) != "ready":
@@ -164,11 +163,11 @@ class Maintenance:
         how many files went (see :meth:`Queue.collect_garbage`)."""
         grace = check_seconds(grace, "grace", math.inf)
         stage_grace = check_seconds(stage_grace, "stage_grace", math.inf)
-        retention = self._settings()["retention"]
+        retention = self._settings.current()["retention"]
         now = time.time()
         removed = 0
         present: set[str] = set()
-        self._layout.rehome_strays(self._mode())
+        self._layout.rehome_strays(self._settings.mode)
         for entry in self._layout.entries():
             name = _format.parse_name(entry)
             if name is not None and name.state is not State.WRITING:
@@ -185,5 +184,5 @@ class Maintenance:
                     removed += self._stages.abort(_format.parse_stage_dir(entry) or "")
         with self._lock:
             removed += self._groups.sweep()
-        removed += self._reservations.sweep(self._settings()["dedup_window"], present)
+        removed += self._reservations.sweep(self._settings.current()["dedup_window"], present)
         return removed

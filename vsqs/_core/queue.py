@@ -35,7 +35,6 @@ from vsqs._core.dedup import Reservations
 from vsqs._core.errors import (
     InvalidArgument,
     InvalidReceipt,
-    QueueSuspended,
     StaleReceipt,
     StorageError,
     VsqsError,
@@ -105,35 +104,42 @@ class Queue:
     def _init_runtime(self) -> None:
         """The handle's parts that need no I/O (the rest come with the metadata, see _open_store)."""
         self._lock = threading.Lock()  # the listing cache, group leases, throttle tokens
-        self._settings = SettingsStore(os.path.join(self._path, _settings.SETTINGS_DIR), self._on_settings)
         self._receipts = IssuedReceipts()
-        self._throttle = Throttle(self._path)
-        self._groups = GroupLeases(self._path)
-        self._reservations = Reservations(self._path)
+        throttle, groups, reservations = Throttle(self._path), GroupLeases(self._path), Reservations(self._path)
+        self._throttle, self._groups, self._reservations = throttle, groups, reservations
+
+        def give_mode(settings: Mapping[str, Any]) -> None:  # the parts that make files take the queue's mode
+            groups.mode = reservations.mode = throttle.mode = _settings.file_mode_of(settings)
+
+        self._settings = SettingsStore(os.path.join(self._path, _settings.SETTINGS_DIR), give_mode)
         self._store: Store | None = None  # until the metadata is read (an unpickled handle reads it lazily)
 
     def _open_store(self, create: bool = False, shards: int = 1) -> Store:
-        """Read (or make) the metadata and set up what depends on the layout it fixes."""
-        store = open_store(self._path, create=create, shards=shards, mode=self._settings.mode)
-        layout = store.layout
-        settings, mode = self._settings.current, lambda: self._settings.mode
-        self._listing = Listing(layout, self._groups, self._skew_us, lambda: settings()["group_concurrency"])
-        self._capacity = publishing.Capacity(layout)
-        self._stages = Stages(layout, self._reservations, self._check_capacity, self._publish_settings, settings, mode)
-        self._dead_letters: DeadLetters[Queue] = DeadLetters(
-            layout, lambda: self.id, settings, mode,
-            lambda path, create, mode: Queue(path, create=create, mode=mode),  # a shared spool shares it too
-        )
-        self._maintenance = Maintenance(
-            layout, self._skew_us, settings, mode, self._dead_letters, self._stages,
-            self._groups, self._reservations, self._lock,
-        )
-        self._store = store
-        return store
+        """Read (or make) the metadata and set up what depends on the layout it fixes.
 
-    def _on_settings(self, settings: Mapping[str, Any]) -> None:
-        """Give every part of the handle that makes files the queue's file_mode."""
-        self._groups.mode = self._reservations.mode = self._throttle.mode = _settings.file_mode_of(settings)
+        The parts get what they need (the settings store, the layout...),
+        never the handle itself: a handle is in no reference cycle, so a
+        dropped one frees its listing cache at once."""
+        with self._lock:  # two threads of an unpickled handle: one opens it
+            if self._store is not None:
+                return self._store
+            store = open_store(self._path, create=create, shards=shards, mode=self._settings.mode)
+            layout, settings = store.layout, self._settings
+            self._listing = Listing(
+                layout, self._groups, self._skew_us, lambda: settings.current()["group_concurrency"]
+            )
+            self._capacity = publishing.Capacity(layout)
+            self._stages = Stages(layout, settings, self._capacity, self._reservations)
+            self._dead_letters: DeadLetters[Queue] = DeadLetters(
+                layout, store.id, settings,
+                lambda path, create, mode: Queue(path, create=create, mode=mode),  # a shared spool shares it too
+            )
+            self._maintenance = Maintenance(
+                layout, self._skew_us, settings, self._dead_letters, self._stages,
+                self._groups, self._reservations, self._lock,
+            )
+            self._store = store
+            return store
 
     # -- pickling: path and options only; reopened lazily where unpickled --
 
@@ -186,7 +192,7 @@ class Queue:
         if clean.get("dead_letter"):
             self._open_parts()
             self._dead_letters.path({**self._settings.current(), **clean})  # refuses itself, ancestors
-        mode = _settings.file_mode_of(clean) if "file_mode" in clean else self._settings.mode
+        mode = None if "file_mode" in clean else self._settings.mode  # (for settings that name no mode yet)
         return MappingProxyType(dict(self._settings.write(clean, mode)))
 
     def suspend(self, *operations: str) -> None:
@@ -202,14 +208,7 @@ class Queue:
         self.configure(suspended=sorted(current - set(operations or _settings.OPERATIONS)))
 
     def _check_suspended(self, operation: str, settings: Mapping[str, Any]) -> None:
-        if operation in settings["suspended"]:
-            raise QueueSuspended(f"{operation} is suspended on queue {self._path} (resume it to go on)")
-
-    def _publish_settings(self) -> Mapping[str, Any]:
-        """The settings a publish obeys; :class:`QueueSuspended` if publishing is suspended."""
-        settings = self._settings.current()
-        self._check_suspended("publish", settings)
-        return settings
+        _settings.check_suspended(operation, settings, self._path)
 
     def _check_capacity(self, datas: list[bytes], settings: Mapping[str, Any]) -> None:
         self._capacity.check(datas, settings, self._path)

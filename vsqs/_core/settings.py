@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from vsqs._core import limits
-from vsqs._core.errors import IncompatibleFormat, InvalidArgument
+from vsqs._core.errors import IncompatibleFormat, InvalidArgument, QueueSuspended
 from vsqs._core.rules import is_queue_name
 
 SETTINGS_DIR = ".settings"
@@ -168,6 +168,12 @@ def validate(changes: Mapping[str, object]) -> dict[str, Any]:
         else:
             clean[key] = check(key, value)
     return clean
+
+
+def check_suspended(operation: str, settings: Mapping[str, Any], where: str) -> None:
+    """:class:`QueueSuspended` if ``operation`` is suspended in ``settings`` (of the queue at ``where``)."""
+    if operation in settings["suspended"]:
+        raise QueueSuspended(f"{operation} is suspended on queue {where} (resume it to go on)")
 
 
 def version_name(version: int) -> str:

@@ -48,13 +48,21 @@ class SettingsStore:
             self._adopt(settings)
         return self.values
 
-    def write(self, clean: Mapping[str, Any], mode: int | None) -> dict[str, Any]:
+    def current_mode(self) -> int | None:
+        """The queue's file mode, from settings at most TTL old."""
+        self.current()
+        return self.mode
+
+    def write(self, clean: Mapping[str, Any], mode: int | None = None) -> dict[str, Any]:
         """Store a new version: the newest settings with the validated
-        ``clean`` changes on top; files made with ``mode``. Returns the result."""
-        _fs.make_dirs(self.directory, mode)
+        ``clean`` changes on top. Its files take the queue's file_mode after
+        the change (or ``mode``, for a queue whose settings do not say yet).
+        Returns the result."""
         for _attempt in range(50):
             version, current = self.newest()
             merged = {**current, **clean}
+            mode = _settings.file_mode_of(merged) if merged["file_mode"] is not None else mode
+            _fs.make_dirs(self.directory, mode)
             data = _settings.encode(merged, _format.FORMAT_VERSION)
             path = os.path.join(self.directory, _settings.version_name(version + 1))
             if _fs.create_exclusive(path, data, durable=True, mode=mode):

@@ -6,8 +6,7 @@ committed attempt's messages are published."""
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterable, Mapping
-from typing import Any
+from collections.abc import Iterable
 
 from vsqs._core import envelope as _envelope
 from vsqs._core import format as _format
@@ -18,36 +17,30 @@ from vsqs._core.errors import StorageError
 from vsqs._core.format import State
 from vsqs._core.layout import Layout, move_into
 from vsqs._core.message import Body, Outgoing
+from vsqs._core.settings import check_suspended
+from vsqs._core.settings_store import SettingsStore
 
 
 class Stages:
-    """The stages of one queue. ``publish_checks`` gives the settings a
-    publish must obey (and raises if publishing is suspended);
-    ``capacity`` checks the queue's limits; ``mode`` gives the file mode."""
+    """The stages of one queue: its files (``layout``), its settings and the
+    back-pressure (``capacity``) a publish obeys, its de-duplication ``reservations``."""
 
     def __init__(
-        self,
-        layout: Layout,
-        reservations: Reservations,
-        capacity: Callable[[list[bytes], Mapping[str, Any]], None],
-        publish_checks: Callable[[], Mapping[str, Any]],
-        settings: Callable[[], Mapping[str, Any]],
-        mode: Callable[[], int | None],
+        self, layout: Layout, settings: SettingsStore, capacity: publishing.Capacity, reservations: Reservations
     ) -> None:
         self._layout = layout
-        self._reservations = reservations
-        self._capacity = capacity
-        self._publish_checks = publish_checks
         self._settings = settings
-        self._mode = mode
+        self._capacity = capacity
+        self._reservations = reservations
 
     def publish(self, bodies: Iterable[Body | Outgoing], stage: str) -> list[str]:
         """Write messages durably into ``stage``; their ids."""
         directory = self._layout.file(_format.stage_dir_name(stage))
-        settings = self._publish_checks()
+        settings = self._settings.current()
+        check_suspended("publish", settings, self._layout.path)
         entries = [publishing.prepare(item, publishing.NO_DEFAULTS, settings) for item in bodies]
-        self._capacity([entry.body for entry in entries], settings)
-        mode = self._mode()
+        self._capacity.check([entry.body for entry in entries], settings, self._layout.path)
+        mode = self._settings.mode
         _fs.make_dirs(directory, mode)
         prefix = directory + os.sep
         ids = []
@@ -66,7 +59,7 @@ class Stages:
         directory = self._layout.file(_format.stage_dir_name(stage))
         if not _fs.is_private_dir(directory):
             return 0
-        settings = self._settings()
+        settings = self._settings.current()
         reserved: dict[str, tuple[str, int]] = {}
         presence = publishing.Presence(self._layout)
         published: list[str] = []
