@@ -33,12 +33,12 @@ class Layout:
     ``locate(name) + name``.
     """
 
-    shards = 1
-    locate: Callable[[str], str] | None = None
-
     def __init__(self, path: str) -> None:
         self.path = path
         self.prefix = path.rstrip(os.sep) + os.sep
+        # instance attributes, not class ones: the hot paths read them (faster so in CPython 3.11)
+        self.shards = 1
+        self.locate: Callable[[str], str] | None = None
 
     def file(self, name: str) -> str:
         """An entry of the queue directory itself (metadata, settings, stages...)."""

@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import os
 import time
-from typing import NamedTuple
-
 from vsqs._core import format as _format
 from vsqs._core import fs as _fs
 from vsqs._core.errors import QueueNotFound
@@ -62,12 +60,16 @@ def _create(path: str, shards: int, mode: int | None) -> None:
         _fs.fsync_dir(path)
 
 
-class Store(NamedTuple):
-    """Another queue as the engine sees it: its id and where its files live
-    (what dead-lettering and redrive need of a queue they move messages into)."""
+class Store:
+    """A queue as the engine sees it: its id and where its files live (what a
+    handle's parts, dead-lettering and redrive need of a queue). A slotted
+    class, not a NamedTuple: the hot paths read both attributes."""
 
-    id: str
-    layout: Layout
+    __slots__ = ("id", "layout")
+
+    def __init__(self, queue_id: str, layout: Layout) -> None:
+        self.id = queue_id
+        self.layout = layout
 
 
 def open_store(path: str, *, create: bool = False, shards: int = 1, mode: int | None = None) -> Store:

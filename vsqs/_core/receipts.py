@@ -73,7 +73,7 @@ class HeldMessages:
 
     def change_visibility(self, receipt: str, timeout: float) -> str:
         """Hide the message for ``timeout`` (checked) seconds from now; the new receipt."""
-        queue_id, layout = self._store
+        queue_id, layout = self._store.id, self._store.layout
         name, text, slot = _format.parse_receipt(queue_id, receipt)
         until = _format.now_us() + to_us(timeout)
         new = _format.hidden_name(name.stem, until, name.receive_count, _format.moved_tag(name.tag))
@@ -96,7 +96,7 @@ class HeldMessages:
 
     def current(self, receipt: str) -> str:
         """The receipt that holds ``receipt``'s message now (see :meth:`Queue.current_receipt`)."""
-        queue_id, layout = self._store
+        queue_id, layout = self._store.id, self._store.layout
         name, text, slot = _format.parse_receipt(queue_id, receipt)
         if _fs.exists(layout.message_file(text)):
             return receipt
@@ -115,7 +115,7 @@ class HeldMessages:
 
     def release(self, receipt: str) -> None:
         """Make the message visible again now (ready), keeping its receive count."""
-        queue_id, layout = self._store
+        queue_id, layout = self._store.id, self._store.layout
         name, text, slot = _format.parse_receipt(queue_id, receipt)
         ready = _format.ready_name(name.stem, name.receive_count)
         released = _fs.rename(layout.message_file(text), layout.message_file(ready))
