@@ -82,7 +82,6 @@ class Listing:
         self.listed_at = -math.inf  # time.monotonic() of the listing
         self.cost = 0.0  # seconds the listing took
         self.stale_at = -math.inf  # time.monotonic() from which it is re-read even if not used up
-        self.truncated = False  # the listing had more candidates than the window kept
         self.claimed = 0  # messages claimed from this listing
         # a sharded queue's listing stopped at a shard with candidates before
         # going round them all: once they are used up, the next shards are listed
@@ -185,9 +184,8 @@ class Listing:
         """List the directory; keep the first names of each kind (see WINDOW)."""
         started = time.monotonic()
         found, grouped, more_shards = self._list(now)
-        visible, truncated = first_messages(found.visible, self.window)
+        visible, _ = first_messages(found.visible, self.window)  # (names left out: listed again when out)
         kept_grouped = first(grouped, self.window)
-        truncated = truncated or len(kept_grouped) < len(grouped)
         hidden = first(found.hidden, self.window)  # the soonest to turn visible; later ones wait for a listing
         if found.writing and time.monotonic() - self._orphans_swept_at > SWEEP_EVERY:
             # a bulk pass at most once a minute: .new files of publishers that died
@@ -202,7 +200,6 @@ class Listing:
             self._groups.refresh()
             self._groups_seen = bool(found.grouped)
         self.visible, self.grouped, self.hidden = visible, kept_grouped, hidden
-        self.truncated = truncated
         self.rest_of_round = more_shards
         self.claimed = 0
         self.blocked = set()
