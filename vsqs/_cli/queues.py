@@ -44,9 +44,13 @@ def create(ctx: click.Context, queue: str, shards: int | None, **settings: str |
 
 
 def _shown(value: Any) -> str:
+    """A setting as ``config`` takes it: a throttle as COUNT/SECONDS, the
+    suspended operations separated by commas."""
     if value is None:
         return "none"
     if isinstance(value, list):
+        if all(isinstance(v, str) for v in value):
+            return ",".join(value) or "none"
         return "/".join(f"{v:g}" for v in value)
     return f"{value:g}" if isinstance(value, float) else str(value)
 
