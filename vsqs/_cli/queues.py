@@ -9,6 +9,7 @@ import click
 
 from vsqs import Queue
 from vsqs._cli.options import open_queue, queue_argument
+from vsqs._cli.text import terminal_text
 from vsqs._core import settings as _settings
 
 
@@ -74,7 +75,7 @@ def config(ctx: click.Context, queue: str, assignments: tuple[str, ...], as_json
         click.echo(json.dumps(dict(settings), sort_keys=True))
     else:
         for key in sorted(settings):
-            click.echo(f"{key:<19} {_shown(settings[key])}")
+            click.echo(f"{key:<19} {terminal_text(_shown(settings[key]))}")  # read from the spool
 
 
 COMMANDS = (create, config)
