@@ -289,6 +289,14 @@ def test_create_with_settings_and_config(run, tmp_path):
     assert vsqs.Queue(path).settings["max_receives"] == 1
 
 
+def test_config_shows_lists_as_it_takes_them(run, queue):
+    """The suspended operations (a list of names) once ended in a traceback."""
+    assert "suspended           none" in run("config", queue.path).output.splitlines()
+    run("config", queue.path, "suspended=receive,publish", "throttle=10/60")
+    shown = run("config", queue.path).output.splitlines()
+    assert "suspended           publish,receive" in shown and "throttle            10/60" in shown
+
+
 def test_bad_settings_on_the_command_line(run, tmp_path):
     result = run("create", tmp_path / "q", "--max-receives", "0")
     assert result.exit_code == 1 and "max_receives must be" in result.output

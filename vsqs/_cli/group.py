@@ -1,7 +1,8 @@
 """The ``vsqs`` command group: its global options, the commands of this
 package, the commands other packages add (entry-point group
 ``vsqs.commands``, e.g. ``serve`` from the gateway), and the one place where
-a vsqs error becomes one line on stderr.
+a vsqs error becomes one line on stderr (what it quotes rendered safe for a
+terminal by ``text.terminal_text``, as every human-readable output is).
 
 Exit status: 0 success, 1 a vsqs error (one line on stderr), 2 bad usage,
 3 ``receive`` found the queue empty.
@@ -9,6 +10,7 @@ Exit status: 0 success, 1 a vsqs error (one line on stderr), 2 bad usage,
 
 from __future__ import annotations
 
+import logging
 import sys
 from typing import TYPE_CHECKING, Any
 
@@ -17,6 +19,7 @@ import click
 from vsqs import VsqsError, __version__
 from vsqs._cli import messages, ops, queues, workers
 from vsqs._cli.options import clock_skew_option
+from vsqs._cli.text import TerminalLastResort, terminal_text
 
 if TYPE_CHECKING:
     from importlib.metadata import EntryPoint
@@ -33,7 +36,7 @@ def plugin_entry_points() -> dict[str, EntryPoint]:
 
 
 def _error(ctx: click.Context, message: str) -> None:
-    click.echo(f"vsqs: error: {message}", err=True)
+    click.echo(f"vsqs: error: {terminal_text(message)}", err=True)
     ctx.exit(1)
 
 
@@ -46,7 +49,7 @@ def _unloadable(name: str, reason: str) -> click.Command:
         _error(ctx, f"cannot load the command {name!r}: {reason}")
 
     return click.Command(
-        name, callback=fail, help=f"(cannot load: {reason})", add_help_option=False,
+        name, callback=fail, help=f"(cannot load: {terminal_text(reason)})", add_help_option=False,
         context_settings={"ignore_unknown_options": True, "allow_extra_args": True},
     )
 
@@ -78,6 +81,9 @@ class VsqsGroup(click.Group):
             return super().invoke(ctx)
         except VsqsError as exc:
             _error(ctx, str(exc))
+        except click.ClickException as exc:  # usage errors quote arguments, which may come from data
+            exc.message = terminal_text(exc.message)
+            raise
         except BrokenPipeError:  # `vsqs ls q | head`
             sys.stderr.close()
             ctx.exit(1)
@@ -90,6 +96,7 @@ class VsqsGroup(click.Group):
 def main(ctx: click.Context, clock_skew: float) -> None:
     """vsqs: a message queue in a directory. QUEUE is the queue's directory."""
     ctx.obj = {"clock_skew": clock_skew}
+    logging.lastResort = TerminalLastResort()  # the library's warnings quote names from the spool
 
 
 for _command in (*queues.COMMANDS, *messages.COMMANDS, *ops.COMMANDS, *workers.COMMANDS):

@@ -15,6 +15,7 @@ import click
 
 from vsqs import Message
 from vsqs._cli.options import EXIT_EMPTY, open_queue, queue_argument, visibility_option
+from vsqs._cli.text import terminal_text
 
 _PUBLISH_CHUNK = 500
 
@@ -74,16 +75,16 @@ def publish(
     if message is not None:
         if lines:
             raise click.UsageError("--lines reads stdin; give no MESSAGE with it")
-        click.echo(q.publish(message, dedup_id=dedup_id, **options))
+        click.echo(terminal_text(q.publish(message, dedup_id=dedup_id, **options)))
         return
     stdin = sys.stdin.buffer
     if not lines:
-        click.echo(q.publish(stdin.read(), dedup_id=dedup_id, **options))
+        click.echo(terminal_text(q.publish(stdin.read(), dedup_id=dedup_id, **options)))
         return
     with _Progress(stdin) as progress:
         for chunk in _line_chunks(stdin):
             for message_id in q.publish_batch(chunk, **options):
-                click.echo(message_id)
+                click.echo(terminal_text(message_id))
             progress.advance(len(chunk), sum(len(line) + 1 for line in chunk))
 
 
@@ -149,6 +150,14 @@ def _message_json(m: Message) -> str:
     return json.dumps(doc)
 
 
+def _body_for(body: bytes, terminal: bool) -> bytes:
+    """A body as is for a pipe or a file (it is data); for a terminal, what
+    the terminal would act on is escaped (in its encoding, or escaped too)."""
+    if not terminal:
+        return body
+    return terminal_text(body, multiline=True).encode(sys.stdout.encoding or "utf-8", "backslashreplace")
+
+
 @click.command()
 @queue_argument
 @visibility_option
@@ -174,8 +183,9 @@ def receive(
 ) -> None:
     """Receive messages from QUEUE and print them.
 
-    The body goes to stdout as is (one line per message when -n > 1); the
-    receipt, needed to delete, goes to stderr unless --delete or --json.
+    The body goes to stdout as is (one line per message when -n > 1; on a
+    terminal, with control characters escaped); the receipt, needed to
+    delete, goes to stderr unless --delete or --json.
     An empty queue prints nothing and exits with status 3.
     """
     q = open_queue(ctx, queue)
@@ -185,13 +195,14 @@ def receive(
             click.echo("vsqs: throttled: the queue's receive budget for this window is spent", err=True)
         ctx.exit(EXIT_EMPTY)
     out = sys.stdout.buffer
+    terminal = sys.stdout.isatty()
     for m in got:
         if as_json:
             out.write(_message_json(m).encode() + b"\n")
         else:
-            out.write(m.body + (b"\n" if max_messages > 1 else b""))
+            out.write(_body_for(m.body, terminal) + (b"\n" if max_messages > 1 else b""))
             if not delete:
-                click.echo(f"receipt: {m.receipt}", err=True)
+                click.echo(f"receipt: {terminal_text(m.receipt)}", err=True)
         out.flush()
         if delete:
             m.delete()
@@ -217,7 +228,7 @@ def delete(ctx: click.Context, queue: str, receipts: tuple[str, ...]) -> None:
     for outcome in q.delete_batch(receipts):
         if outcome is not None:
             failed += 1
-            click.echo(f"vsqs: error: {outcome}", err=True)
+            click.echo(f"vsqs: error: {terminal_text(str(outcome))}", err=True)
     if failed:
         ctx.exit(1)
 
@@ -229,7 +240,7 @@ def delete(ctx: click.Context, queue: str, receipts: tuple[str, ...]) -> None:
 @click.pass_context
 def change_visibility(ctx: click.Context, queue: str, receipt: str, seconds: float) -> None:
     """Hide the message held by RECEIPT for SECONDS from now; print the new receipt."""
-    click.echo(open_queue(ctx, queue).change_visibility(receipt, seconds))
+    click.echo(terminal_text(open_queue(ctx, queue).change_visibility(receipt, seconds)))
 
 
 def _iso(epoch: float) -> str:
@@ -253,7 +264,7 @@ def ls(ctx: click.Context, queue: str, as_json: bool) -> None:
             }
             click.echo(json.dumps(doc))
         else:
-            click.echo(f"{info.id}  {info.state:<9} {info.receive_count:>3}  {_iso(info.sent_at)}")
+            click.echo(terminal_text(f"{info.id}  {info.state:<9} {info.receive_count:>3}  {_iso(info.sent_at)}"))
 
 
 COMMANDS = (publish, receive, delete, change_visibility, ls)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sys
 import time
 from typing import Any
@@ -14,11 +15,19 @@ import click
 
 from vsqs import Queue, QueueStats
 from vsqs._cli.options import open_queue, queue_argument, seconds_option
+from vsqs._cli.text import terminal_text
 from vsqs._core import metrics
 from vsqs._core import settings as _settings
 
+_NOT_UTF8 = re.compile("[\ud800-\udfff]")  # lone surrogates: a path's undecodable bytes (surrogateescape)
+
 
 def _prometheus_label(value: str) -> str:
+    """A label value as the exposition format writes it: UTF-8, with the
+    backslash, the double quote and the newline escaped; what cannot be UTF-8
+    becomes U+FFFD. Any other character is the value's own (a terminal gets
+    the whole text through ``terminal_text``)."""
+    value = _NOT_UTF8.sub("\ufffd", value)
     return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
 
 
@@ -63,8 +72,8 @@ def _stats_text(q: Queue, as_json: bool, prometheus: bool, groups: bool) -> str:
         return json.dumps(fields)
     group_counts = fields.pop("groups", None) or {}
     rows = [f"{key:<17} {value}" for key, value in fields.items()]
-    rows += [
-        f"group {name}: " + ", ".join(f"{state} {count}" for state, count in tally.items())
+    rows += [  # a group's name is free text, from a message: one line, whatever it holds
+        f"group {terminal_text(name)}: " + ", ".join(f"{state} {count}" for state, count in tally.items())
         for name, tally in sorted(group_counts.items())
     ]
     return "\n".join(rows)
@@ -89,12 +98,15 @@ def stats(
     vsqs stats --prometheus q > q.prom.tmp && mv q.prom.tmp /var/lib/node_exporter/q.prom
     """
     q = open_queue(ctx, queue)
+    terminal = sys.stdout.isatty()
     shown = 0
     while True:
         text = _stats_text(q, as_json, prometheus, groups)
-        if watch and shown and sys.stdout.isatty():
+        if prometheus and terminal:  # exact in a file or a pipe; a terminal must not act on a label
+            text = terminal_text(text, multiline=True)
+        if watch and shown and terminal:
             click.echo(f"\x1b[{shown}F\x1b[J", nl=False)  # back to the top of the last print
-        click.echo(text)
+        click.echo(text, color=True if prometheus else None)  # color: click would strip "\x1b[...m" from a label
         if not watch:
             return
         shown = text.count("\n") + 1
@@ -136,7 +148,7 @@ def purge(ctx: click.Context, queue: str, yes: bool) -> None:
     """Delete every message in QUEUE, in flight and delayed included."""
     q = open_queue(ctx, queue)
     if not yes:
-        click.confirm(f"Delete every message in {q.path}?", abort=True, err=True)
+        click.confirm(f"Delete every message in {terminal_text(q.path)}?", abort=True, err=True)
     click.echo(f"purged {q.purge()} messages")
 
 
@@ -155,7 +167,7 @@ def suspend(ctx: click.Context, queue: str, operations: tuple[str, ...]) -> None
     """Suspend publish, receive and/or delete on QUEUE for every process (all if none given)."""
     q = open_queue(ctx, queue)
     q.suspend(*operations)
-    click.echo("suspended: " + ", ".join(q.settings["suspended"]))
+    click.echo(terminal_text("suspended: " + ", ".join(q.settings["suspended"])))
 
 
 @click.command()
@@ -166,7 +178,7 @@ def resume(ctx: click.Context, queue: str, operations: tuple[str, ...]) -> None:
     """Resume suspended operations on QUEUE (all if none given)."""
     q = open_queue(ctx, queue)
     q.resume(*operations)
-    click.echo("suspended: " + (", ".join(q.settings["suspended"]) or "nothing"))
+    click.echo(terminal_text("suspended: " + (", ".join(q.settings["suspended"]) or "nothing")))
 
 
 @click.command("check-fs")
@@ -186,7 +198,7 @@ def check_fs(directory: str, other: str | None, processes: int, rounds: int) -> 
 
     failed = False
     for check in run_checks(directory, other, processes, rounds):
-        click.echo(f"{check.status:<5} {check.name:<20} {check.detail}")
+        click.echo(terminal_text(f"{check.status:<5} {check.name:<20} {check.detail}"))
         failed = failed or check.status == "FAIL"
     if failed:
         raise SystemExit(1)

@@ -9,6 +9,7 @@ import click
 
 from vsqs import Queue
 from vsqs._cli.options import open_queue, queue_argument
+from vsqs._cli.text import terminal_text
 from vsqs._core import settings as _settings
 
 
@@ -44,9 +45,13 @@ def create(ctx: click.Context, queue: str, shards: int | None, **settings: str |
 
 
 def _shown(value: Any) -> str:
+    """A setting as ``config`` takes it: a throttle as COUNT/SECONDS, the
+    suspended operations separated by commas."""
     if value is None:
         return "none"
     if isinstance(value, list):
+        if all(isinstance(v, str) for v in value):
+            return ",".join(value) or "none"
         return "/".join(f"{v:g}" for v in value)
     return f"{value:g}" if isinstance(value, float) else str(value)
 
@@ -70,7 +75,7 @@ def config(ctx: click.Context, queue: str, assignments: tuple[str, ...], as_json
         click.echo(json.dumps(dict(settings), sort_keys=True))
     else:
         for key in sorted(settings):
-            click.echo(f"{key:<19} {_shown(settings[key])}")
+            click.echo(f"{key:<19} {terminal_text(_shown(settings[key]))}")  # read from the spool
 
 
 COMMANDS = (create, config)

@@ -56,6 +56,10 @@ CONTENT_TYPE_ATTRIBUTE = "content-type"  # where raw mode keeps a body's Content
 _TOKEN = r"[A-Za-z0-9!#$&^_.+-]+"
 _MEDIA_TYPE_RE = re.compile(rf'{_TOKEN}/{_TOKEN}(\s*;\s*{_TOKEN}=({_TOKEN}|"[ !#-\[\]-~]*"))*')
 
+# a body is data, never a page of the gateway's origin (where its scripts would be
+# same-origin, and with no API key all-powerful), whatever type its publisher chose
+_INERT = {"X-Content-Type-Options": "nosniff", "Content-Security-Policy": "default-src 'none'; sandbox"}
+
 router = APIRouter(prefix="/queues")
 
 
@@ -270,7 +274,8 @@ async def receive_raw(request: Request, queue: QueueName, wait: Wait = None,
     return Response(body, media_type=media_type,
                     headers={"Message-Id": m.id, "Message-Receipt": m.receipt,
                              "Message-Receive-Count": str(m.receive_count),
-                             "Message-Timestamp": _timestamp(m.sent_at), "Message-Md5": _md5(body)})
+                             "Message-Timestamp": _timestamp(m.sent_at), "Message-Md5": _md5(body),
+                             **_INERT})
 
 # -- messages, JSON ---------------------------------------------------------
 
