@@ -200,14 +200,14 @@ def write_batch(
     try:
         for position, entry in enumerate(entries):
             stem, temp = write_new(layout, entry, durable, mode)
+            written.files.append((entry, stem, temp))  # before the reservation: undone if it fails
             if entry.digest:
                 assert presence is not None
                 holder = reserve(reservations, entry.digest, stem, settings, written.reserved, presence)
                 if holder is not None:
+                    written.files.pop()
                     _fs.unlink(temp)
                     written.duplicates[position] = holder
-                    continue
-            written.files.append((entry, stem, temp))
     except BaseException:
         for _, _, temp in written.files:
             with contextlib.suppress(StorageError):
