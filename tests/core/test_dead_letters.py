@@ -25,6 +25,20 @@ NOW_US = 1_700_000_000_000_000
 SECOND = 1_000_000
 
 
+class FakeSettings:
+    """The settings store a part is given: what it reads of it (its owner's settings and mode)."""
+
+    def __init__(self, owner) -> None:
+        self._owner = owner
+
+    def current(self) -> dict:
+        return self._owner.settings
+
+    @property
+    def mode(self) -> int | None:
+        return self._owner.mode
+
+
 class Source:
     """A queue as its DeadLetters sees it: id, settings, mode, and a handle factory that records."""
 
@@ -33,8 +47,7 @@ class Source:
         self.settings = {**_settings.DEFAULTS, **_settings.validate(settings)}
         self.mode: int | None = None
         self.opened: list[tuple[str, bool, int | None]] = []
-        self.dead = DeadLetters(store.layout, lambda: store.id, lambda: self.settings, lambda: self.mode,
-                                self.open_queue)
+        self.dead = DeadLetters(store.layout, store.id, FakeSettings(self), self.open_queue)  # type: ignore[arg-type]
 
     def open_queue(self, path: str, create: bool, mode: int | None) -> str:
         self.opened.append((path, create, mode))

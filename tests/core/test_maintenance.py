@@ -60,15 +60,30 @@ class FakeReservations:
         return 5
 
 
+class FakeSettings:
+    """The settings store a part is given: what it reads of it (its owner's settings and mode)."""
+
+    def __init__(self, owner) -> None:
+        self._owner = owner
+
+    def current(self) -> dict:
+        return self._owner.settings
+
+    @property
+    def mode(self) -> int | None:
+        return self._owner.mode
+
+
 class Queue:
     def __init__(self, layout: Layout, skew_us: int = 0) -> None:
         self.layout = layout
         self.settings = dict(_settings.DEFAULTS)
+        self.mode: int | None = None
         self.dead_letters = FakeDeadLetters()
         self.stages = FakeStages()
         self.reservations = FakeReservations()
         self.maintenance = Maintenance(
-            layout, skew_us, lambda: self.settings, lambda: None, self.dead_letters,  # type: ignore[arg-type]
+            layout, skew_us, FakeSettings(self), self.dead_letters,  # type: ignore[arg-type]
             self.stages, FakeGroups(), self.reservations, threading.Lock(),  # type: ignore[arg-type]
         )
 

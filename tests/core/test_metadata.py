@@ -178,8 +178,7 @@ def test_open_store_is_the_id_and_the_layout(tmp_path):
     sharded = open_store(str(tmp_path / "b"), create=True, shards=4)
     assert isinstance(flat, Store) and type(flat.layout) is Layout and flat.layout.path == str(tmp_path / "a")
     assert isinstance(sharded.layout, ShardedLayout) and sharded.layout.shards == 4
-    queue_id, layout = sharded  # a tuple, unpacked by the parts
-    assert layout is sharded.layout
+    queue_id, layout = sharded.id, sharded.layout
     with open(os.path.join(layout.path, _format.METADATA_NAME)) as file:
         assert json.load(file)["queue_id"] == queue_id
     assert open_store(str(tmp_path / "b")).id == queue_id

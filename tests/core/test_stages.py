@@ -14,7 +14,7 @@ from vsqs._core import format as _format
 from vsqs._core import fs as _fs
 from vsqs._core import settings as _settings
 from vsqs._core.dedup import Reservations
-from vsqs._core.errors import InvalidArgument, QueueFull, QueueNotFound
+from vsqs._core.errors import InvalidArgument, QueueFull, QueueNotFound, QueueSuspended
 from vsqs._core.format import State
 from vsqs._core.layout import Layout
 from vsqs._core.message import Outgoing
@@ -22,8 +22,22 @@ from vsqs._core.metadata import open_store
 from vsqs._core.stages import Stages
 
 
+class FakeSettings:
+    """The settings store a part is given: what it reads of it (its owner's settings and mode)."""
+
+    def __init__(self, owner) -> None:
+        self._owner = owner
+
+    def current(self) -> dict:
+        return self._owner.settings
+
+    @property
+    def mode(self) -> int | None:
+        return self._owner.mode
+
+
 class Queue:
-    """The callables a queue gives its Stages, with what they were asked."""
+    """What a queue gives its Stages (settings, capacity), with what they were asked."""
 
     def __init__(self, layout: Layout) -> None:
         self.layout = layout
@@ -32,18 +46,13 @@ class Queue:
         self.mode: int | None = None
         self.capacity_asked: list[list[bytes]] = []
         self.refuse: Exception | None = None
-        self.stages = Stages(layout, self.reservations, self.capacity, self.publish_checks,
-                             lambda: self.settings, lambda: self.mode)
+        self.stages = Stages(layout, FakeSettings(self), self, self.reservations)  # type: ignore[arg-type]
 
-    def capacity(self, datas, settings) -> None:
+    def check(self, datas, settings, path) -> None:
+        """The capacity check."""
         self.capacity_asked.append(list(datas))
         if self.refuse is not None:
             raise self.refuse
-
-    def publish_checks(self):
-        if "publish" in self.settings["suspended"]:
-            raise InvalidArgument("publishing is suspended")
-        return self.settings
 
 
 @pytest.fixture(params=[1, 4], ids=["flat", "shards4"])
@@ -89,7 +98,7 @@ def test_a_delayed_staged_message_is_hidden_already(queue):
 
 def test_publish_refused_by_the_checks_writes_nothing(queue):
     queue.settings = {**queue.settings, "suspended": ["publish"]}
-    with pytest.raises(InvalidArgument, match="suspended"):
+    with pytest.raises(QueueSuspended, match="publish is suspended"):
         queue.stages.publish([b"x"], "s")
     assert queue.capacity_asked == [] and queue.stages.names() == []
 

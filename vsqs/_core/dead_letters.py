@@ -71,8 +71,9 @@ class DeadLetters(Generic[QueueT]):
             cached = self._cached
         if cached is not None and cached[1].layout.path == path:
             return cached
-        handle = self._open_queue(path, create, self._settings.mode)  # (made with this queue's mode)
-        store = open_store(path)
+        mode = self._settings.mode  # a dead-letter queue made here takes this queue's mode
+        handle = self._open_queue(path, create, mode)
+        store = open_store(path, create=create, mode=mode)
         # .sources belongs to the dead-letter queue: its files take that queue's mode
         own_mode = SettingsStore(store.layout.file(SETTINGS_DIR), lambda settings: None).current_mode()
         register_source(store.layout, self._queue_id, self._layout.path, own_mode)
