@@ -7,6 +7,7 @@ Two faces share one port: the native JSON/raw API under ``/queues``
 (:mod:`vsqs._gateway.rest`) and the Amazon SQS JSON 1.0 protocol on
 ``POST /`` (:mod:`vsqs._gateway.sqs`). Around the app, outermost first:
 :class:`~vsqs._gateway.metrics.RequestMetrics`,
+:class:`~vsqs._gateway.auth.BrowserGuard`,
 :class:`~vsqs._gateway.size_cap.RequestSizeCap` and
 :class:`~vsqs._gateway.auth.ApiKeyAuth`.
 """
@@ -23,7 +24,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from vsqs import QueueNotFound, VsqsError, __version__
 from vsqs._gateway.asgi import ASGIApp
-from vsqs._gateway.auth import ApiKeyAuth
+from vsqs._gateway.auth import ApiKeyAuth, BrowserGuard
 from vsqs._gateway.config import CONFIG_FILE_ENV, SECRET_ENVS, GatewayConfig
 from vsqs._gateway.errors import ApiError, api_error_of, error_response, without_paths
 from vsqs._gateway.metrics import RequestMetrics
@@ -48,7 +49,8 @@ def create_app(config: GatewayConfig) -> ASGIApp:
     _add_operations_routes(app, gateway)
     app.include_router(rest_router)
     app.include_router(sqs_router())
-    return RequestMetrics(RequestSizeCap(ApiKeyAuth(app, config.api_key), config), gateway.metrics)
+    guarded = BrowserGuard(RequestSizeCap(ApiKeyAuth(app, config.api_key), config), config)
+    return RequestMetrics(guarded, gateway.metrics)
 
 
 def _add_error_handlers(app: FastAPI, gateway: Gateway) -> None:
