@@ -249,7 +249,7 @@ def test_every_name_of_a_message_maps_to_one_shard(shards):
     stem = _format.make_stem(key, envelope=True)
     hidden = _format.hidden_name(stem, 1795305531723584, 1)
     names = [stem, _format.ready_name(stem, 3), hidden, _format.writing_name(stem),
-             _format.hidden_name(stem, 1795305531723584, 1, _format.moved_tag(hidden.rsplit(".", 1)[1]))]
+             _format.hidden_name(stem, 1795305561723584, 1, hidden.rsplit(".", 1)[1])]  # after a visibility change
     assert len({_format.shard_of(name, shards) for name in names}) == 1
     assert 0 <= _format.shard_of(stem, shards) < shards
 

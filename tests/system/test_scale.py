@@ -184,7 +184,7 @@ def test_two_handles_on_one_listing_do_not_lose_a_race_per_message(queue, monkey
     """Two consumers that list the same names and take turns would each lose a
     race for about every message they get (each tries the name the other just
     took); a handle that lost one skips ahead a few names instead."""
-    monkeypatch.setattr(_format, "_tags", random.Random(7))  # the same skips on every run
+    monkeypatch.setattr(_format, "_ids", random.Random(7))  # the same skips on every run
     queue.publish_batch([b"%d" % i for i in range(300)], durable=False)
     a, b = queue, vsqs.Queue(queue.path)
     renames = _count_renames(monkeypatch)

@@ -34,7 +34,7 @@ def _prometheus_label(value: str) -> str:
 def _prometheus(q: Queue, s: QueueStats) -> str:
     """The queue gauges in the node-exporter textfile format, each gauge's
     HELP and TYPE before its first sample."""
-    queue_labels = (os.path.basename(q.path), q.path)
+    queue_labels = metrics.queue_label_values(os.path.basename(q.path))
     lines: list[str] = []
     previous = None
     for sample in metrics.queue_samples(s):

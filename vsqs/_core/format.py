@@ -16,7 +16,8 @@ which is the contract this module implements)::
     GROUP = 12 hex digits            hash of the message group
     ORIGIN= 8 hex digits             id of the queue a dead letter came from
     -e                               the file holds an envelope (attributes), not a bare body
-    UNTIL = 16-digit epoch µs        TAG: 12 lowercase hex digits, new per move
+    UNTIL = 16-digit epoch µs        TAG: 12 lowercase hex digits, secret and new per
+                                     receive (a visibility change keeps it)
 
 Names sort in delivery order (priority first, then send time). No I/O here.
 """
@@ -221,9 +222,8 @@ def hidden_name(stem: str, until_us: int, receive_count: int, tag: str | None = 
     """``STEM.UNTIL.COUNT.TAG``, with a fresh TAG unless one is given (on every receive)."""
     count = receive_count if receive_count < MAX_COUNT else MAX_COUNT  # noqa: FURB136 - min() costs more
     # %-formatting: a quarter fewer instructions than an f-string with format specs
-    if tag:
-        return "%s.%016d.%d.%s" % (stem, until_us, count, tag)  # noqa: UP031
-    return "%s.%016d.%d.%012x" % (stem, until_us, count, _tags.getrandbits(48))  # noqa: UP031 - new_tag(), inlined
+    # new_tag() inlined when no tag is given: one getrandbits system call, about 0.5 µs
+    return "%s.%016d.%d.%s" % (stem, until_us, count, tag or _urandom(6).hex())  # noqa: UP031
 
 
 def writing_name(stem: str) -> str:
@@ -235,33 +235,30 @@ def now_us() -> int:
     return time.time_ns() // 1000
 
 
-_tags = random.Random()  # not for secrets: tags and the random part of keys only keep names apart
+# Two sources of randomness, kept apart. ``_ids`` (a Mersenne Twister, cheap,
+# no system call) makes what is published or only keeps names apart: the
+# random part of keys (message ids are public, and ~312 of them rebuild its
+# state) and the skips after a lost race. A TAG is secret: who knows a hidden
+# name holds its message (delete, change visibility, current_receipt), so
+# tags come from the OS's cryptographic generator, never from ``_ids``.
+_ids = random.Random()
 if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_tags.seed)  # a forked child must not repeat its parent's tags
-
-
-RECEIVE_ID_LENGTH = 6  # the first hex digits of a TAG: which receive the name belongs to
+    os.register_at_fork(after_in_child=_ids.seed)  # a forked child must not repeat its parent's keys
+_urandom = os.urandom  # (a global lookup fewer on the receive path)
 
 
 def random_below(n: int) -> int:
-    """A random integer in 0..n-1 from this process's generator (reseeded in a forked child)."""
-    return _tags.randrange(n)
+    """A random integer in 0..n-1, not for secrets (reseeded in a forked child)."""
+    return _ids.randrange(n)
 
 
 def new_tag() -> str:
-    """A fresh per-move token: makes every claim's destination name unique."""
-    return f"{_tags.getrandbits(48):012x}"
-
-
-def moved_tag(tag: str) -> str:
-    """The TAG of a visibility change: the receive's id (the first
-    RECEIVE_ID_LENGTH digits) kept, the rest fresh, so the name is still
-    unique and still says which receive holds it."""
-    return tag[:RECEIVE_ID_LENGTH] + f"{_tags.getrandbits(24):06x}"
-
-
-def same_receive(tag: str, other: str) -> bool:
-    return tag[:RECEIVE_ID_LENGTH] == other[:RECEIVE_ID_LENGTH]
+    """A fresh TAG: 48 bits from the OS's cryptographic generator. It makes
+    every claim's destination name unique, and it is the secret of a
+    receive: a change of visibility keeps it (only UNTIL changes), so whoever
+    holds a receipt of the receive, and nobody else, can find the message's
+    current name (:meth:`vsqs.Queue.current_receipt`)."""
+    return _urandom(6).hex()
 
 
 class _KeyClock:
@@ -285,10 +282,12 @@ def new_key(priority: int = DEFAULT_PRIORITY) -> str:
 
     Send times strictly increase within a process (FIFO per producer); 64
     random bits make two processes' keys differ even at the same microsecond.
-    They come from this process's generator, seeded from the OS and reseeded
-    in a forked child (as for tags): no system call per key.
+    They come from this process's Mersenne Twister, seeded from the OS and
+    reseeded in a forked child: no system call per key. A key is published
+    (the message id) and predictable from earlier ones: it is no secret, and
+    nothing secret comes from that generator (see ``_ids``).
     """
-    return f"{MAX_PRIORITY - priority}-{_clock.next():016d}-{_tags.getrandbits(64):016x}"
+    return f"{MAX_PRIORITY - priority}-{_clock.next():016d}-{_ids.getrandbits(64):016x}"
 
 
 # -- stages: private directories whose messages a commit publishes at once --

@@ -10,7 +10,7 @@ from typing import NamedTuple
 
 from vsqs._core.message import QueueStats
 
-QUEUE_LABELS = ("queue", "path")  # every queue gauge has these first
+QUEUE_LABELS = ("queue",)  # every queue gauge has these first: the queue's name, never its path
 STATES = ("ready", "in_flight", "delayed")
 
 
@@ -32,6 +32,13 @@ class Sample(NamedTuple):
     gauge: Gauge
     labels: tuple[str, ...]  # values of gauge.labels, in order
     value: float
+
+
+def queue_label_values(name: str) -> tuple[str, ...]:
+    """The values of QUEUE_LABELS for the queue ``name``. No path: a scrape of
+    the gateway's ``/metrics`` must not tell clients where the spool lives,
+    and ``vsqs stats --prometheus`` labels alike."""
+    return (name,)
 
 
 def queue_samples(stats: QueueStats) -> Iterator[Sample]:

@@ -646,8 +646,8 @@ class Queue:
 
         SQS clients keep the first receipt of a receive for its whole life;
         this finds the message of the same receive with one listing: same
-        id, same receive count, and the same receive id (a visibility change
-        keeps the first digits of the TAG). :class:`StaleReceipt` if the
+        id, same receive count, and the same TAG (a receive's secret, which a
+        visibility change keeps whole). :class:`StaleReceipt` if the
         message was deleted, released or received again since.
         """
         return self._held(self._open_parts()).current(receipt)

@@ -72,11 +72,13 @@ class HeldMessages:
         self._listing = listing
 
     def change_visibility(self, receipt: str, timeout: float) -> str:
-        """Hide the message for ``timeout`` (checked) seconds from now; the new receipt."""
+        """Hide the message for ``timeout`` (checked) seconds from now; the new receipt.
+        The new name keeps the TAG, the receive's secret (see :meth:`current`):
+        only UNTIL changes."""
         queue_id, layout = self._store.id, self._store.layout
         name, text, slot = _format.parse_receipt(queue_id, receipt)
         until = _format.now_us() + to_us(timeout)
-        new = _format.hidden_name(name.stem, until, name.receive_count, _format.moved_tag(name.tag))
+        new = _format.hidden_name(name.stem, until, name.receive_count, name.tag)
         if slot is not None:  # the slot first: a crash between leaves the group blocked, not open
             with self._lock:
                 extended = self._groups.extend(name.group_hash, slot, until)
@@ -95,15 +97,20 @@ class HeldMessages:
         return _format.make_receipt(queue_id, new, slot)
 
     def current(self, receipt: str) -> str:
-        """The receipt that holds ``receipt``'s message now (see :meth:`Queue.current_receipt`)."""
+        """The receipt that holds ``receipt``'s message now (see :meth:`Queue.current_receipt`).
+
+        The hidden name of the same message (STEM), the same receive (COUNT)
+        and the whole TAG: a TAG is 48 bits from the OS's cryptographic
+        generator that only the receipts of that receive carry, so a receipt
+        made up from what is public (the id, the receive count, the queue id)
+        finds nothing."""
         queue_id, layout = self._store.id, self._store.layout
         name, text, slot = _format.parse_receipt(queue_id, receipt)
         if _fs.exists(layout.message_file(text)):
             return receipt
         for other in layout.names(beside=text):  # (its shard: the stem stays)
-            if (other.stem != name.stem or other.state is not State.HIDDEN
-                    or other.receive_count != name.receive_count
-                    or not _format.same_receive(other.tag, name.tag)):
+            if (other.tag != name.tag or other.stem != name.stem or other.state is not State.HIDDEN
+                    or other.receive_count != name.receive_count):
                 continue
             if slot is None:
                 return _format.make_receipt(queue_id, str(other), None)

@@ -7,6 +7,7 @@ Two faces share one port: the native JSON/raw API under ``/queues``
 (:mod:`vsqs._gateway.rest`) and the Amazon SQS JSON 1.0 protocol on
 ``POST /`` (:mod:`vsqs._gateway.sqs`). Around the app, outermost first:
 :class:`~vsqs._gateway.metrics.RequestMetrics`,
+:class:`~vsqs._gateway.auth.BrowserGuard`,
 :class:`~vsqs._gateway.size_cap.RequestSizeCap` and
 :class:`~vsqs._gateway.auth.ApiKeyAuth`.
 """
@@ -23,8 +24,8 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from vsqs import QueueNotFound, VsqsError, __version__
 from vsqs._gateway.asgi import ASGIApp
-from vsqs._gateway.auth import ApiKeyAuth
-from vsqs._gateway.config import CONFIG_ENV, GatewayConfig
+from vsqs._gateway.auth import ApiKeyAuth, BrowserGuard
+from vsqs._gateway.config import CONFIG_FILE_ENV, SECRET_ENVS, GatewayConfig
 from vsqs._gateway.errors import ApiError, api_error_of, error_response, without_paths
 from vsqs._gateway.metrics import RequestMetrics
 from vsqs._gateway.rest.routes import router as rest_router
@@ -48,7 +49,8 @@ def create_app(config: GatewayConfig) -> ASGIApp:
     _add_operations_routes(app, gateway)
     app.include_router(rest_router)
     app.include_router(sqs_router())
-    return RequestMetrics(RequestSizeCap(ApiKeyAuth(app, config.api_key), config), gateway.metrics)
+    guarded = BrowserGuard(RequestSizeCap(ApiKeyAuth(app, config.api_key), config), config)
+    return RequestMetrics(guarded, gateway.metrics)
 
 
 def _add_error_handlers(app: FastAPI, gateway: Gateway) -> None:
@@ -112,8 +114,9 @@ def _add_operations_routes(app: FastAPI, gateway: Gateway) -> None:
 
 
 def app_from_env() -> ASGIApp:
-    """The ASGI app for a uvicorn worker; its config comes in the environment."""
-    return create_app(GatewayConfig.from_json(os.environ[CONFIG_ENV]))
+    """The ASGI app for a uvicorn worker: its config comes in a file only the
+    owner reads, named in the environment (the secrets are not in it)."""
+    return create_app(GatewayConfig.from_file(os.environ[CONFIG_FILE_ENV]))
 
 
 def serve(config: GatewayConfig, *, host: str, port: int, workers: int, log_level: str,
@@ -140,8 +143,16 @@ def serve(config: GatewayConfig, *, host: str, port: int, workers: int, log_leve
         uvicorn.run(create_app(config), host=host, port=port, log_level=log_level,
                     limit_concurrency=limit_concurrency)
         return
-    os.environ[CONFIG_ENV] = config.to_json()
-    with tempfile.TemporaryDirectory(prefix="vsqs-gateway-metrics-") as metrics_dir:
+    # The workers are new processes that inherit the environment, which /proc
+    # shows: the config (keys included) goes in a file of a private directory
+    # (0700, the file 0600), removed at exit, and the secrets read from the
+    # environment at start are taken out of it.
+    for name in SECRET_ENVS:
+        os.environ.pop(name, None)
+    with tempfile.TemporaryDirectory(prefix="vsqs-gateway-") as private:
+        os.environ[CONFIG_FILE_ENV] = config.write_private(private)
+        metrics_dir = os.path.join(private, "metrics")
+        os.mkdir(metrics_dir, 0o700)
         os.environ["PROMETHEUS_MULTIPROC_DIR"] = metrics_dir
         uvicorn.run("vsqs._gateway.app:app_from_env", factory=True, host=host, port=port,
                     workers=workers, log_level=log_level, limit_concurrency=limit_concurrency)

@@ -12,12 +12,14 @@ from __future__ import annotations
 import configparser
 import logging
 import os
+import re
+from urllib.parse import urlsplit
 
 import click
 
 from vsqs import Spool, VsqsError
 from vsqs._core import settings as _settings
-from vsqs._gateway.config import DEFAULT_MAX_MESSAGE_BYTES, GatewayConfig
+from vsqs._gateway.config import DEFAULT_MAX_MESSAGE_BYTES, GatewayConfig, check_host_name
 from vsqs._gateway.limits import MAX_MESSAGE_BYTES_CEILING
 
 
@@ -54,6 +56,30 @@ def _aws_credentials(path: str | None) -> dict[str, str]:
     return found
 
 
+def _public_hosts(given: tuple[str, ...]) -> list[str]:
+    """The --public-host names and those of $VSQS_PUBLIC_HOSTS (comma or space separated), checked."""
+    names = [*given, *re.split(r"[\s,]+", os.environ.get("VSQS_PUBLIC_HOSTS", ""))]
+    try:
+        return sorted({check_host_name(name) for name in names if name})
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--public-host") from None
+
+
+def _public_url(url: str | None) -> str | None:
+    """--public-url: ``http(s)://HOST[:PORT]``, nothing after (queue URLs are BASE/ACCOUNT/NAME)."""
+    if not url:
+        return None
+    try:
+        parts = urlsplit(url)
+        parts.port  # noqa: B018 - raises ValueError for a bad port
+    except ValueError:
+        parts = None
+    if (parts is None or parts.scheme not in ("http", "https") or not parts.hostname or parts.username
+            or parts.password or parts.path not in ("", "/") or parts.query or parts.fragment):
+        raise click.BadParameter(f"{url!r}: give http(s)://HOST[:PORT] and nothing more", param_hint="--public-url")
+    return f"{parts.scheme}://{parts.netloc}"
+
+
 @click.command(context_settings={"help_option_names": ["-h", "--help"]})
 @click.argument("spool", type=click.Path(file_okay=False, path_type=str))
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on (loopback unless told).")
@@ -73,13 +99,19 @@ def _aws_credentials(path: str | None) -> dict[str, str]:
               help="Octal mode for the queues the gateway creates, e.g. 660 for a group-shared spool.")
 @click.option("--limit-concurrency", type=click.IntRange(1), default=None,
               help="Answer 503 past this many open connections and requests per worker [default: no limit].")
+@click.option("--public-host", "public_hosts", multiple=True, metavar="NAME",
+              help="A name clients reach the gateway by, beyond localhost, IP addresses and --host (a proxy's "
+              "public name); requests for other Host names are refused. Repeatable [also $VSQS_PUBLIC_HOSTS].")
+@click.option("--public-url", envvar="VSQS_PUBLIC_URL", default=None, metavar="URL",
+              help="http(s)://HOST[:PORT] the SQS face's queue URLs start with [default: the request's own "
+              "scheme and Host; also $VSQS_PUBLIC_URL].")
 @click.option("--create", is_flag=True, help="Create SPOOL if it does not exist.")
 @click.option("--log-level", type=click.Choice(["critical", "error", "warning", "info", "debug"]),
               default="info", show_default=True)
 def serve(
     spool: str, host: str, port: int, workers: int, api_key_file: str | None, aws_credentials_file: str | None,
-    region: str, max_message_bytes: int, file_mode: str | None, limit_concurrency: int | None, create: bool,
-    log_level: str,
+    region: str, max_message_bytes: int, file_mode: str | None, limit_concurrency: int | None,
+    public_hosts: tuple[str, ...], public_url: str | None, create: bool, log_level: str,
 ) -> None:
     """Serve SPOOL over HTTP: the native API under /queues and the Amazon SQS
     protocol on POST / (needs the extra: pip install 'vsqs[server]').
@@ -103,6 +135,7 @@ def serve(
     config = GatewayConfig(
         spool=os.path.abspath(spool), api_key=api_key, aws_credentials=_aws_credentials(aws_credentials_file),
         region=region, max_message_bytes=max_message_bytes, file_mode=file_mode,
+        listen_host=host, public_hosts=_public_hosts(public_hosts), public_url=_public_url(public_url),
     )
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(name)s %(levelname)s %(message)s")
     run(config, host=host, port=port, workers=workers, log_level=log_level, limit_concurrency=limit_concurrency)

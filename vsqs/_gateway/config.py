@@ -1,16 +1,23 @@
 """The configuration of a gateway process: plain data, so it travels as JSON
-to the workers of ``vsqs serve --workers N``."""
+to the workers of ``vsqs serve --workers N``, in a file only the owner can
+read (never in their environment, which ``/proc`` shows)."""
 
 from __future__ import annotations
 
+import ipaddress
 import json
+import os
+import re
 from dataclasses import dataclass, field
 
 from vsqs._gateway.limits import SQS_MAX_MESSAGE_BYTES
 
-CONFIG_ENV = "VSQS_GATEWAY_CONFIG"  # how `vsqs serve --workers N` hands its config to each worker
+CONFIG_FILE_ENV = "VSQS_GATEWAY_CONFIG_FILE"  # `vsqs serve --workers N`: the path of the config file of each worker
+SECRET_ENVS = ("VSQS_API_KEY", "VSQS_AWS_SECRET_ACCESS_KEY")  # read at start, kept out of the workers' environment
 DEFAULT_MAX_MESSAGE_BYTES = SQS_MAX_MESSAGE_BYTES
 _CAP_MESSAGES = 10  # the native request cap holds this many full-size bodies (a batch of small ones may hold 100)
+_CONFIG_FILE = "config.json"
+_HOST_NAME = re.compile(r"[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?(\.[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?)*")
 
 
 @dataclass(frozen=True)
@@ -24,6 +31,9 @@ class GatewayConfig:
     account_id: str = "000000000000"
     max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES
     file_mode: str | None = None  # given to the queues the gateway creates (e.g. "0660")
+    listen_host: str = "127.0.0.1"  # --host: the address the server was started for
+    public_hosts: list[str] = field(default_factory=list)  # --public-host: more names clients may use (a proxy's)
+    public_url: str | None = None  # --public-url: the base of queue URLs (else the request's scheme and Host)
 
     @property
     def max_request_bytes(self) -> int:
@@ -42,3 +52,48 @@ class GatewayConfig:
     @classmethod
     def from_json(cls, text: str) -> GatewayConfig:
         return cls(**json.loads(text))
+
+    def write_private(self, directory: str) -> str:
+        """Write this config (secrets included) to a new file in ``directory``
+        that only the owner can read (mode 0600 from its creation); its path."""
+        path = os.path.join(directory, _CONFIG_FILE)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o600)
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(self.to_json())
+        return path
+
+    @classmethod
+    def from_file(cls, path: str) -> GatewayConfig:
+        with open(path, encoding="utf-8") as f:
+            return cls.from_json(f.read())
+
+
+def host_name(authority: str) -> str | None:
+    """The name in ``host[:port]`` (a Host header, an Origin's authority):
+    lowercase, without brackets, port or a trailing dot; ``None`` if malformed."""
+    text = authority.strip().lower()
+    if text.startswith("["):
+        end = text.find("]")
+        name, rest = (text[1:end], text[end + 1:]) if end > 0 else ("", "")
+    else:
+        name, colon, port = text.partition(":")
+        rest = colon + port
+    if not name or (rest and not (rest[0] == ":" and rest[1:].isdigit() and len(rest) <= 6)):
+        return None
+    return name[:-1] if name.endswith(".") and len(name) > 1 else name
+
+
+def is_ip_literal(name: str) -> bool:
+    try:
+        ipaddress.ip_address(name)
+    except ValueError:
+        return False
+    return True
+
+
+def check_host_name(name: str) -> str:
+    """A name for ``--public-host``: a DNS name or an IP address, normalised; ValueError if not."""
+    found = host_name(name if ":" not in name or name.startswith("[") else f"[{name}]")
+    if found is None or not (is_ip_literal(found) or (len(found) <= 253 and _HOST_NAME.fullmatch(found))):
+        raise ValueError(f"{name!r} is not a host name or an IP address")
+    return found

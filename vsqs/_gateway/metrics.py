@@ -30,6 +30,7 @@ from vsqs._core.metrics import (
     MESSAGES,
     OLDEST_AGE,
     QUEUE_LABELS,
+    queue_label_values,
     queue_samples,
 )
 from vsqs._gateway.asgi import ASGIApp, Message, Receive, Scope, Send
@@ -108,7 +109,7 @@ class _QueueCollector:
             for sample in queue_samples(stats):
                 family = families.get(sample.gauge)
                 if family is not None:
-                    family.add_metric([name, queue.path, *sample.labels], sample.value)
+                    family.add_metric([*queue_label_values(name), *sample.labels], sample.value)
         return list(families.values())
 
 

@@ -28,7 +28,8 @@ Decisions (beyond SQS's own rules):
   key closes both faces); with neither, every request is accepted, signed or
   not. The region in the
   signature's scope is not checked (it only names the key derivation).
-- Queue URL ``{scheme}://{Host}/{account_id}/{name}``. A QueueUrl is
+- Queue URL ``{scheme}://{Host}/{account_id}/{name}`` (``--public-url`` gives
+  its start instead; the Host is one the gateway serves). A QueueUrl is
   accepted with any host and account; its last segment is the queue name.
   CreateQueue takes only SQS names (1-80 of ``A-Za-z0-9_-``, plus ``.fifo``);
   an existing queue may be addressed by any vsqs name (``jobs.dlq``), which

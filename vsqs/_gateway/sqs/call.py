@@ -35,8 +35,12 @@ class Call:
         return await self.run(self.gateway.queue, name)
 
     def url_of(self, name: str) -> str:
+        """``BASE/ACCOUNT/NAME``: BASE is ``--public-url``, else the request's scheme
+        and ``Host`` (one the gateway serves: :class:`~vsqs._gateway.auth.BrowserGuard`)."""
+        config = self.gateway.config
         host = self.request.headers.get("host") or self.request.url.netloc
-        return f"{self.request.url.scheme}://{host}/{self.gateway.config.account_id}/{name}"
+        base = config.public_url or f"{self.request.url.scheme}://{host}"
+        return f"{base}/{config.account_id}/{name}"
 
     def arn_of(self, name: str) -> str:
         config = self.gateway.config

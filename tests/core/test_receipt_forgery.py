@@ -1,0 +1,85 @@
+"""Receipts cannot be forged (issue 13, item 6), on real directories.
+
+A receipt names the message's hidden file, and ``Queue.current_receipt``
+follows a receipt to the message's current name after a visibility change.
+An attacker knows a message's id (published), its receive count (reported)
+and the queue id (in any receipt of the queue). Before the fix the TAG came
+from the same Mersenne Twister as the published ids, so ~312 ids predicted
+it, and the lookup matched on the first 6 hex digits of the TAG alone.
+"""
+
+from __future__ import annotations
+
+import vsqs
+from tests.conftest import message_names
+from tests.mersenne import KEYS_NEEDED, clone, next_tag_after, outputs_of_keys
+from vsqs._core import format as _format
+
+
+def _forged(receipt: str, tag: str, until_us: int = 1_700_000_000_000_000) -> str:
+    """``receipt`` with another UNTIL and TAG: what an attacker who knows the
+    queue id, the stem and the receive count can write."""
+    queue_id, name = receipt.split(":", 1)
+    parsed = _format.parse_name(name)
+    assert parsed is not None
+    return _format.make_receipt(queue_id, _format.hidden_name(parsed.stem, until_us, parsed.receive_count, tag))
+
+
+def test_published_ids_do_not_predict_the_next_tag(tmp_path):
+    queue = vsqs.Queue(tmp_path / "q", create=True)
+    ids = [queue.publish(b"x", durable=False) for _ in range(KEYS_NEEDED + 88)]  # ~400 ids, as in the report
+    predicted = next_tag_after(ids)
+    victim = queue.receive(visibility_timeout=300)
+    assert victim is not None
+    assert victim.receipt.rsplit(".", 1)[1] != predicted
+    attacker = vsqs.Queue(queue.path)
+    try:
+        attacker.delete(attacker.current_receipt(_forged(victim.receipt, predicted)))
+    except vsqs.StaleReceipt:
+        pass
+    assert queue.stats().in_flight == 1  # the victim's message is still held
+    victim.delete()
+
+
+def test_current_receipt_wants_the_whole_tag(queue):
+    queue.publish(b"x")
+    victim = queue.receive(visibility_timeout=300)
+    assert victim is not None
+    tag = victim.receipt.rsplit(".", 1)[1]
+    attacker = vsqs.Queue(queue.path)
+    for guess in (tag[:6] + ("000000" if tag[6:] != "000000" else "ffffff"),  # the receive id alone
+                  ("000000" if tag[:6] != "000000" else "ffffff") + tag[6:]):
+        forged = _forged(victim.receipt, guess)
+        try:
+            attacker.current_receipt(forged)
+        except vsqs.StaleReceipt:
+            continue
+        raise AssertionError(f"a receipt with TAG {guess} found the message held with TAG {tag}")
+    victim.delete()
+
+
+def test_current_receipt_follows_a_genuine_receipt_with_its_whole_tag(queue):
+    queue.publish(b"x")
+    first = queue.receive(visibility_timeout=300).receipt
+    other = vsqs.Queue(queue.path)
+    moved = other.change_visibility(other.change_visibility(first, 400), 500)
+    assert moved != first
+    assert queue.current_receipt(first) == moved
+    # any earlier receipt of the same receive finds it too: it carries the receive's TAG
+    assert queue.current_receipt(_forged(first, first.rsplit(".", 1)[1], 1)) == moved
+    queue.delete(queue.current_receipt(first))
+    assert queue.stats().total == 0
+
+
+def test_a_delayed_message_tag_is_not_predicted_by_the_ids_before_it(tmp_path):
+    """A delayed publish draws its id, then its TAG: the ids before it predict
+    the id (ids are no secret), never the TAG."""
+    queue = vsqs.Queue(tmp_path / "q", create=True)
+    ids = [queue.publish(b"x", durable=False) for _ in range(KEYS_NEEDED)]
+    twin = clone(outputs_of_keys(ids))
+    predicted_id_rand, predicted_tag = f"{twin.getrandbits(64):016x}", f"{twin.getrandbits(48):012x}"
+    later = queue.publish(b"later", delay=600, durable=False)
+    assert later.endswith(predicted_id_rand)  # the attack works on what it may work on
+    delayed = [n for n in message_names(queue.path) if n.startswith(later)]
+    assert len(delayed) == 1 and delayed[0].count(".") == 3
+    assert not delayed[0].endswith(predicted_tag)
