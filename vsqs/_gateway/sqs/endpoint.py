@@ -46,9 +46,12 @@ class _AnyAccessKey(Mapping[str, str]):
         return 0
 
 
-def _authenticate(request: Request, gateway: Gateway, body: bytes) -> None:
+async def _authenticate(request: Request, gateway: Gateway, body: bytes) -> None:
     """SigV4 against the AWS key pairs; with none but an API key, against the API key
-    as the secret (any access key id), so that a key closes both faces."""
+    as the secret (any access key id), so that a key closes both faces. The check
+    runs on the thread pool: it hashes the body and the canonical request, work
+    that must not hold up the event loop (its cost is bounded: see
+    :mod:`vsqs._gateway.sigv4`)."""
     config = gateway.config
     credentials: Mapping[str, str] = config.aws_credentials
     if not credentials:
@@ -56,7 +59,8 @@ def _authenticate(request: Request, gateway: Gateway, body: bytes) -> None:
             return  # none configured: every signature is accepted (the gateway warned at start-up)
         credentials = _AnyAccessKey(config.api_key)
     try:
-        _sigv4.verify(
+        await gateway.call(
+            _sigv4.verify,
             method=request.method,
             raw_path=request.scope.get("raw_path", request.url.path.encode()).decode("latin-1"),
             raw_query=request.scope.get("query_string", b"").decode("latin-1"),
@@ -83,7 +87,7 @@ def router() -> APIRouter:
         request.scope["vsqs.operation"] = f"sqs.{action}" if handler else "sqs.unknown"
         body = await request.body()  # over the size cap: the middleware answers
         try:
-            _authenticate(request, gateway, body)
+            await _authenticate(request, gateway, body)
             if handler is None:
                 if action in UNSUPPORTED_ACTIONS:
                     raise SqsError("UnsupportedOperation", f"vsqs does not support {action}.")
