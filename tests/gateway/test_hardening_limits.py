@@ -11,11 +11,14 @@ bounded wait that only a broken server exhausts.
 
 from __future__ import annotations
 
+import json
+import os
+import socket
 import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from typing import Any
 
 import pytest
@@ -27,7 +30,7 @@ from botocore.auth import SigV4Auth
 from botocore.awsrequest import AWSRequest
 from botocore.credentials import Credentials
 
-from tests.gateway.server import free_port
+from tests.gateway.server import Server, free_port, running_gateway
 from vsqs._gateway import sigv4 as _sigv4
 from vsqs._gateway.app import create_app
 from vsqs._gateway.config import GatewayConfig
@@ -168,3 +171,109 @@ def test_hostile_signatures_do_not_hold_up_other_requests(monkeypatch: pytest.Mo
     assert calls["canonical_query"] == in_flight and calls["signing_key"] == in_flight
     assert calls["string_to_sign"] <= in_flight * _sigv4.MAX_CANDIDATE_HOSTS
 
+
+
+# -- item 3: half-sent requests are timed out --------------------------------------------
+
+
+def _read_until_closed(sock: socket.socket) -> bytes:
+    """Everything the server sends until it closes the connection (a broken server
+    that never closes it makes the socket time out: the test fails)."""
+    sock.settimeout(WAIT)
+    received = b""
+    for _ in range(1000):
+        chunk = sock.recv(65536)
+        if not chunk:
+            return received
+        received += chunk
+    raise AssertionError("the server kept sending")
+
+
+def _read_response(sock: socket.socket) -> bytes:
+    """One whole response (head, and a body of its Content-Length), the connection left open."""
+    received = b""
+    for _ in range(1000):
+        head, sep, body = received.partition(b"\r\n\r\n")
+        if sep:
+            length = next((int(line.split(b":")[1]) for line in head.split(b"\r\n")
+                           if line.lower().startswith(b"content-length:")), 0)
+            if len(body) >= length:
+                return received
+        chunk = sock.recv(65536)
+        assert chunk, "the server closed the connection mid-response"
+        received += chunk
+    raise AssertionError("no whole response")
+
+
+def _healthy(url: str) -> int:
+    """/healthz's status, asked until the server has let go of closed connections
+    (it counts them against --limit-concurrency until it has run their close)."""
+    status = 0
+    for _ in range(100):
+        status = httpx.get(url + "/healthz", timeout=WAIT).status_code
+        if status == 200:
+            break
+        time.sleep(0.1)
+    return status
+
+
+@pytest.fixture(scope="module")
+def impatient(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    """A gateway that gives clients 1 s for a request head and 1 s for its body,
+    and takes 4 connections at once."""
+    spool = tmp_path_factory.mktemp("impatient") / "spool"
+    spool.mkdir()
+    with running_gateway(str(spool), "--header-timeout", "1", "--body-timeout", "1",
+                         "--limit-concurrency", "4") as server:
+        yield server
+
+
+def test_connections_that_never_finish_their_heads_are_closed(impatient: Server) -> None:
+    """The issue's stall: connections that send part of a head (or nothing) fill
+    --limit-concurrency; the server closes each after --header-timeout (408 if
+    part of a head had come), and answers again. Bytes trickling in do not
+    move the deadline, nor does a kept-alive connection escape it."""
+    host, port = impatient.url.removeprefix("http://").split(":")
+    with ExitStack() as sockets:
+        def connect() -> socket.socket:
+            sock = sockets.enter_context(socket.create_connection((host, int(port))))
+            sock.settimeout(WAIT)
+            return sock
+
+        kept_alive = connect()
+        kept_alive.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+        assert _read_response(kept_alive).startswith(b"HTTP/1.1 200")
+        kept_alive.sendall(b"GET /healthz HTTP/1.1\r\n")  # the next request, never finished
+        half_sent = [connect() for _ in range(2)]
+        for sock in half_sent:
+            sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n")
+        silent = connect()
+        assert httpx.get(impatient.url + "/healthz", timeout=WAIT).status_code == 503  # 4 of 4 are held
+        for sock in half_sent:
+            sock.sendall(b"X-Trickle: 1\r\n")  # a byte now and then does not keep it open
+        for sock in [*half_sent, kept_alive]:
+            assert _read_until_closed(sock).startswith(b"HTTP/1.1 408 ")
+        assert _read_until_closed(silent) == b""
+    assert _healthy(impatient.url) == 200
+
+
+@pytest.mark.parametrize("face", ["native", "sqs"])
+def test_a_body_that_never_comes_in_full_is_answered_408(impatient: Server, face: str) -> None:
+    """A head announcing 100 bytes, then one: after --body-timeout the server answers
+    408 in the face's format and closes the connection."""
+    host, port = impatient.url.removeprefix("http://").split(":")
+    head = (b"PUT /queues/slow HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n" if face == "native" else
+            b"POST / HTTP/1.1\r\nHost: x\r\nX-Amz-Target: AmazonSQS.ListQueues\r\n"
+            b"Content-Type: application/x-amz-json-1.0\r\n")
+    with socket.create_connection((host, int(port))) as sock:
+        sock.sendall(head + b"Content-Length: 100\r\n\r\n{")
+        answer = _read_until_closed(sock)
+    status, _, rest = answer.partition(b"\r\n")
+    assert status.startswith(b"HTTP/1.1 408 ")
+    body = rest.partition(b"\r\n\r\n")[2]
+    if face == "native":
+        assert json.loads(body)["error"]["code"] == "request_timeout"
+    else:
+        assert json.loads(body)["__type"].endswith("#RequestTimeout")
+    assert not os.path.exists(os.path.join(impatient.spool, "slow"))
+    assert _healthy(impatient.url) == 200

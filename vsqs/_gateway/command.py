@@ -18,7 +18,7 @@ import click
 from vsqs import Spool, VsqsError
 from vsqs._core import settings as _settings
 from vsqs._gateway.config import DEFAULT_MAX_MESSAGE_BYTES, GatewayConfig
-from vsqs._gateway.limits import MAX_MESSAGE_BYTES_CEILING
+from vsqs._gateway.limits import BODY_TIMEOUT, HEADER_TIMEOUT, MAX_MESSAGE_BYTES_CEILING, MAX_REQUEST_TIMEOUT
 
 
 def _read_secret_file(path: str) -> str:
@@ -73,13 +73,19 @@ def _aws_credentials(path: str | None) -> dict[str, str]:
               help="Octal mode for the queues the gateway creates, e.g. 660 for a group-shared spool.")
 @click.option("--limit-concurrency", type=click.IntRange(1), default=None,
               help="Answer 503 past this many open connections and requests per worker [default: no limit].")
+@click.option("--header-timeout", type=click.FloatRange(0, MAX_REQUEST_TIMEOUT, min_open=True),
+              default=HEADER_TIMEOUT, show_default=True, metavar="SECONDS",
+              help="Close a connection that has not sent a whole request head within this time.")
+@click.option("--body-timeout", type=click.FloatRange(0, MAX_REQUEST_TIMEOUT, min_open=True),
+              default=BODY_TIMEOUT, show_default=True, metavar="SECONDS",
+              help="Answer 408 to a request whose body has not come in full within this time.")
 @click.option("--create", is_flag=True, help="Create SPOOL if it does not exist.")
 @click.option("--log-level", type=click.Choice(["critical", "error", "warning", "info", "debug"]),
               default="info", show_default=True)
 def serve(
     spool: str, host: str, port: int, workers: int, api_key_file: str | None, aws_credentials_file: str | None,
-    region: str, max_message_bytes: int, file_mode: str | None, limit_concurrency: int | None, create: bool,
-    log_level: str,
+    region: str, max_message_bytes: int, file_mode: str | None, limit_concurrency: int | None,
+    header_timeout: float, body_timeout: float, create: bool, log_level: str,
 ) -> None:
     """Serve SPOOL over HTTP: the native API under /queues and the Amazon SQS
     protocol on POST / (needs the extra: pip install 'vsqs[server]').
@@ -103,6 +109,7 @@ def serve(
     config = GatewayConfig(
         spool=os.path.abspath(spool), api_key=api_key, aws_credentials=_aws_credentials(aws_credentials_file),
         region=region, max_message_bytes=max_message_bytes, file_mode=file_mode,
+        header_timeout=header_timeout, body_timeout=body_timeout,
     )
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(name)s %(levelname)s %(message)s")
     run(config, host=host, port=port, workers=workers, log_level=log_level, limit_concurrency=limit_concurrency)

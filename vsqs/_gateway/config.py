@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 
-from vsqs._gateway.limits import SQS_MAX_MESSAGE_BYTES
+from vsqs._gateway.limits import BODY_TIMEOUT, HEADER_TIMEOUT, SQS_MAX_MESSAGE_BYTES
 
 CONFIG_ENV = "VSQS_GATEWAY_CONFIG"  # how `vsqs serve --workers N` hands its config to each worker
 DEFAULT_MAX_MESSAGE_BYTES = SQS_MAX_MESSAGE_BYTES
@@ -24,6 +24,8 @@ class GatewayConfig:
     account_id: str = "000000000000"
     max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES
     file_mode: str | None = None  # given to the queues the gateway creates (e.g. "0660")
+    header_timeout: float = HEADER_TIMEOUT  # seconds to send a request's head (vsqs._gateway.timeouts)
+    body_timeout: float = BODY_TIMEOUT  # seconds, after the head, to send the whole body
 
     @property
     def max_request_bytes(self) -> int:

@@ -37,3 +37,8 @@ FIFO_DEDUP_WINDOW = 300.0  # seconds a FIFO queue made through the SQS face hold
 # -- the gateway's own --
 MAX_JSON_BATCH = 100  # messages per native JSON request
 MAX_MESSAGE_BYTES_CEILING = 64 * 1024 * 1024  # the largest --max-message-bytes
+MAX_REQUEST_HEAD_BYTES = 16 * 1024  # request line and headers (h11's own default, made explicit)
+HEADER_TIMEOUT = 10.0  # seconds a client has to send a request's head (--header-timeout)
+BODY_TIMEOUT = 30.0  # seconds it then has to send the whole body (--body-timeout)
+KEEP_ALIVE_TIMEOUT = 5  # seconds an idle connection is kept after a response (uvicorn's default)
+MAX_REQUEST_TIMEOUT = 600.0  # the longest --header-timeout or --body-timeout

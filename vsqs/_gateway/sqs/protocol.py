@@ -60,6 +60,7 @@ _ERRORS: dict[str, tuple[str, int]] = {
     "MissingParameter": ("MissingParameter", 400),
     "UnknownOperationException": ("UnknownOperationException", 400),
     "SerializationException": ("SerializationException", 400),
+    "RequestTimeout": ("RequestTimeout", 408),
     "InternalError": ("InternalError", 500),
     "ServiceUnavailable": ("ServiceUnavailable", 503),
 }
@@ -140,6 +141,14 @@ def error_response(error: SqsError, request_id: str | None = None) -> Response:
 def request_too_large(limit: int) -> Response:
     """The SQS-shaped answer to a request over the gateway's size cap (HTTP 413)."""
     return error_response(SqsError("InvalidParameterValue", f"The request body is over {limit} bytes.", 413))
+
+
+def request_timeout(message: str) -> Response:
+    """The SQS-shaped answer to a request whose body came too slowly (HTTP 408;
+    SDKs retry ``RequestTimeout``); the connection is closed after it."""
+    response = error_response(SqsError("RequestTimeout", message, 408))
+    response.headers["Connection"] = "close"
+    return response
 
 
 def sqs_error_of(exc: VsqsError, spool_root: str | None = None) -> SqsError:
