@@ -277,3 +277,164 @@ def test_a_body_that_never_comes_in_full_is_answered_408(impatient: Server, face
         assert json.loads(body)["__type"].endswith("#RequestTimeout")
     assert not os.path.exists(os.path.join(impatient.spool, "slow"))
     assert _healthy(impatient.url) == 200
+
+
+# -- item 4: bodies are judged before they are parsed ---------------------------------------
+
+
+JSON = {"Content-Type": "application/json"}
+
+
+def sqs_call(url: str, action: str, body: bytes) -> httpx.Response:
+    """An SQS request to a gateway with no credentials (it takes any signature)."""
+    return httpx.post(url + "/", content=body, timeout=WAIT, headers={
+        "X-Amz-Target": f"AmazonSQS.{action}", "Content-Type": "application/x-amz-json-1.0"})
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    """A gateway with the default limits and no credentials; queue ``q`` exists."""
+    spool = tmp_path_factory.mktemp("limits") / "spool"
+    spool.mkdir()
+    with running_gateway(str(spool)) as server:
+        assert httpx.put(server.url + "/queues/q").status_code in (200, 201)
+        yield server
+        assert "Traceback" not in server.log(), server.log()[-3000:]
+
+
+def test_each_route_caps_its_body_before_reading_it(server: Server) -> None:
+    """Settings, receipts and SQS actions without messages take a small body (413
+    past it, whatever the face's cap); the batch route still takes big ones."""
+    pad = "x" * (300 * 1024)
+    settings = httpx.patch(f"{server.url}/queues/q", json={"visibility_timeout": 5, "pad": pad}, timeout=WAIT)
+    assert (settings.status_code, settings.json()["error"]["code"]) == (413, "request_too_large")
+    receipts = httpx.post(f"{server.url}/queues/q/messages/delete", json={"receipts": [pad]}, timeout=WAIT)
+    assert (receipts.status_code, receipts.json()["error"]["code"]) == (413, "request_too_large")
+    listing = sqs_call(server.url, "ListQueues", json.dumps({"QueueNamePrefix": pad}).encode())
+    assert (listing.status_code, listing.json()["__type"]) == (413, "com.amazonaws.sqs#InvalidParameterValue")
+    big = {"messages": [{"body": "b" * 1_000_000} for _ in range(10)]}
+    published = httpx.post(f"{server.url}/queues/q/messages/batch", json=big, timeout=WAIT)
+    assert published.status_code == 201 and len(published.json()["messages"]) == 10
+    assert httpx.post(f"{server.url}/queues/q/purge", timeout=WAIT).json()["count"] == 10
+
+
+def _peak_memory_kb(pid: int) -> int:
+    with open(f"/proc/{pid}/status", encoding="ascii") as status:
+        return next(int(line.split()[1]) for line in status if line.startswith("VmHWM:"))
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/status"), reason="reads the server's peak memory in /proc")
+def test_a_batch_of_tiny_entries_is_refused_before_it_is_parsed(server: Server) -> None:
+    """The issue's bodies: three 14 MB batches of a million tiny entries at once.
+    Each is refused (413) on a count of its values, never parsed: the server's
+    peak memory grows by about the bodies it buffers (it grew by 300 MB when it
+    parsed them), and nothing is stored."""
+    body = b'{"messages":[' + b",".join([b'{"body":""}'] * 1_150_000) + b"]}"
+    before = _peak_memory_kb(server.process.pid)
+    answers: list[httpx.Response] = []
+
+    def send() -> None:
+        answers.append(httpx.post(f"{server.url}/queues/q/messages/batch", content=body, headers=JSON,
+                                  timeout=2 * WAIT))
+
+    senders = [threading.Thread(target=send) for _ in range(3)]
+    for sender in senders:
+        sender.start()
+    for sender in senders:
+        sender.join(2 * WAIT)
+    grown_mb = (_peak_memory_kb(server.process.pid) - before) / 1024
+    assert [(a.status_code, a.json()["error"]["code"]) for a in answers] == [(413, "request_too_large")] * 3
+    assert grown_mb < 150, f"the server's peak memory grew by {grown_mb:.0f} MB for {3 * len(body) >> 20} MB of bodies"
+    assert httpx.get(f"{server.url}/queues/q/stats", timeout=WAIT).json()["ready"] == 0
+
+
+def test_large_json_is_parsed_off_the_event_loop(monkeypatch: pytest.MonkeyPatch, tmp_path: Any) -> None:
+    """A large JSON body (a native batch, an SQS send) is parsed on the thread pool;
+    a small one where it is."""
+    import asyncio
+
+    from vsqs._gateway import json_body
+
+    parsed: list[tuple[int, bool]] = []
+    original = json_body.parse_json
+
+    def parse_json(data: bytes, max_values: int) -> Any:
+        try:
+            asyncio.get_running_loop()
+            on_loop = True
+        except RuntimeError:
+            on_loop = False
+        parsed.append((len(data), on_loop))
+        return original(data, max_values)
+
+    monkeypatch.setattr(json_body, "parse_json", parse_json)
+    with in_process_gateway(GatewayConfig(spool=str(tmp_path))) as url:
+        assert httpx.put(url + "/queues/q", json={"visibility_timeout": 5}, timeout=WAIT).status_code == 201
+        batch = {"messages": [{"body": "b" * 100_000} for _ in range(5)]}
+        assert httpx.post(url + "/queues/q/messages/batch", json=batch, timeout=WAIT).status_code == 201
+        send = json.dumps({"QueueUrl": url + "/000000000000/q", "MessageBody": "s" * 200_000}).encode()
+        assert sqs_call(url, "SendMessage", send).status_code == 200
+    assert [on_loop for size, on_loop in parsed if size > json_body.INLINE_JSON_BYTES] == [False, False]
+    assert [on_loop for size, on_loop in parsed if size <= json_body.INLINE_JSON_BYTES] == [True]
+
+
+# -- item 5: bad input is a 4xx in each face's format, never a 500 ----------------------------
+
+
+def _queue_url(server: Server) -> str:
+    return f"{server.url}/000000000000/q"
+
+
+NATIVE_BAD = [  # (path, body, status, code, parameter)
+    ("/queues/q/messages/batch", b'{"messages":[{"body":"\\ud800"}]}', 422, "invalid_parameter", "messages.0.body"),
+    ("/queues/q/messages/batch", b'{"messages":[{"body":"x","attributes":{"a":"\\udc00"}}]}', 422,
+     "invalid_parameter", "messages.0.attributes.a"),
+    ("/queues/q/messages/batch", b'{"messages":[{"body":"x","group":"g\\udfff"}]}', 422, "invalid_parameter",
+     "messages.0.group"),
+    ("/queues/q/messages/batch", b'{"messages":[{"body":"\xed\xa0\x80"}]}', 400, "malformed_json", None),
+    ("/queues/q/messages/delete", b'{"receipts":["\\ud800"]}', 422, "invalid_parameter", "receipts.0"),
+    ("/queues/q/messages/batch", b'{"messages":[{"body":"x","delay":NaN}]}', 400, "malformed_json", None),
+    ("/queues/q/messages/batch", b'{"messages":[{"body":"x","delay":1e999}]}', 400, "malformed_json", None),
+    ("/queues/q/messages/receive", b'{"wait":' + b"[" * 900 + b"]" * 900 + b"}", 400, "malformed_json", None),
+]
+
+
+@pytest.mark.parametrize(("path", "body", "status", "code", "parameter"), NATIVE_BAD)
+def test_bad_strings_numbers_and_nesting_on_the_native_face(
+        server: Server, path: str, body: bytes, status: int, code: str, parameter: str | None) -> None:
+    answer = httpx.post(server.url + path, content=body, headers=JSON, timeout=WAIT)
+    error = answer.json()["error"]
+    assert (answer.status_code, error["code"], error.get("parameter")) == (status, code, parameter), answer.text
+
+
+def _redrive(arn: str = "arn:aws:sqs:us-east-1:000000000000:dlq", count: object = 3) -> str:
+    return json.dumps({"deadLetterTargetArn": arn, "maxReceiveCount": count})
+
+
+SQS_BAD = [  # (action, parameters as JSON text, with {url} for the queue's URL; status, error name)
+    ("ListQueues", "[" * 900 + "]" * 900, 400, "SerializationException"),
+    ("ListQueues", '{"a":' * 900 + "1" + "}" * 900, 400, "SerializationException"),
+    ("SendMessage", '{"QueueUrl":"{url}","MessageBody":"x","X":' + "[" * 5000 + "]" * 5000 + "}", 400,
+     "SerializationException"),
+    ("SetQueueAttributes", json.dumps({"QueueUrl": "{url}", "Attributes": {"RedrivePolicy": "[" * 5000 + "]" * 5000}}),
+     400, "InvalidAttributeValue"),
+    ("SetQueueAttributes", json.dumps({"QueueUrl": "{url}", "Attributes": {"RedrivePolicy": _redrive(count="9" * 5000)}}),
+     400, "InvalidAttributeValue"),
+    ("SetQueueAttributes", json.dumps({"QueueUrl": "{url}", "Attributes": {"RedrivePolicy": _redrive(count="\u00b2")}}),
+     400, "InvalidAttributeValue"),
+    ("SendMessage", '{"QueueUrl":"{url}","MessageBody":"\\ud800"}', 400, "InvalidMessageContents"),
+    ("SendMessage", '{"QueueUrl":"{url}","MessageBody":"x","MessageAttributes":{"a":{"DataType":"String",'
+     '"StringValue":"\\udc00"}}}', 400, "InvalidMessageContents"),
+    ("SendMessage", '{"QueueUrl":"{url}","MessageBody":"x","MessageGroupId":"\\ud800"}', 400, "InvalidParameterValue"),
+    ("SendMessage", '{"QueueUrl":"{url}","MessageBody":"x","DelaySeconds":1e999}', 400, "SerializationException"),
+    ("ReceiveMessage", '{"QueueUrl":"{url}","VisibilityTimeout":' + "9" * 5000 + "}", 400, "SerializationException"),
+]
+
+
+@pytest.mark.parametrize(("action", "params", "status", "name"), SQS_BAD)
+def test_bad_strings_numbers_and_nesting_on_the_sqs_face(
+        server: Server, action: str, params: str, status: int, name: str) -> None:
+    answer = sqs_call(server.url, action, params.replace("{url}", _queue_url(server)).encode("utf-8"))
+    assert answer.status_code == status, answer.text
+    assert answer.json()["__type"].endswith(f"#{name}"), answer.text
+    assert answer.headers["x-amzn-query-error"].endswith(";Sender")

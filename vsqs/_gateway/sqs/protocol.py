@@ -35,6 +35,8 @@ from vsqs import (
 )
 from vsqs._gateway.asgi import Scope
 from vsqs._gateway.errors import without_paths
+from vsqs._gateway.json_body import BodyRefused, parse_json_async
+from vsqs._gateway.limits import MAX_SQS_JSON_VALUES
 
 CONTENT_TYPE = "application/x-amz-json-1.0"
 TARGET_PREFIX = "AmazonSQS."
@@ -97,17 +99,34 @@ def action_of(target: str) -> str:
     return target[len(TARGET_PREFIX):] if target.startswith(TARGET_PREFIX) else ""
 
 
-def parse_body(body: bytes) -> dict[str, Any]:
-    """The request's parameters: a JSON object (an empty body: none)."""
+async def parse_body(body: bytes) -> dict[str, Any]:
+    """The request's parameters: a JSON object (an empty body: none), judged and
+    parsed with bounded cost (:mod:`vsqs._gateway.json_body`; a large body on
+    the thread pool)."""
     if not body.strip():
         return {}
     try:
-        params = json.loads(body)
-    except (ValueError, UnicodeDecodeError):
-        raise SqsError("SerializationException", "The request body is not valid JSON.") from None
+        params = await parse_json_async(body, MAX_SQS_JSON_VALUES)
+    except BodyRefused as refused:
+        raise sqs_error_of_refusal(refused) from None
     if not isinstance(params, dict):
         raise SqsError("SerializationException", "The request body must be a JSON object.")
     return params
+
+
+_MESSAGE_CONTENTS = frozenset({"MessageBody", "MessageAttributes", "MessageSystemAttributes"})
+
+
+def sqs_error_of_refusal(refused: BodyRefused) -> SqsError:
+    """This face's answer to a refused JSON body: a string that is no text is
+    InvalidMessageContents in a message, else InvalidParameterValue."""
+    if refused.status == 413:
+        return SqsError("InvalidParameterValue", f"The request is too large: {refused.message}.", 413)
+    if refused.status == 422:
+        where = refused.parameter or "the request"
+        name = "InvalidMessageContents" if _MESSAGE_CONTENTS & set(map(str, refused.where)) else "InvalidParameterValue"
+        return SqsError(name, f"{where}: {refused.message}.")
+    return SqsError("SerializationException", f"The request body is not acceptable JSON: {refused.message}.")
 
 
 def unknown_operation(target: str, body: bytes) -> SqsError:
