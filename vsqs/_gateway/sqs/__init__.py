@@ -95,7 +95,12 @@ Decisions (beyond SQS's own rules):
 - PurgeQueue purges at once (no 60 s PurgeQueueInProgress window).
 - A request over the gateway's size cap is refused by the gateway's
   middleware before it reaches this package (:func:`.protocol.request_too_large`
-  gives the SQS-shaped answer for it).
+  gives the SQS-shaped answer for it); actions that carry no message take
+  128 KiB at most (``endpoint``), refused before the body is read in full.
+  The body is parsed with bounded cost (``vsqs._gateway.json_body``): too many
+  values is a 413 ``InvalidParameterValue``, malformed or deeply nested JSON
+  ``SerializationException``, a lone surrogate ``InvalidMessageContents`` in a
+  message and ``InvalidParameterValue`` elsewhere.
 - Metrics: operation ``sqs.<Action>`` (``sqs.unknown`` for anything else),
   outcome ``ok``, ``stale``, ``partial`` (a batch with failed entries) or
   the error's name.

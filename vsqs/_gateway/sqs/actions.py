@@ -367,6 +367,8 @@ ACTIONS: dict[str, Action] = {
     "ChangeMessageVisibilityBatch": change_message_visibility_batch,
     "PurgeQueue": purge_queue,
 }
+# the actions whose requests carry message bodies: they take the face's cap, the others a small one
+MESSAGE_ACTIONS = frozenset({"SendMessage", "SendMessageBatch"})
 UNSUPPORTED_ACTIONS = frozenset({
     "AddPermission", "RemovePermission", "TagQueue", "UntagQueue", "ListQueueTags", "ListDeadLetterSourceQueues",
     "StartMessageMoveTask", "CancelMessageMoveTask", "ListMessageMoveTasks",

@@ -15,12 +15,14 @@ from typing import Any
 
 from vsqs import InvalidArgument, Queue
 from vsqs._core.rules import ATTRIBUTE_NAME_RE, check_queue_name
+from vsqs._gateway.json_body import BodyRefused, parse_json
 from vsqs._gateway.limits import (
     MAX_ATTRIBUTE_NAME,
     MAX_DELAY_SECONDS,
     MAX_MESSAGE_ATTRIBUTES,
     MAX_RECEIVE_COUNT,
     MAX_RETENTION,
+    MAX_SMALL_JSON_VALUES,
     MAX_VISIBILITY_TIMEOUT,
     MAX_WAIT_SECONDS,
     MIN_MESSAGE_BYTES,
@@ -37,6 +39,7 @@ TRACE_ATTRIBUTE = "sqs.trace"
 RESERVED_PREFIX = "sqs."
 
 _DATA_TYPE_RE = re.compile(r"(String|Number|Binary)(\.[A-Za-z0-9_.-]+)?")
+_COUNT_RE = re.compile(r"[0-9]{1,9}")  # maxReceiveCount given as a string
 _NUMBER_RE = re.compile(r"[+-]?([0-9]+(\.[0-9]*)?|\.[0-9]+)([eE][+-]?[0-9]+)?")
 _BAD_TEXT_RE = re.compile("[^\t\n\r\u0020-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
 
@@ -134,14 +137,14 @@ def _redrive_settings(text: str, queue_name: str) -> dict[str, Any]:
     if text == "":
         return {"dead_letter": None, "max_receives": None}
     try:
-        policy = json.loads(text)
-    except ValueError:
-        raise invalid_value("RedrivePolicy", "it is not JSON.") from None
+        policy = parse_json(text.encode("utf-8", "surrogatepass"), MAX_SMALL_JSON_VALUES)
+    except BodyRefused as refused:
+        raise invalid_value("RedrivePolicy", f"it is not acceptable JSON: {refused.message}.") from None
     if not isinstance(policy, dict) or set(policy) != {"deadLetterTargetArn", "maxReceiveCount"}:
         raise invalid_value("RedrivePolicy", "it must be a JSON object with exactly deadLetterTargetArn "
                              "and maxReceiveCount.")
     count = policy["maxReceiveCount"]
-    if isinstance(count, str) and count.isdigit():
+    if isinstance(count, str) and _COUNT_RE.fullmatch(count):
         count = int(count)
     if isinstance(count, bool) or not isinstance(count, int) or not 1 <= count <= MAX_RECEIVE_COUNT:
         raise invalid_value("RedrivePolicy", f"maxReceiveCount must be a whole number 1..{MAX_RECEIVE_COUNT}.")
