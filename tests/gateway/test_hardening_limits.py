@@ -241,12 +241,12 @@ def test_connections_that_never_finish_their_heads_are_closed(impatient: Server)
             return sock
 
         kept_alive = connect()
-        kept_alive.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+        kept_alive.sendall(b"GET /healthz HTTP/1.1\r\nHost: localhost\r\n\r\n")
         assert _read_response(kept_alive).startswith(b"HTTP/1.1 200")
         kept_alive.sendall(b"GET /healthz HTTP/1.1\r\n")  # the next request, never finished
         half_sent = [connect() for _ in range(2)]
         for sock in half_sent:
-            sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n")
+            sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: localhost\r\n")
         silent = connect()
         assert httpx.get(impatient.url + "/healthz", timeout=WAIT).status_code == 503  # 4 of 4 are held
         for sock in half_sent:
@@ -262,8 +262,8 @@ def test_a_body_that_never_comes_in_full_is_answered_408(impatient: Server, face
     """A head announcing 100 bytes, then one: after --body-timeout the server answers
     408 in the face's format and closes the connection."""
     host, port = impatient.url.removeprefix("http://").split(":")
-    head = (b"PUT /queues/slow HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n" if face == "native" else
-            b"POST / HTTP/1.1\r\nHost: x\r\nX-Amz-Target: AmazonSQS.ListQueues\r\n"
+    head = (b"PUT /queues/slow HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n" if face == "native" else
+            b"POST / HTTP/1.1\r\nHost: localhost\r\nX-Amz-Target: AmazonSQS.ListQueues\r\n"
             b"Content-Type: application/x-amz-json-1.0\r\n")
     with socket.create_connection((host, int(port))) as sock:
         sock.sendall(head + b"Content-Length: 100\r\n\r\n{")
