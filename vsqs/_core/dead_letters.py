@@ -103,7 +103,7 @@ class DeadLetters(Generic[QueueT]):
         if path is None or not _fs.is_dir(path):
             return 0
         try:
-            names = open_store(path).layout.names()
+            names = open_store(path).layout.files()
         except QueueNotFound:
             return 0
         queue_id = self._queue_id()
@@ -121,7 +121,7 @@ class DeadLetters(Generic[QueueT]):
         homes: dict[str, Store | None] = {}
         sources = self.sources() if target is None else {}
         moved = 0
-        for name in sorted(self._layout.names(), key=str):
+        for name in sorted(self._layout.files(), key=str):
             if max_messages is not None and moved >= max_messages:
                 break
             if name.state is State.WRITING or (name.state is State.HIDDEN and name.until_us + skew_us > now):
@@ -139,14 +139,17 @@ class DeadLetters(Generic[QueueT]):
         return moved
 
     def sources(self) -> dict[str, str]:
-        """Origin queue id -> path, of the queues this one is the dead-letter queue of."""
+        """Origin queue id -> path, of the queues this one is the dead-letter
+        queue of, as ``.sources`` says."""
         directory = self._layout.file(_format.SOURCES_DIR)
         if not _fs.is_private_dir(directory):
             return {}
         found = {}
         for entry in _fs.list_names(directory):
-            data = _fs.read(os.path.join(directory, entry))
-            if data and _format.is_queue_id(entry):
+            if not _format.is_queue_id(entry):
+                continue
+            data = _fs.read_control(os.path.join(directory, entry))
+            if data:
                 found[entry] = data.decode("utf-8", "replace")
         return found
 

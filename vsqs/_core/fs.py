@@ -23,7 +23,8 @@ import shutil
 import stat
 import time
 
-from vsqs._core.errors import QueueNotFound, StorageError
+from vsqs._core.errors import DamagedEntry, QueueNotFound, StorageError
+from vsqs._core.limits import MAX_CONTROL_FILE, MAX_MESSAGE_FILE
 
 # errnos that may mean "someone else got there first" on some filesystem
 _AMBIGUOUS = frozenset({errno.ENOENT, errno.ESTALE, errno.EIO, errno.EACCES, errno.EPERM})
@@ -34,8 +35,13 @@ _READ_SIZE = 1 << 20
 # O_CLOEXEC: never leaks into child processes
 _CREATE_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC
 # O_RDONLY: read only; O_CLOEXEC as above; O_NOFOLLOW: a symlink planted in the
-# queue is never followed
-_READ_FLAGS = os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW
+# queue is never followed; O_NONBLOCK: the open of a FIFO planted in the queue
+# returns at once instead of waiting for a writer (the fstat that follows
+# refuses it; a regular file ignores the flag); O_NOCTTY: a terminal device
+# planted there never becomes ours
+_READ_FLAGS = os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY
+# what open(O_NOFOLLOW) answers for a symlink: Linux ELOOP, FreeBSD EMLINK, NetBSD EFTYPE
+_LINK_ERRNOS = frozenset({errno.ELOOP, errno.EMLINK, getattr(errno, "EFTYPE", errno.ELOOP)})
 
 
 def storage_error(exc: OSError, what: str) -> StorageError:
@@ -46,10 +52,11 @@ def storage_error(exc: OSError, what: str) -> StorageError:
 
 
 def exists(path: str) -> bool:
-    """Whether ``path`` exists; errors other than absence count as existing."""
+    """Whether ``path`` exists; errors other than absence count as existing.
+    A path through something that is not a directory (ENOTDIR) does not exist."""
     try:
         os.stat(path, follow_symlinks=False)
-    except FileNotFoundError:
+    except (FileNotFoundError, NotADirectoryError):
         return False
     except OSError as exc:
         if exc.errno == errno.ESTALE:
@@ -78,6 +85,29 @@ def list_names(directory: str) -> list[str]:
         raise QueueNotFound(f"queue directory is gone: {directory}") from exc
     except OSError as exc:
         raise storage_error(exc, "cannot list queue directory") from exc
+
+
+def list_files(directory: str) -> tuple[list[str], list[str]]:
+    """One listing of a directory that tells regular files from the rest:
+    (names of regular files, names of everything else: directories, FIFOs,
+    symlinks, devices, sockets). The type comes from the listing itself
+    where the filesystem gives it (no stat); else one ``lstat`` per entry.
+    An entry gone in between is left out."""
+    files: list[str] = []
+    others: list[str] = []
+    try:
+        with os.scandir(directory) as listing:
+            for entry in listing:
+                try:
+                    regular = entry.is_file(follow_symlinks=False)
+                except OSError:
+                    continue  # gone since the listing (or unreadable: not a file of ours)
+                (files if regular else others).append(entry.name)
+    except (FileNotFoundError, NotADirectoryError) as exc:
+        raise QueueNotFound(f"queue directory is gone: {directory}") from exc
+    except OSError as exc:
+        raise storage_error(exc, "cannot list queue directory") from exc
+    return files, others
 
 
 def create_exclusive(path: str, data: bytes, *, durable: bool, mode: int | None = None) -> bool:
@@ -159,28 +189,76 @@ def unlink(path: str) -> bool:
         raise storage_error(exc, "cannot delete message file") from exc
 
 
-def read(path: str) -> bytes | None:
-    """The whole content of ``path``, or ``None`` if it is gone."""
+def read(path: str, limit: int = MAX_MESSAGE_FILE) -> bytes | None:
+    """The whole content of the regular file ``path``, or ``None`` if it is gone.
+
+    Anything else planted under that name (a FIFO, a directory, a symlink,
+    a device) and a file over ``limit`` bytes (a sparse 10 GB file, say) is a
+    :class:`DamagedEntry`, found by the ``fstat`` of the open descriptor
+    before a byte is read: the open never blocks (O_NONBLOCK), nothing is
+    followed (O_NOFOLLOW), and no more than ``limit`` bytes are ever held,
+    also if the file grows while it is read.
+    """
     try:
-        fd = os.open(path, _READ_FLAGS)  # O_NOFOLLOW: a symlink planted in the queue is never followed
+        fd = os.open(path, _READ_FLAGS)  # see _READ_FLAGS: never follows, never blocks
     except OSError as exc:
-        if exc.errno in (errno.ENOENT, errno.ESTALE):
-            return None
+        if exc.errno in (errno.ENOENT, errno.ESTALE, errno.ENOTDIR):
+            return None  # gone (ENOTDIR: a directory of the path is not one: nothing there)
+        if exc.errno in _LINK_ERRNOS:
+            raise DamagedEntry(exc.errno, "not a regular file (a symbolic link): not followed", path) from None
+        if exc.errno == errno.ENXIO:  # a socket (or a device with nothing behind it)
+            raise DamagedEntry(exc.errno, "not a regular file (a socket or device)", path) from None
         raise storage_error(exc, "cannot open message file") from exc
     try:
-        data = os.read(fd, _READ_SIZE)
-        if data:  # read on until a read returns nothing: only that says "end of file"
-            more = os.read(fd, _READ_SIZE)
+        status = os.fstat(fd)
+        if not stat.S_ISREG(status.st_mode):
+            raise DamagedEntry(errno.EINVAL, f"not a regular file ({_kind(status.st_mode)})", path)
+        size = status.st_size
+        if size > limit:
+            raise DamagedEntry(errno.EFBIG, f"file of {size} bytes, over the {limit} a file here can have", path)
+        # read on until a read returns nothing (only that says "end of file"),
+        # asking for a byte more than fstat said, never for more than limit + 1
+        # in all; after as many bytes as fstat said, a read of one byte is enough
+        data = os.read(fd, size + 1 if size else min(_READ_SIZE, limit + 1))
+        if data:
+            more = os.read(fd, 1 if len(data) == size else min(_READ_SIZE, limit + 1 - len(data)))
             if more:
-                chunks = [data, more]
-                while chunk := os.read(fd, _READ_SIZE):
+                chunks, total = [data, more], len(data) + len(more)
+                while total <= limit and (chunk := os.read(fd, min(_READ_SIZE, limit + 1 - total))):
                     chunks.append(chunk)
+                    total += len(chunk)
+                if total > limit:
+                    raise DamagedEntry(errno.EFBIG, f"file grew over the {limit} bytes a file here can have", path)
                 data = b"".join(chunks)
         return data
     except OSError as exc:
+        if isinstance(exc, StorageError):
+            raise
         raise storage_error(exc, "cannot read message file") from exc
     finally:
         os.close(fd)
+
+
+def read_control(path: str) -> bytes | None:
+    """The content of a small file of vsqs's own (a settings version, a lease,
+    a reservation, a dead-letter source), or ``None`` if it is gone; ``b""``
+    (what its readers skip as "does not parse") if it is damaged: not a
+    regular file, or over MAX_CONTROL_FILE bytes."""
+    try:
+        return read(path, MAX_CONTROL_FILE)
+    except DamagedEntry:
+        return b""
+
+
+def _kind(mode: int) -> str:
+    """What a file that is not regular is, in a word or two, for a report."""
+    for test, word in (
+        (stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISLNK, "a symbolic link"),
+        (stat.S_ISSOCK, "a socket"), (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
+    ):
+        if test(mode):
+            return word
+    return f"file type {stat.S_IFMT(mode):o}"
 
 
 def fsync_dir(directory: str) -> None:

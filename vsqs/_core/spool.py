@@ -14,7 +14,6 @@ from vsqs._core.queue import Queue
 from vsqs._core.rules import check_queue_name, is_queue_name
 
 
-
 class Spool:
     """A directory of queues, each a subdirectory named after the queue."""
 
@@ -80,7 +79,7 @@ class Spool:
         every process sees it gone at once; then its files are removed.
         """
         path = self.path(name)
-        if not _fs.exists(os.path.join(path, _format.METADATA_NAME)):
+        if not _fs.exists(os.path.join(path, _format.METADATA_NAME)):  # (a plain file has none: left alone)
             raise QueueNotFound(f"no queue {name!r} in {self._root}")
         doomed = os.path.join(self._root, f".{name}.deleting-{_format.new_tag()}")
         if not _fs.rename(path, doomed):
@@ -100,4 +99,5 @@ def _count_messages(directory: str) -> int:
             os.path.join(shards, entry) for entry in _fs.list_names(shards)
             if _fs.is_private_dir(os.path.join(shards, entry))
         ]
-    return sum(1 for place in places for entry in _fs.list_names(place) if _format.parse_name(entry) is not None)
+    # regular files only: a directory or a FIFO named like a message is no message
+    return sum(1 for place in places for entry in _fs.list_files(place)[0] if _format.parse_name(entry) is not None)
