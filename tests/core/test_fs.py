@@ -290,3 +290,10 @@ def test_read_and_exists_through_a_file_find_nothing(tmp_path):
     assert _fs.read(str(plain / _format.METADATA_NAME)) is None
     assert _fs.exists(str(plain / _format.METADATA_NAME)) is False
 
+
+def test_make_dirs_never_follows_a_symlink(tmp_path):
+    (tmp_path / "d").mkdir()
+    os.symlink(tmp_path / "d", tmp_path / "link")
+    with pytest.raises(vsqs.StorageError, match="symlink"):
+        _fs.make_dirs(str(tmp_path / "link"), 0o600)
+    _fs.make_root(str(tmp_path / "link"))  # a spool's root may be a symlink: the operator's choice

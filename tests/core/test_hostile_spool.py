@@ -19,6 +19,7 @@ import os
 import stat
 import threading
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 from unittest import mock
 
@@ -27,6 +28,7 @@ import pytest
 import vsqs
 from tests.conftest import message_names, message_path
 from vsqs._core import format as _format
+from vsqs._core import fs as _fs
 from vsqs._core import settings as _settings
 from vsqs._core.limits import MAX_BODY_BYTES, MAX_MESSAGE_FILE, MAX_RECEIVE_BYTES
 
@@ -178,6 +180,90 @@ def test_a_settings_version_that_is_a_fifo_is_skipped(queue):
     assert _returns(lambda: fresh.settings["visibility_timeout"], _open_writer(fifo)) == 7
 
 
+# -- item 9: links out of the spool are never followed ----------------------------
+
+
+def test_a_symlink_planted_in_a_spool_is_not_adopted_as_a_queue(tmp_path):
+    spool = vsqs.Spool(tmp_path / "spool", create=True)
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    os.symlink(outside, tmp_path / "spool" / "evil")
+    with pytest.raises(vsqs.StorageError):
+        spool.create_queue("evil")
+    with pytest.raises(vsqs.QueueNotFound):
+        spool.queue("evil")
+    with pytest.raises(vsqs.StorageError):
+        vsqs.Queue(tmp_path / "spool" / "evil", create=True)
+    assert list(outside.iterdir()) == []  # no metadata, no message written there
+
+
+def test_a_symlink_to_a_real_queue_is_not_a_queue_of_the_spool(tmp_path):
+    spool = vsqs.Spool(tmp_path / "spool", create=True)
+    elsewhere = vsqs.Queue(tmp_path / "elsewhere", create=True)
+    os.symlink(elsewhere.path, tmp_path / "spool" / "evil")
+    assert spool.queues() == [] and "evil" not in spool
+    with pytest.raises(vsqs.QueueNotFound):
+        spool.queue("evil")
+    with pytest.raises(vsqs.QueueNotFound):
+        spool.delete_queue("evil")
+    assert os.path.islink(tmp_path / "spool" / "evil") and vsqs.Queue(elsewhere.path).id == elsewhere.id
+
+
+@pytest.mark.parametrize("where", [".settings", ".dedup", ".stage.s"])
+def test_a_symlinked_directory_inside_a_queue_is_not_followed(queue, tmp_path, where):
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    os.symlink(outside, os.path.join(queue.path, where))
+    with pytest.raises(vsqs.StorageError, match="symlink"):
+        if where == ".settings":
+            queue.configure(visibility_timeout=5)
+        elif where == ".dedup":
+            queue.publish(b"x", dedup_id="once")
+        else:
+            queue.publish_staged([b"x"], stage="s")
+    assert list(outside.iterdir()) == []
+
+
+def _dead_letter_one(spool: vsqs.Spool) -> tuple[vsqs.Queue, vsqs.Queue, str]:
+    """A queue ``q`` with one message in its dead-letter queue; (q, dlq, the .sources entry)."""
+    q = spool.create_queue("q", max_receives=1)
+    q.publish(b"precious")
+    assert q.receive(visibility_timeout=0) is not None
+    assert q.receive() is None  # the second receive moves it to q.dlq
+    dlq = spool.queue("q.dlq")
+    assert [m.body for m in dlq.messages(bodies=True)] == [b"precious"]
+    return q, dlq, os.path.join(dlq.path, ".sources", q.id)
+
+
+@pytest.mark.parametrize("planted", ["outside", "through_a_link"])
+def test_redrive_never_follows_a_planted_source_outside_the_spool(tmp_path, planted, caplog):
+    spool = vsqs.Spool(tmp_path / "spool", create=True)
+    q, dlq, source = _dead_letter_one(spool)
+    victim = vsqs.Queue(tmp_path / "outside" / "victim", create=True)
+    if planted == "outside":
+        forged = victim.path
+    else:  # a path in the spool's text, through a symlinked directory planted there
+        os.symlink(tmp_path / "outside", tmp_path / "spool" / "link")
+        forged = str(tmp_path / "spool" / "link" / "victim")
+    os.unlink(source)
+    Path(source).write_text(forged)
+    caplog.set_level(logging.WARNING, logger="vsqs")
+
+    assert dlq.redrive() == 0
+    assert list(victim.messages()) == [] and [m.body for m in dlq.messages(bodies=True)] == [b"precious"]
+    assert any("not followed" in r.getMessage() for r in caplog.records)
+    # the operator may still choose the queue explicitly
+    assert dlq.redrive(to=victim) == 1
+    assert [m.body for m in victim.messages(bodies=True)] == [b"precious"]
+
+
+def test_redrive_home_inside_the_spool_still_works(tmp_path):
+    spool = vsqs.Spool(tmp_path / "spool", create=True)
+    q, dlq, _ = _dead_letter_one(spool)
+    assert dlq.redrive() == 1
+    assert [m.body for m in q.messages(bodies=True)] == [b"precious"]
+
+
 # -- item 10: sizes are checked before reading ------------------------------------
 
 
@@ -285,3 +371,13 @@ def test_delete_queue_counts_only_messages(tmp_path):
     assert spool.delete_queue("q") == 1
     assert not os.path.lexists(q.path)
 
+
+def test_fs_inside(tmp_path):
+    root = tmp_path / "spool"
+    (root / "sub").mkdir(parents=True)
+    os.symlink(tmp_path, root / "up")
+    real = os.path.realpath(root)
+    assert _fs.inside(str(root / "q"), str(root)) == os.path.join(real, "q")
+    assert _fs.inside(str(root / "sub" / "q"), str(root)) == os.path.join(real, "sub", "q")
+    for bad in [str(tmp_path / "q"), str(root / "up" / "q"), str(root / ".." / "q"), "q", str(root), ""]:
+        assert _fs.inside(bad, str(root)) is None, bad

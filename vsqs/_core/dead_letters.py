@@ -6,6 +6,7 @@ queue's path, for redrive."""
 from __future__ import annotations
 
 import errno
+import logging
 import os
 import threading
 from collections.abc import Callable, Mapping
@@ -19,6 +20,7 @@ from vsqs._core.layout import Layout, move_into
 from vsqs._core.metadata import Store, open_store
 
 QueueT = TypeVar("QueueT")
+log = logging.getLogger("vsqs")
 
 
 class DeadLetters(Generic[QueueT]):
@@ -129,7 +131,7 @@ class DeadLetters(Generic[QueueT]):
             home = target
             if home is None:
                 if name.origin not in homes:
-                    homes[name.origin] = _store_or_none(sources.get(name.origin))
+                    homes[name.origin] = self._home(sources.get(name.origin))
                 home = homes[name.origin]
             if home is None:
                 continue
@@ -140,7 +142,7 @@ class DeadLetters(Generic[QueueT]):
 
     def sources(self) -> dict[str, str]:
         """Origin queue id -> path, of the queues this one is the dead-letter
-        queue of, as ``.sources`` says."""
+        queue of, as ``.sources`` says (read from the spool: see :meth:`_home`)."""
         directory = self._layout.file(_format.SOURCES_DIR)
         if not _fs.is_private_dir(directory):
             return {}
@@ -153,6 +155,24 @@ class DeadLetters(Generic[QueueT]):
                 found[entry] = data.decode("utf-8", "replace")
         return found
 
+    def _home(self, source: str | None) -> Store | None:
+        """The queue a redrive without ``to`` moves a dead letter back to: the
+        queue ``.sources`` names, only if that path lies inside the spool of
+        this dead-letter queue (its parent directory): a path read from the
+        spool never leads vsqs outside it. Elsewhere: reported, the messages
+        stay (the operator may name the queue with ``to``)."""
+        if not source:
+            return None
+        spool = os.path.dirname(self._layout.path)
+        path = _fs.inside(source, spool)
+        if path is None or path == _fs.inside(self._layout.path, spool):  # (itself: no home either)
+            log.warning(
+                "dead-letter queue %s: source %r is not a queue of the spool %s: not followed "
+                "(redrive to= moves its messages)", self._layout.path, source, spool,
+            )
+            return None
+        return _store_or_none(path)
+
 
 def register_source(dead_letter_queue: Layout, source_id: str, source_path: str, mode: int | None) -> None:
     """Remember in the dead-letter queue where dead letters marked with ``source_id`` came from."""
@@ -163,9 +183,7 @@ def register_source(dead_letter_queue: Layout, source_id: str, source_path: str,
         _fs.create_exclusive(entry, source_path.encode(), durable=True, mode=mode)
 
 
-def _store_or_none(path: str | None) -> Store | None:
-    if not path:
-        return None
+def _store_or_none(path: str) -> Store | None:
     try:
         return open_store(path)
     except QueueNotFound:

@@ -280,19 +280,36 @@ def fsync_dir(directory: str) -> None:
 
 
 def make_dirs(directory: str, mode: int | None = None) -> None:
-    """Create ``directory`` and its parents if missing. ``mode`` (a file mode
-    such as 0o660) is given to the directory if this call creates it, with
-    search bits where it has read bits, keeping an inherited setgid bit."""
+    """Create ``directory``, a directory of a queue (``.settings``, a stage,
+    a shard...), and its parents if missing. ``mode`` (a file mode such as
+    0o660) is given to the directory if this call creates it, with search
+    bits where it has read bits, keeping an inherited setgid bit. An entry
+    already there that is not a directory itself (a symlink, even to a
+    directory) is refused: vsqs never follows one out of the queue."""
     try:
         os.makedirs(os.path.dirname(directory) or ".", exist_ok=True)
         os.mkdir(directory, 0o777)
     except FileExistsError as exc:
-        if not os.path.isdir(directory):
-            raise StorageError(errno.ENOTDIR, f"not a directory: {exc.filename}", directory) from exc
+        if not is_private_dir(directory):
+            raise StorageError(
+                errno.ENOTDIR, f"not a directory of the queue (a symlink?): not followed: {exc.filename}", directory
+            ) from exc
         return
     except OSError as exc:
         raise storage_error(exc, "cannot create directory") from exc
     _set_dir_mode(directory, mode)
+
+
+def make_root(directory: str) -> None:
+    """Create ``directory`` and its parents if missing, with the umask's
+    modes: a spool's root, or the directory a queue is made in. A symlink to
+    a directory is fine here: where the spool lies is the operator's choice."""
+    try:
+        os.makedirs(directory, exist_ok=True)
+    except FileExistsError as exc:  # something that is not a directory
+        raise StorageError(errno.ENOTDIR, f"not a directory: {exc.filename}", directory) from exc
+    except OSError as exc:
+        raise storage_error(exc, "cannot create directory") from exc
 
 
 def make_dir(directory: str, mode: int | None = None) -> None:
@@ -358,7 +375,36 @@ def is_private_dir(path: str) -> bool:
 
 
 def is_dir(path: str) -> bool:
+    """Whether ``path`` is a directory, or a symlink to one (for a spool's root)."""
     return os.path.isdir(path)
+
+
+def is_link(path: str) -> bool:
+    """Whether ``path`` itself is a symbolic link (``lstat``): a queue directory
+    that is one is refused, whatever it points to."""
+    try:
+        return stat.S_ISLNK(os.lstat(path).st_mode)
+    except OSError:
+        return False
+
+
+def inside(path: str, root: str) -> str | None:
+    """``path`` with its directories resolved (symlinks followed), if that
+    lies inside ``root`` (resolved too) and is not ``root`` itself; else
+    ``None``. For a path read from the spool: it must lead nowhere outside.
+    The last component is kept as it is (whoever opens it refuses a link)."""
+    if not os.path.isabs(path) or os.path.normpath(path) != path or "\0" in path:
+        return None
+    name = os.path.basename(path)
+    if name in ("", ".", ".."):
+        return None
+    try:
+        parent, base = os.path.realpath(os.path.dirname(path)), os.path.realpath(root)
+    except (OSError, ValueError):
+        return None
+    if parent != base and not parent.startswith(base.rstrip(os.sep) + os.sep):
+        return None
+    return os.path.join(parent, name)
 
 
 def _can_create_beside(path: str) -> bool:

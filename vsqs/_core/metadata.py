@@ -3,13 +3,14 @@ written (with the shard directories) to create one so that it appears whole."""
 
 from __future__ import annotations
 
+import errno
 import os
 import time
 from typing import NamedTuple
 
 from vsqs._core import format as _format
 from vsqs._core import fs as _fs
-from vsqs._core.errors import DamagedEntry, IncompatibleFormat, QueueNotFound
+from vsqs._core.errors import DamagedEntry, IncompatibleFormat, QueueNotFound, StorageError
 from vsqs._core.layout import Layout, layout_for
 from vsqs._core.limits import MAX_CONTROL_FILE
 
@@ -21,8 +22,15 @@ _METADATA_WAIT = 5.0
 
 def open_queue(path: str, *, create: bool, shards: int = 1, mode: int | None = None) -> _format.Metadata:
     """Check (or make, with ``shards`` and file ``mode``) the queue directory
-    at ``path`` and its metadata; return what the metadata fixes. Metadata
-    that is not a regular file is refused."""
+    at ``path`` and its metadata; return what the metadata fixes.
+
+    A queue directory that is a symbolic link is refused (vsqs follows none:
+    a link planted in a spool would take messages outside it), and so is
+    metadata that is not a regular file."""
+    if _fs.is_link(path):
+        if create:
+            raise StorageError(errno.ELOOP, "cannot create a queue over a symbolic link (vsqs follows none)", path)
+        raise QueueNotFound(f"not a vsqs queue: {path} is a symbolic link (vsqs follows none)")
     meta = os.path.join(path, _format.METADATA_NAME)
     data = _read(meta)
     if data is None and create:
@@ -65,7 +73,7 @@ def _create(path: str, shards: int, mode: int | None) -> None:
     meta = os.path.join(path, _format.METADATA_NAME)
     if not _fs.is_dir(path):
         parent, base = os.path.split(path)
-        _fs.make_dirs(parent)
+        _fs.make_root(parent)
         private = os.path.join(parent, f".{base}.creating-{_format.new_tag()}")
         _fs.make_dir(private, mode)
         Layout.make(private, shards, mode)
