@@ -291,6 +291,39 @@ def test_read_and_exists_through_a_file_find_nothing(tmp_path):
     assert _fs.exists(str(plain / _format.METADATA_NAME)) is False
 
 
+def test_create_exclusive_never_asks_for_a_bit_beyond_its_mode(tmp_path):
+    asked = []
+
+    def watched_open(path, flags, mode=0o777):
+        asked.append(mode)
+        return real_open(path, flags, mode)
+
+    old_umask = os.umask(0)
+    try:
+        with mock.patch("os.open", watched_open):
+            assert _fs.create_exclusive(str(tmp_path / "f"), b"x", durable=False, mode=0o640)
+    finally:
+        os.umask(old_umask)
+    assert asked and asked[0] & ~0o640 == 0
+    assert os.stat(tmp_path / "f").st_mode & 0o7777 == 0o640
+
+
+def test_make_dirs_never_asks_for_a_bit_beyond_its_mode(tmp_path):
+    asked = []
+    real_mkdir = os.mkdir
+
+    def watched_mkdir(path, mode=0o777):
+        if os.path.dirname(path) == str(tmp_path):  # (not makedirs' try of the parent)
+            asked.append(mode)
+        real_mkdir(path, mode)
+
+    with mock.patch("os.mkdir", watched_mkdir):
+        _fs.make_dirs(str(tmp_path / "d"), 0o600)
+        _fs.make_dir(str(tmp_path / "e"), 0o640)
+    assert asked == [0o700, 0o750]
+    assert os.stat(tmp_path / "d").st_mode & 0o777 == 0o700 and os.stat(tmp_path / "e").st_mode & 0o777 == 0o750
+
+
 def test_make_dirs_never_follows_a_symlink(tmp_path):
     (tmp_path / "d").mkdir()
     os.symlink(tmp_path / "d", tmp_path / "link")

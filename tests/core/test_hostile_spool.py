@@ -305,6 +305,50 @@ def test_a_body_over_the_hard_cap_is_refused_at_publish(flat_queue):
     assert list(flat_queue.messages()) == []
 
 
+# -- item 11: file_mode from the first system call ----------------------------------
+
+
+def test_files_and_directories_are_never_more_open_than_file_mode(tmp_path, monkeypatch):
+    root = str(tmp_path / "spool")
+    seen: list[tuple[str, int, int]] = []  # (path, mode right after creation, the most it may be)
+    real_open, real_mkdir = os.open, os.mkdir
+
+    def watched_open(path, flags, mode=0o777, **kwargs):
+        fd = real_open(path, flags, mode, **kwargs)
+        if flags & os.O_CREAT and str(path).startswith(root + os.sep):
+            seen.append((str(path), stat.S_IMODE(os.fstat(fd).st_mode), 0o600))
+        return fd
+
+    def watched_mkdir(path, mode=0o777, **kwargs):
+        real_mkdir(path, mode, **kwargs)
+        if str(path).startswith(root + os.sep):
+            seen.append((str(path), stat.S_IMODE(os.lstat(path).st_mode) & 0o777, 0o700))
+
+    old_umask = os.umask(0)  # the most permissive umask: only vsqs's own modes narrow anything
+    try:
+        spool = vsqs.Spool(root, create=True)
+        monkeypatch.setattr(os, "open", watched_open)
+        monkeypatch.setattr(os, "mkdir", watched_mkdir)
+        for shards in (1, 4):
+            q = spool.create_queue(f"q{shards}", shards=shards, file_mode="0600", max_receives=1)
+            q.publish(b"a", group="g", dedup_id="d")
+            q.publish_staged([b"b"], stage="s")
+            q.commit_stage("s")
+            q.configure(throttle=[100, 1])
+            assert q.receive(visibility_timeout=0) is not None
+            while q.receive() is not None:  # the rest, and the dead-letter queue on the way
+                pass
+    finally:
+        os.umask(old_umask)
+    assert len(seen) > 10
+    wider = [(path, oct(mode)) for path, mode, most in seen if mode & ~most]
+    assert wider == []
+    # and every one of them ends at the exact mode
+    for path, _, most in seen:
+        if os.path.lexists(path):
+            assert stat.S_IMODE(os.lstat(path).st_mode) & 0o777 == most, path
+
+
 # -- item 12: entries that are not what their names say -----------------------------
 
 

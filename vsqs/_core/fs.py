@@ -113,15 +113,18 @@ def list_files(directory: str) -> tuple[list[str], list[str]]:
 def create_exclusive(path: str, data: bytes, *, durable: bool, mode: int | None = None) -> bool:
     """Create ``path`` holding ``data``; ``False`` if the name was taken.
 
-    ``mode`` (e.g. 0o660 for a spool shared by a group) is set on the new
-    file explicitly; without it the process umask applies. On a write failure
-    (a full disk, say) the partial file is removed and the error raised, so
-    no half-written file survives.
+    ``mode`` (e.g. 0o660 for a spool shared by a group) is given to the new
+    file: it is created with no bit that ``mode`` lacks (the kernel takes
+    away the umask's too), then ``fchmod`` sets ``mode`` exactly, so the
+    file is never more open than asked, not even for an instant. Without
+    it the process umask applies. On a write failure (a full disk, say) the
+    partial file is removed and the error raised, so no half-written file
+    survives.
     """
-    # _CREATE_FLAGS: O_CREAT|O_EXCL, see above;
-    # mode 0o666: the process umask applies (we never touch the umask).
+    # _CREATE_FLAGS: O_CREAT|O_EXCL, see above; the creation mode: 0o666 less the
+    # umask, or only bits of ``mode`` (we never touch the process-wide umask)
     try:
-        fd = os.open(path, _CREATE_FLAGS, 0o666)
+        fd = os.open(path, _CREATE_FLAGS, 0o666 if mode is None else mode & 0o777)
     except OSError as exc:
         if exc.errno == errno.EEXIST or (exc.errno in _CREATE_LOST and exists(path)):
             return False  # taken (even if gone again since: someone else's race)
@@ -137,7 +140,7 @@ def create_exclusive(path: str, data: bytes, *, durable: bool, mode: int | None 
         raise storage_error(exc, "cannot create message file") from exc
     try:
         if mode is not None:
-            os.fchmod(fd, mode)  # explicit, never through the process-wide umask
+            os.fchmod(fd, mode)  # up to the exact mode, never through the process-wide umask
         written = os.write(fd, data)
         if written < len(data):  # a short write: write the rest
             view = memoryview(data)[written:]
@@ -282,13 +285,13 @@ def fsync_dir(directory: str) -> None:
 def make_dirs(directory: str, mode: int | None = None) -> None:
     """Create ``directory``, a directory of a queue (``.settings``, a stage,
     a shard...), and its parents if missing. ``mode`` (a file mode such as
-    0o660) is given to the directory if this call creates it, with search
-    bits where it has read bits, keeping an inherited setgid bit. An entry
-    already there that is not a directory itself (a symlink, even to a
-    directory) is refused: vsqs never follows one out of the queue."""
+    0o660) is given to the directory if this call creates it, as for
+    :func:`make_dir`. An entry already there that is not a directory itself
+    (a symlink, even to a directory) is refused: vsqs never follows one out
+    of the queue."""
     try:
         os.makedirs(os.path.dirname(directory) or ".", exist_ok=True)
-        os.mkdir(directory, 0o777)
+        os.mkdir(directory, _creation_dir_mode(mode))
     except FileExistsError as exc:
         if not is_private_dir(directory):
             raise StorageError(
@@ -313,9 +316,11 @@ def make_root(directory: str) -> None:
 
 
 def make_dir(directory: str, mode: int | None = None) -> None:
-    """Create one new directory; it must not exist. ``mode`` as for :func:`make_dirs`."""
+    """Create one new directory; it must not exist. ``mode`` (a file mode)
+    gives it :func:`dir_mode`: it is created with no bit that mode lacks,
+    then set to it exactly, keeping a setgid bit it inherited."""
     try:
-        os.mkdir(directory, 0o777)
+        os.mkdir(directory, _creation_dir_mode(mode))
     except OSError as exc:
         raise storage_error(exc, "cannot create directory") from exc
     _set_dir_mode(directory, mode)
@@ -326,14 +331,28 @@ def dir_mode(file_mode: int) -> int:
     return file_mode | ((file_mode & 0o444) >> 2)
 
 
+def _creation_dir_mode(mode: int | None) -> int:
+    """The mode mkdir is given: 0o777 (less the umask), or only bits of the
+    directory's final mode, so it is never more open than asked."""
+    return 0o777 if mode is None else dir_mode(mode) & 0o777
+
+
 def _set_dir_mode(directory: str, mode: int | None) -> None:
     if mode is None:
         return
     try:
-        inherited = os.stat(directory).st_mode & stat.S_ISGID  # a setgid spool passes it down
-        os.chmod(directory, dir_mode(mode) | inherited)
+        # O_DIRECTORY|O_NOFOLLOW: the directory just made, never what a symlink
+        # put in its place since would point to; O_CLOEXEC as above
+        fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
     except OSError as exc:
         raise storage_error(exc, "cannot set the mode of a new directory") from exc
+    try:
+        inherited = os.fstat(fd).st_mode & stat.S_ISGID  # a setgid spool passes it down
+        os.fchmod(fd, dir_mode(mode) | inherited)
+    except OSError as exc:
+        raise storage_error(exc, "cannot set the mode of a new directory") from exc
+    finally:
+        os.close(fd)
 
 
 def rename_dir(src: str, dst: str) -> bool:
