@@ -330,3 +330,11 @@ def test_make_dirs_never_follows_a_symlink(tmp_path):
     with pytest.raises(vsqs.StorageError, match="symlink"):
         _fs.make_dirs(str(tmp_path / "link"), 0o600)
     _fs.make_root(str(tmp_path / "link"))  # a spool's root may be a symlink: the operator's choice
+
+
+def test_read_of_short_reads_goes_on_to_the_end(tmp_path):
+    # a network filesystem may answer a read with fewer bytes than the file has
+    path = tmp_path / "m"
+    path.write_bytes(bytes(range(100)))
+    with mock.patch("os.read", lambda fd, n, real=os.read: real(fd, min(n, 7))):
+        assert _fs.read(str(path)) == bytes(range(100))

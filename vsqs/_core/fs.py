@@ -40,6 +40,7 @@ _CREATE_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC
 # refuses it; a regular file ignores the flag); O_NOCTTY: a terminal device
 # planted there never becomes ours
 _READ_FLAGS = os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY
+_FILE_TYPE, _REGULAR = 0o170000, stat.S_IFREG  # the S_IFMT bits of st_mode, and a regular file's
 # what open(O_NOFOLLOW) answers for a symlink: Linux ELOOP, FreeBSD EMLINK, NetBSD EFTYPE
 _LINK_ERRNOS = frozenset({errno.ELOOP, errno.EMLINK, getattr(errno, "EFTYPE", errno.ELOOP)})
 
@@ -214,25 +215,25 @@ def read(path: str, limit: int = MAX_MESSAGE_FILE) -> bytes | None:
         raise storage_error(exc, "cannot open message file") from exc
     try:
         status = os.fstat(fd)
-        if not stat.S_ISREG(status.st_mode):
+        if status.st_mode & _FILE_TYPE != _REGULAR:  # not S_ISREG (inlined: the hot path)
             raise DamagedEntry(errno.EINVAL, f"not a regular file ({_kind(status.st_mode)})", path)
         size = status.st_size
         if size > limit:
             raise DamagedEntry(errno.EFBIG, f"file of {size} bytes, over the {limit} a file here can have", path)
-        # read on until a read returns nothing (only that says "end of file"),
-        # asking for a byte more than fstat said, never for more than limit + 1
-        # in all; after as many bytes as fstat said, a read of one byte is enough
-        data = os.read(fd, size + 1 if size else min(_READ_SIZE, limit + 1))
-        if data:
-            more = os.read(fd, 1 if len(data) == size else min(_READ_SIZE, limit + 1 - len(data)))
-            if more:
-                chunks, total = [data, more], len(data) + len(more)
-                while total <= limit and (chunk := os.read(fd, min(_READ_SIZE, limit + 1 - total))):
-                    chunks.append(chunk)
-                    total += len(chunk)
-                if total > limit:
-                    raise DamagedEntry(errno.EFBIG, f"file grew over the {limit} bytes a file here can have", path)
-                data = b"".join(chunks)
+        # A message file never changes once published: as many bytes as fstat
+        # said are the whole of it. A read that comes back short (a network
+        # filesystem may) or long (the file changed since) reads on until a
+        # read returns nothing, never holding more than limit + 1 bytes.
+        data = os.read(fd, size + 1)
+        if len(data) != size:
+            chunks, total = [data], len(data)
+            while data and total <= limit:
+                data = os.read(fd, min(_READ_SIZE, limit + 1 - total))
+                chunks.append(data)
+                total += len(data)
+            if total > limit:
+                raise DamagedEntry(errno.EFBIG, f"file grew over the {limit} bytes a file here can have", path)
+            data = b"".join(chunks)
         return data
     except OSError as exc:
         if isinstance(exc, StorageError):
