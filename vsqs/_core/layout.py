@@ -72,10 +72,13 @@ class Layout:
         for entry in others:
             if _format.parse_name(entry) is not None:
                 self.report_damage(os.path.join(directory, entry), "not a regular file")
-        names = (_format.parse_name(entry) for entry in files)
-        if home is None:
-            return [name for name in names if name is not None]
-        return [name for name in names if name is not None and _format.shard_of(str(name), self.shards) == home]
+        found = []
+        for entry in files:
+            name = _format.parse_name(entry)
+            # (a name outside the shard it maps to was moved there by hand: gc moves it home)
+            if name is not None and (home is None or _format.shard_of(entry, self.shards) == home):
+                found.append(name)
+        return found
 
     def entries(self) -> Iterator[tuple[str, bool]]:
         """Every entry of the queue directory and of the message directories,
