@@ -6,6 +6,7 @@ queue's path, for redrive."""
 from __future__ import annotations
 
 import errno
+import logging
 import os
 import threading
 from collections.abc import Callable, Mapping
@@ -21,6 +22,7 @@ from vsqs._core.settings import SETTINGS_DIR
 from vsqs._core.settings_store import SettingsStore
 
 QueueT = TypeVar("QueueT")
+log = logging.getLogger("vsqs")
 
 
 class DeadLetters(Generic[QueueT]):
@@ -105,7 +107,7 @@ class DeadLetters(Generic[QueueT]):
         if path is None or not _fs.is_dir(path):
             return 0
         try:
-            names = open_store(path).layout.names()
+            names = open_store(path).layout.files()
         except QueueNotFound:
             return 0
         queue_id = self._queue_id
@@ -123,7 +125,7 @@ class DeadLetters(Generic[QueueT]):
         homes: dict[str, Store | None] = {}
         sources = self.sources() if target is None else {}
         moved = 0
-        for name in sorted(self._layout.names(), key=str):
+        for name in sorted(self._layout.files(), key=str):
             if max_messages is not None and moved >= max_messages:
                 break
             if name.state is State.WRITING or (name.state is State.HIDDEN and name.until_us + skew_us > now):
@@ -131,7 +133,7 @@ class DeadLetters(Generic[QueueT]):
             home = target
             if home is None:
                 if name.origin not in homes:
-                    homes[name.origin] = _store_or_none(sources.get(name.origin))
+                    homes[name.origin] = self._home(sources.get(name.origin))
                 home = homes[name.origin]
             if home is None:
                 continue
@@ -141,16 +143,37 @@ class DeadLetters(Generic[QueueT]):
         return moved
 
     def sources(self) -> dict[str, str]:
-        """Origin queue id -> path, of the queues this one is the dead-letter queue of."""
+        """Origin queue id -> path, of the queues this one is the dead-letter
+        queue of, as ``.sources`` says (read from the spool: see :meth:`_home`)."""
         directory = self._layout.file(_format.SOURCES_DIR)
         if not _fs.is_private_dir(directory):
             return {}
         found = {}
         for entry in _fs.list_names(directory):
-            data = _fs.read(os.path.join(directory, entry))
-            if data and _format.is_queue_id(entry):
+            if not _format.is_queue_id(entry):
+                continue
+            data = _fs.read_control(os.path.join(directory, entry))
+            if data:
                 found[entry] = data.decode("utf-8", "replace")
         return found
+
+    def _home(self, source: str | None) -> Store | None:
+        """The queue a redrive without ``to`` moves a dead letter back to: the
+        queue ``.sources`` names, only if that path lies inside the spool of
+        this dead-letter queue (its parent directory): a path read from the
+        spool never leads vsqs outside it. Elsewhere: reported, the messages
+        stay (the operator may name the queue with ``to``)."""
+        if not source:
+            return None
+        spool = os.path.dirname(self._layout.path)
+        path = _fs.inside(source, spool)
+        if path is None or path == _fs.inside(self._layout.path, spool):  # (itself: no home either)
+            log.warning(
+                "dead-letter queue %s: source %r is not a queue of the spool %s: not followed "
+                "(redrive to= moves its messages)", self._layout.path, source, spool,
+            )
+            return None
+        return _store_or_none(path)
 
 
 def register_source(dead_letter_queue: Layout, source_id: str, source_path: str, mode: int | None) -> None:
@@ -162,9 +185,7 @@ def register_source(dead_letter_queue: Layout, source_id: str, source_path: str,
         _fs.create_exclusive(entry, source_path.encode(), durable=True, mode=mode)
 
 
-def _store_or_none(path: str | None) -> Store | None:
-    if not path:
-        return None
+def _store_or_none(path: str) -> Store | None:
     try:
         return open_store(path)
     except QueueNotFound:

@@ -33,6 +33,7 @@ from vsqs._core import settings as _settings
 from vsqs._core.dead_letters import DeadLetters
 from vsqs._core.dedup import Reservations
 from vsqs._core.errors import (
+    DamagedEntry,
     InvalidArgument,
     InvalidReceipt,
     StaleReceipt,
@@ -47,6 +48,7 @@ from vsqs._core.limits import (
     MAX_BATCH,
     MAX_CLOCK_SKEW,
     MAX_PRIORITY,
+    MAX_RECEIVE_BYTES,
     MAX_VISIBILITY_TIMEOUT,
     MAX_WAIT,
 )
@@ -389,7 +391,10 @@ class Queue:
         wait: float | None = None,
         read_bodies: bool = True,
     ) -> list[Message]:
-        """Take up to ``max_messages`` visible messages (fewer if fewer are visible).
+        """Take up to ``max_messages`` visible messages (fewer if fewer are
+        visible, or once the bodies read reach 16 MiB, ``MAX_RECEIVE_BYTES``:
+        a batch holds at most that plus one message; the rest wait for the
+        next call).
 
         ``read_bodies=False`` only claims: each body is read when first used
         (for example by another process holding the receipt, see :meth:`read`).
@@ -453,6 +458,7 @@ class Queue:
         fruitless = layout.shards
         lists_left = fruitless
         skips = _SKIPS_PER_CALL
+        held = 0  # bytes of the bodies read so far (see MAX_RECEIVE_BYTES)
         while len(got) < limit:
             with lock:
                 if cache.visible and not (cache.hidden or cache.grouped) and time.monotonic() < cache.stale_at:
@@ -517,8 +523,14 @@ class Queue:
                     data = _fs.read(path)
                     if data is None:
                         continue  # only if another host's clock is far ahead: it took our lease
+                    held += len(data)
                     if parsed.envelope:
                         data, header = _envelope.decode_content(parsed, data, path)
+                except DamagedEntry as exc:  # no message: a FIFO, a directory... or far too large
+                    # skipped, left in place (hidden until its lease ends, then claimed
+                    # again, or moved to the dead-letter queue after max_receives)
+                    layout.report_damage(path, str(exc.strerror))
+                    continue
                 except StorageError as exc:  # unreadable (permissions) or corrupt
                     # a corrupt file stays in flight and comes back with its lease (and
                     # goes to the dead-letter queue after max_receives); the rest go on
@@ -530,6 +542,8 @@ class Queue:
             receipt = _format.make_receipt(queue_id, new, slot)
             self._receipts.add(receipt, new, slot)
             got.append(Message(self, name[:_KEY_LENGTH], data, receipt, count, None, header))  # sent_at: from the id
+            if held >= MAX_RECEIVE_BYTES:
+                break  # the bodies held: at most MAX_RECEIVE_BYTES plus one message
         if failure is not None and not got:
             raise failure
         return got

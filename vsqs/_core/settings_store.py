@@ -80,7 +80,7 @@ class SettingsStore:
             reverse=True,
         )
         for version in versions:
-            data = _fs.read(os.path.join(self.directory, _settings.version_name(version)))
+            data = _fs.read_control(os.path.join(self.directory, _settings.version_name(version)))
             settings = _settings.decode(data, _format.FORMAT_VERSION) if data else None
             if settings is not None:
                 return versions[0], settings
