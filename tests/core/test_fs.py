@@ -253,35 +253,48 @@ def test_read_of_what_is_no_regular_file_is_damage(tmp_path, kind):
     assert _fs.read_control(str(path)) == b""  # what does not parse, to a reader of vsqs's own files
 
 
-def test_read_refuses_a_file_over_its_limit_without_reading_a_byte(tmp_path):
-    path = tmp_path / "big"
-    path.write_bytes(b"x" * 11)
-    with mock.patch("os.read", side_effect=AssertionError("read")):
-        with pytest.raises(DamagedEntry) as info:
-            _fs.read(str(path), limit=10)
-    assert info.value.errno == errno.EFBIG
-    assert _fs.read(str(path), limit=11) == b"x" * 11
+def _counted_reads(monkeypatch) -> list[int]:
+    real_read, got = os.read, []
 
-
-def test_read_holds_no_more_than_its_limit_of_a_file_that_grows(tmp_path):
-    # fstat said 5 bytes (the file grew since, or the filesystem lies): the reads stop at limit + 1
-    path = tmp_path / "growing"
-    path.write_bytes(b"x" * 1000)
-    real_fstat, real_read = os.fstat, os.read
-    got = []
-
-    def small_fstat(fd):
-        return os.stat_result((*real_fstat(fd)[:6], 5, *real_fstat(fd)[7:]))
-
-    def counted_read(fd, n):
+    def counted(fd, n):
         data = real_read(fd, n)
         got.append(len(data))
         return data
 
-    with mock.patch("os.fstat", small_fstat), mock.patch("os.read", counted_read):
-        with pytest.raises(DamagedEntry, match="grew"):
-            _fs.read(str(path), limit=50)
-    assert sum(got) == 51
+    monkeypatch.setattr(os, "read", counted)
+    return got
+
+
+def test_read_refuses_a_file_over_its_limit_holding_no_more_than_its_limit(tmp_path, monkeypatch):
+    path = tmp_path / "big"
+    path.write_bytes(b"x" * 11)
+    got = _counted_reads(monkeypatch)
+    with pytest.raises(DamagedEntry) as info:
+        _fs.read(str(path), limit=10)
+    assert info.value.errno == errno.EFBIG and sum(got) <= 11
+    assert _fs.read(str(path), limit=11) == b"x" * 11
+
+
+def test_a_huge_file_is_refused_by_its_size_after_one_read(tmp_path, monkeypatch):
+    path = tmp_path / "sparse"
+    with open(path, "wb") as file:
+        file.truncate(10 * 2**30)  # 10 GB, sparse
+    got = _counted_reads(monkeypatch)
+    with pytest.raises(DamagedEntry, match="over the"):
+        _fs.read(str(path), limit=2**20 * 4)
+    assert got == [2**20]  # one read's worth, then the size said enough
+
+
+def test_read_holds_no_more_than_its_limit_of_a_file_that_grows(tmp_path, monkeypatch):
+    # fstat said 5 bytes (the file grew since, or the filesystem lies): the reads stop at limit + 1
+    path = tmp_path / "growing"
+    path.write_bytes(b"x" * (2**20 + 1000))
+    real_fstat = os.fstat
+    monkeypatch.setattr(os, "fstat", lambda fd: os.stat_result((*real_fstat(fd)[:6], 5, *real_fstat(fd)[7:])))
+    got = _counted_reads(monkeypatch)
+    with pytest.raises(DamagedEntry, match="grew"):
+        _fs.read(str(path), limit=2**20 + 50)
+    assert sum(got) == 2**20 + 51
 
 
 def test_read_and_exists_through_a_file_find_nothing(tmp_path):
