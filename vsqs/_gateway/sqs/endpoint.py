@@ -15,6 +15,7 @@ from vsqs import QueueNotFound, VsqsError
 from vsqs._gateway import sigv4 as _sigv4
 from vsqs._gateway.sqs.actions import ACTIONS, UNSUPPORTED_ACTIONS
 from vsqs._gateway.sqs.call import Call
+from vsqs._gateway.sqs.parameters import no_such_queue
 from vsqs._gateway.sqs.protocol import (
     SqsError,
     action_of,
@@ -92,8 +93,10 @@ def router() -> APIRouter:
             try:
                 result = await handler(call)
             except VsqsError as exc:
-                if isinstance(exc, QueueNotFound) and call.queue_name:
-                    gateway.forget(call.queue_name)
+                if isinstance(exc, QueueNotFound):
+                    if call.queue_name:
+                        gateway.forget(call.queue_name)
+                    raise no_such_queue() from None  # Amazon's wording, no path
                 raise sqs_error_of(exc, gateway.spool.root) from None
         except SqsError as exc:
             request.scope["vsqs.outcome"] = exc.name
