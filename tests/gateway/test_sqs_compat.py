@@ -298,6 +298,26 @@ def test_error_texts_are_amazons(sqs: Any) -> None:
          "Unknown Attribute Colour."),
         (lambda: sqs.get_queue_url(QueueName="never-made-here"), "AWS.SimpleQueueService.NonExistentQueue",
          NO_SUCH_QUEUE),
+        (lambda: sqs.create_queue(QueueName=url.rsplit("/", 1)[1], Attributes={"VisibilityTimeout": "7"}),
+         "QueueAlreadyExists", "A queue already exists with the same name and a different value for attribute "
+         "VisibilityTimeout"),
+        (lambda: sqs.send_message(QueueUrl=url, MessageBody="x", MessageAttributes={
+            "n": {"DataType": "Number", "StringValue": "many"}}), "InvalidParameterValue",
+         "Can't cast the value of message (user) attribute 'n' to a number."),
+        (lambda: sqs.send_message(QueueUrl=url, MessageBody="x", MessageAttributes={
+            "s": {"DataType": "String", "StringValue": ""}}), "InvalidParameterValue",
+         "The message attribute 's' must contain non-empty message attribute value for message attribute "
+         "type 'String'."),
+        (lambda: sqs.send_message(QueueUrl=url, MessageBody="x", MessageAttributes={
+            "t": {"DataType": "Text", "StringValue": "v"}}), "InvalidParameterValue",
+         "The message attribute 't' has an invalid message attribute type, the set of supported type prefixes "
+         "is Binary, Number, and String."),
+        (lambda: sqs.send_message(QueueUrl=url, MessageBody="x", MessageGroupId="a b"), "InvalidParameterValue",
+         "Value a b for parameter MessageGroupId is invalid. Reason: MessageGroupId can only include alphanumeric "
+         "and punctuation characters. 1 to 128 in length."),
+        (lambda: sqs.change_message_visibility_batch(QueueUrl=url, Entries=[]),
+         "AWS.SimpleQueueService.EmptyBatchRequest",
+         "There should be at least one ChangeMessageVisibilityBatchRequestEntry in the request."),
     ]
     for call, code, text in cases:
         with pytest.raises(ClientError) as caught:

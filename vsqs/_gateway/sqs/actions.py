@@ -26,6 +26,7 @@ from vsqs._gateway.limits import (
     MAX_WAIT_SECONDS,
 )
 from vsqs._gateway.sqs.attributes import (
+    ATTRIBUTE_OF_SETTING,
     REPORTED_DEFAULTS,
     check_dead_letter_exists,
     invalid_value,
@@ -132,10 +133,11 @@ async def create_queue(call: Call) -> dict[str, Any]:
             return
         current = {**existing.settings}
         current.update((key, value) for key, value in REPORTED_DEFAULTS.items() if current[key] is None)
-        differing = sorted(key for key, value in settings.items() if current[key] != value)
+        differing = sorted(ATTRIBUTE_OF_SETTING.get(key, key) for key, value in settings.items()
+                           if current[key] != value)
         if differing:
-            raise SqsError("QueueNameExists", f"A queue named {name!r} already exists with different "
-                           f"attributes ({', '.join(differing)}).")
+            raise SqsError("QueueNameExists", "A queue already exists with the same name and a different value "
+                           f"for attribute {differing[0]}")
 
     call.queue_name = name
     try:
@@ -318,7 +320,8 @@ async def delete_message_batch(call: Call) -> dict[str, Any]:
     for entry in entries:
         handle = entry.get("ReceiptHandle")
         if not isinstance(handle, str):
-            failed.append(_failed(entry["Id"], SqsError("MissingParameter", "ReceiptHandle is required.")))
+            failed.append(_failed(entry["Id"], SqsError("MissingParameter",
+                                                        "The request must contain the parameter ReceiptHandle.")))
         else:
             todo.append((entry["Id"], handle))
     outcomes = await call.run(lambda: [_outcome_of(call.aliases.follow, queue, handle, queue.delete)
@@ -359,7 +362,7 @@ async def change_message_visibility_batch(call: Call) -> dict[str, Any]:
         try:
             handle = required_string(entry, "ReceiptHandle")
             if entry.get("VisibilityTimeout") is None:
-                raise SqsError("MissingParameter", "VisibilityTimeout is required.")
+                raise SqsError("MissingParameter", "The request must contain the parameter VisibilityTimeout.")
             timeout = integer(entry, "VisibilityTimeout", 0, MAX_VISIBILITY_TIMEOUT)
             todo.append((entry["Id"], handle, float(timeout or 0)))
         except SqsError as exc:

@@ -91,6 +91,12 @@ QUEUE_ATTRIBUTE_NAMES = frozenset({"All", "RedrivePolicy", *_NUMERIC_ATTRIBUTES,
                                     *_READ_ONLY, *_UNSUPPORTED})
 
 
+# the queue attribute that sets each setting (QueueNameExists names it, as Amazon does)
+ATTRIBUTE_OF_SETTING: dict[str, str] = {
+    **{setting: attribute for attribute, (setting, _, _) in _NUMERIC_ATTRIBUTES.items()},
+    "dead_letter": "RedrivePolicy", "max_receives": "RedrivePolicy", "content_dedup": "ContentBasedDeduplication",
+}
+
 # settings a queue that sets none reports with Amazon's default (and CreateQueue takes as equal to it)
 REPORTED_DEFAULTS: dict[str, Any] = {"retention": SQS_DEFAULT_RETENTION}
 
@@ -269,11 +275,12 @@ def message_attributes(value: object, where: str = "MessageAttributes") -> dict[
                            "A-Z a-z 0-9 _ - ., not starting or ending with '.', no '..', "
                            "not starting with AWS., Amazon. or sqs.")
         if not isinstance(attribute, dict) or not isinstance(attribute.get("DataType"), str):
-            raise SqsError("InvalidParameterValue", f"Message attribute {name!r} must have a DataType.")
+            raise SqsError("InvalidParameterValue",
+                           f"The message attribute '{name}' must contain non-empty message attribute type.")
         data_type = attribute["DataType"]
         if not _DATA_TYPE_RE.fullmatch(data_type) or len(data_type) > 256:
-            raise SqsError("InvalidParameterValue", f"Message attribute {name!r} has an invalid DataType "
-                           f"{data_type[:100]!r}: String, Number or Binary, optionally .custom.")
+            raise SqsError("InvalidParameterValue", f"The message attribute '{name}' has an invalid message "
+                           "attribute type, the set of supported type prefixes is Binary, Number, and String.")
         if attribute.get("StringListValues") or attribute.get("BinaryListValues"):
             raise SqsError("InvalidParameterValue", f"Message attribute {name!r}: list values are not supported.")
         if data_type.startswith("Binary"):
@@ -283,17 +290,18 @@ def message_attributes(value: object, where: str = "MessageAttributes") -> dict[
             except (binascii.Error, ValueError):
                 data = None
             if not data:
-                raise SqsError("InvalidParameterValue",
-                               f"Message attribute {name!r} of type {data_type} needs a BinaryValue (base64).")
+                raise SqsError("InvalidParameterValue", f"The message attribute '{name}' must contain non-empty "
+                               f"message attribute value for message attribute type '{data_type}'.")
             clean[name] = {"DataType": data_type, "BinaryValue": base64.b64encode(data).decode("ascii")}
             continue
         text = attribute.get("StringValue")
         if not isinstance(text, str) or not text:
-            raise SqsError("InvalidParameterValue",
-                           f"Message attribute {name!r} of type {data_type} needs a non-empty StringValue.")
+            raise SqsError("InvalidParameterValue", f"The message attribute '{name}' must contain non-empty "
+                           f"message attribute value for message attribute type '{data_type}'.")
         check_text(f"Message attribute {name!r}", text)
         if data_type.startswith("Number") and not _NUMBER_RE.fullmatch(text):
-            raise SqsError("InvalidParameterValue", f"Message attribute {name!r}: {text[:40]!r} is not a number.")
+            raise SqsError("InvalidParameterValue", f"Can't cast the value of message (user) attribute '{name}' "
+                           "to a number.")
         clean[name] = {"DataType": data_type, "StringValue": text}
     return clean
 

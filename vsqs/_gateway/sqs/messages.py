@@ -55,8 +55,8 @@ def prepare(entry: Mapping[str, Any], queue_name: str, limit: int) -> Prepared:
     dedup_id = string(entry, "MessageDeduplicationId")
     for key, value in (("MessageGroupId", group), ("MessageDeduplicationId", dedup_id)):
         if value is not None and not _ID_CHARS_RE.fullmatch(value):
-            raise SqsError("InvalidParameterValue",
-                           f"{key} must be 1-128 printable ASCII characters without spaces.")
+            raise SqsError("InvalidParameterValue", f"Value {value[:128]} for parameter {key} is invalid. Reason: "
+                           f"{key} can only include alphanumeric and punctuation characters. 1 to 128 in length.")
     if fifo:
         if group is None:
             raise SqsError("MissingParameter", "The request must contain the parameter MessageGroupId.")
