@@ -29,7 +29,6 @@ from vsqs._gateway.sqs.attributes import (
     ATTRIBUTE_OF_SETTING,
     REPORTED_DEFAULTS,
     check_dead_letter_exists,
-    invalid_value,
     queue_attributes,
     settings_of,
     unknown_attribute,
@@ -117,9 +116,7 @@ async def create_queue(call: Call) -> dict[str, Any]:
     if not is_fifo(name) and fifo_flag is not None:
         if fifo_flag.lower() == "true":
             raise SqsError("InvalidParameterValue", FIFO_NAME_RULE)
-        if fifo_flag.lower() != "false":
-            raise invalid_value("FifoQueue", f"{fifo_flag[:40]!r} is not true or false.")
-        attributes = {key: value for key, value in attributes.items() if key != "FifoQueue"}  # false: standard
+        raise unknown_attribute("FifoQueue")  # Amazon refuses even "false" on a standard queue
     settings = settings_of(attributes, name)
     spool = call.gateway.spool
 
