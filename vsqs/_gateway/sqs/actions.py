@@ -71,7 +71,8 @@ def _outcome_of(fn: Callable[..., Any], *args: Any) -> Any:
 
 def _invalid_handle(handle: str) -> SqsError:
     """Amazon's answer to a receipt handle that is not one (malformed, or another queue's)."""
-    return SqsError("ReceiptHandleIsInvalid", f'The input receipt handle "{handle[:1024]}" is not a valid receipt handle.')
+    return SqsError("ReceiptHandleIsInvalid",
+                    f'The input receipt handle "{handle[:1024]}" is not a valid receipt handle.')
 
 
 def _not_changeable(handle: str) -> SqsError:
@@ -82,10 +83,11 @@ def _not_changeable(handle: str) -> SqsError:
 
 def _change_visibility(call: Call, queue: Queue, handle: str, timeout: float) -> str | None:
     """Change the visibility of ``handle``'s message (blocking): its new receipt, or
-    None when the handle no longer holds a message that is still in the queue (its
-    visibility ran out: Amazon answers success and the change does nothing).
-    ReceiptHandleIsInvalid for a malformed handle, InvalidParameterValue
-    (Amazon's wording) for a message that was deleted."""
+    None when the handle no longer holds its message but the message is still in
+    the queue (its lease ran out and it was received again: success, nothing
+    changes, the later receiver keeps its lease). ReceiptHandleIsInvalid for a
+    malformed handle, InvalidParameterValue (Amazon's wording) for a message
+    that was deleted."""
     try:
         return call.aliases.follow(queue, handle, lambda current: queue.change_visibility(current, timeout))
     except InvalidReceipt:
