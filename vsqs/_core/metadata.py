@@ -4,11 +4,18 @@ written (with the shard directories) to create one so that it appears whole."""
 from __future__ import annotations
 
 import errno
+import json
 import os
 import time
+
 from vsqs._core import format as _format
 from vsqs._core import fs as _fs
-from vsqs._core.errors import DamagedEntry, IncompatibleFormat, QueueNotFound, StorageError
+from vsqs._core.errors import (
+    DamagedEntry,
+    IncompatibleFormat,
+    QueueNotFound,
+    StorageError,
+)
 from vsqs._core.layout import Layout, layout_for
 from vsqs._core.limits import MAX_CONTROL_FILE
 
@@ -88,6 +95,19 @@ def _create(path: str, shards: int, mode: int | None) -> None:
         Layout.make(path, shards, mode)
     if _fs.create_exclusive(meta, content, durable=True, mode=mode):
         _fs.fsync_dir(path)
+
+
+def created_at(path: str) -> float | None:
+    """When the queue at ``path`` was created, from its metadata (``None`` if it does not say)."""
+    meta = os.path.join(path, _format.METADATA_NAME)
+    data = _fs.read_control(meta)
+    if data is None:
+        raise QueueNotFound(f"no queue at {path} (create it first)")
+    try:
+        created = json.loads(data).get("created")
+    except (ValueError, AttributeError):
+        return None  # (a creator still writing it, or torn: opening the queue says more)
+    return None if isinstance(created, bool) or not isinstance(created, (int, float)) else float(created)
 
 
 class Store:

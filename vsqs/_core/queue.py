@@ -55,7 +55,7 @@ from vsqs._core.limits import (
 from vsqs._core.listing import Listing
 from vsqs._core.maintenance import Maintenance
 from vsqs._core.message import Body, Message, MessageInfo, Outgoing, QueueStats, to_bytes, to_us
-from vsqs._core.metadata import Store, open_store
+from vsqs._core.metadata import Store, created_at, open_store
 from vsqs._core.receipts import HeldMessages, IssuedReceipts, stale_message
 from vsqs._core.rules import check_batch_size, check_priority, check_seconds
 from vsqs._core.settings_store import TTL as _SETTINGS_TTL
@@ -182,6 +182,18 @@ class Queue:
     def settings(self) -> Mapping[str, Any]:
         """The queue's settings (defaults filled in), read-only; at most a second old."""
         return MappingProxyType(dict(self._settings.current()))
+
+    @property
+    def created_at(self) -> float | None:
+        """When the queue was created (epoch seconds, from its metadata; ``None``
+        if the metadata does not say). Read from disk on each call."""
+        return created_at(self._path)
+
+    @property
+    def settings_changed_at(self) -> float | None:
+        """When the queue's settings were last changed (the newest version's
+        time, epoch seconds; ``None`` if they never were). Read from disk on each call."""
+        return self._settings.changed_at()
 
     def configure(self, **changes: Any) -> Mapping[str, Any]:
         """Change settings (``None`` unsets one); every process sees them within a second.
@@ -665,6 +677,11 @@ class Queue:
         message was deleted, released or received again since.
         """
         return self._held(self._open_parts()).current(receipt)
+
+    def message_id(self, receipt: str) -> str:
+        """The id of the message ``receipt`` names (whether or not it still
+        holds it); :class:`InvalidReceipt` if it is not a receipt of this queue."""
+        return _format.parse_receipt(self.id, receipt)[0].key
 
     def release(self, receipt: str) -> None:
         """Make the message visible again now (ready), keeping its receive count."""

@@ -86,6 +86,13 @@ class SettingsStore:
                 return versions[0], settings
         return (versions[0] if versions else 0), dict(_settings.DEFAULTS)
 
+    def changed_at(self) -> float | None:
+        """When the newest version was written (its file's mtime); ``None`` if there is none."""
+        if not _fs.is_private_dir(self.directory):
+            return None
+        versions = [v for v in map(_settings.parse_version, _fs.list_names(self.directory)) if v is not None]
+        return _fs.mtime(os.path.join(self.directory, _settings.version_name(max(versions)))) if versions else None
+
     def _adopt(self, settings: dict[str, Any]) -> None:
         with self._lock:
             self.values = settings

@@ -29,6 +29,7 @@ MAX_MESSAGE_ATTRIBUTES = 10  # per message
 SQS_MAX_MESSAGE_BYTES = 1024 * 1024  # SQS's own limit since 2025: the default --max-message-bytes
 MIN_MESSAGE_BYTES = 1024  # the lowest MaximumMessageSize
 MIN_RETENTION, MAX_RETENTION = 60, 1_209_600  # MessageRetentionPeriod: a minute .. 14 days
+SQS_DEFAULT_RETENTION = 345_600  # MessageRetentionPeriod reported for a queue that sets none (Amazon's: 4 days)
 MAX_RECEIVE_COUNT = 1000  # RedrivePolicy's maxReceiveCount
 MAX_LIST_RESULTS = 1000  # ListQueues' MaxResults, and its answer without one
 MAX_SQS_QUEUE_NAME = 80  # characters of a queue name CreateQueue takes

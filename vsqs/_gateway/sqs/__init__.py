@@ -31,6 +31,8 @@ Decisions (beyond SQS's own rules):
 - Queue URL ``{scheme}://{Host}/{account_id}/{name}`` (``--public-url`` gives
   its start instead; the Host is one the gateway serves). A QueueUrl is
   accepted with any host and account; its last segment is the queue name.
+  A bare queue name is a QueueUrl too (Amazon takes one); a QueueUrl that
+  names no queue is QueueDoesNotExist, in Amazon's words.
   CreateQueue takes only SQS names (1-80 of ``A-Za-z0-9_-``, plus ``.fifo``);
   an existing queue may be addressed by any vsqs name (``jobs.dlq``), which
   never contains ``/`` or ``..``. A bad name or URL touches no file.
@@ -46,14 +48,17 @@ Decisions (beyond SQS's own rules):
   (SQS: 300 s after the send). MessageGroupId on a standard queue also
   becomes a vsqs group, so that group is delivered in order, one in flight.
 - Queue attributes map to settings: VisibilityTimeout, DelaySeconds,
-  MessageRetentionPeriod (``retention``: reported only when set; vsqs keeps
-  messages for ever by default, and only ``vsqs gc`` enforces it),
+  MessageRetentionPeriod (``retention``; a queue that sets none reports
+  Amazon's default, 4 days, though vsqs then keeps messages for ever; only
+  ``vsqs gc`` enforces a set one),
   MaximumMessageSize (the setting, else the gateway's limit),
   ReceiveMessageWaitTimeSeconds, RedrivePolicy (``dead_letter`` and
   ``max_receives``; the target must be an existing queue of the spool of the
   same type), ContentBasedDeduplication. Read-only: the three message counts
-  (one listing), QueueArn, FifoQueue. CreatedTimestamp, LastModifiedTimestamp,
-  Policy, KMS and RedriveAllowPolicy are not reported (no public API holds
+  (one listing), QueueArn, FifoQueue, CreatedTimestamp
+  (:attr:`vsqs.Queue.created_at`), LastModifiedTimestamp
+  (:attr:`vsqs.Queue.settings_changed_at`, else the creation). ``All`` is
+  taken in any case (kombu sends ``ALL``). Policy, KMS and RedriveAllowPolicy are not reported (no public API holds
   them); setting them is refused. Fractional settings made by the library
   are reported as decimals. CreateQueue ``tags`` are ignored.
 - Message attributes: ``String`` ones are plain vsqs attributes (library
@@ -73,7 +78,8 @@ Decisions (beyond SQS's own rules):
   or the body's SHA-256 on a content-deduplicated queue), AWSTraceHeader.
   ApproximateFirstReceiveTimestamp, SequenceNumber and
   DeadLetterQueueSourceArn are not reported. ReceiveRequestAttemptId is
-  ignored.
+  ignored. ``All`` is taken in any case, message attributes also by ``.*``
+  and ``prefix.*``; unknown names are ignored, as Amazon ignores them.
 - Receipts: vsqs gives a message a new receipt when its visibility changes,
   SQS keeps the handle. The gateway remembers, per process and in memory,
   handle -> current receipt after a ChangeMessageVisibility; a handle changed
@@ -83,9 +89,12 @@ Decisions (beyond SQS's own rules):
   with its first handle deletes the message, whichever gateway it talks to.
 - Stale receipts: DeleteMessage with a receipt that no longer holds its
   message succeeds without deleting (SQS's documented behaviour; the
-  metrics outcome is ``stale``); ChangeMessageVisibility answers
-  ``MessageNotInflight``. A malformed or foreign receipt is
-  ``ReceiptHandleIsInvalid``.
+  metrics outcome is ``stale``). ChangeMessageVisibility with the handle of
+  a deleted message answers Amazon's InvalidParameterValue ("... Message does
+  not exist or is not available for visibility timeout change."); with the
+  handle of a message still in the queue but received again since, success
+  and no change (outcome ``stale``; :meth:`vsqs.Queue.message_id` tells the
+  two apart). A malformed or foreign receipt is ``ReceiptHandleIsInvalid``.
 - vsqs errors: QueueNotFound -> QueueDoesNotExist, QueueFull -> OverLimit,
   MessageTooLarge -> InvalidParameterValue, InvalidArgument ->
   InvalidParameterValue (InvalidAttributeValue for attributes),

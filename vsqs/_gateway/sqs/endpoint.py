@@ -17,6 +17,7 @@ from vsqs._gateway.limits import MAX_SMALL_BODY_BYTES
 from vsqs._gateway.size_cap import declared_length
 from vsqs._gateway.sqs.actions import ACTIONS, MESSAGE_ACTIONS, UNSUPPORTED_ACTIONS
 from vsqs._gateway.sqs.call import Call
+from vsqs._gateway.sqs.parameters import no_such_queue
 from vsqs._gateway.sqs.protocol import (
     SqsError,
     action_of,
@@ -122,8 +123,10 @@ def router() -> APIRouter:
             try:
                 result = await handler(call)
             except VsqsError as exc:
-                if isinstance(exc, QueueNotFound) and call.queue_name:
-                    gateway.forget(call.queue_name)
+                if isinstance(exc, QueueNotFound):
+                    if call.queue_name:
+                        gateway.forget(call.queue_name)
+                    raise no_such_queue() from None  # Amazon's wording, no path
                 raise sqs_error_of(exc, gateway.spool.root) from None
         except SqsError as exc:
             request.scope["vsqs.outcome"] = exc.name
