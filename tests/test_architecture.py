@@ -147,7 +147,9 @@ def test_the_contracts_catch_what_they_forbid(tmp_path):
 
 MAX_LINES = 500
 MAX_LINES_OF = {"vsqs/_core/queue.py": 800}  # the Queue facade
-SIZE_EXCEPTIONS: dict[str, str] = {}  # {path: "one-line reason"}
+SIZE_EXCEPTIONS: dict[str, str] = {  # {path: "one-line reason"}
+    "vsqs/_core/format.py": "every name of the on-disk format in one module, as docs/FORMAT.md describes it",
+}
 
 
 def _sizes() -> dict[str, tuple[int, int]]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import multiprocessing
+import os
 import re
 
 import pytest
@@ -276,3 +277,22 @@ def test_bad_shard_counts(bad):
 def test_shard_directory_names():
     assert _format.shard_dir_name(0) == "shards/00"
     assert _format.shard_dir_name(255) == "shards/ff"
+
+
+def test_tags_are_unique_and_a_forked_child_never_repeats_its_parents():
+    """Tags are drawn ahead in batches: each is handed out once, and a child
+    forked with a half-used batch draws its own (two consumers forked from one
+    parent must never rename to one name)."""
+    tags = [_format.new_tag() for _ in range(1000)]
+    assert len(set(tags)) == 1000 and all(re.fullmatch(r"[0-9a-f]{12}", tag) for tag in tags)
+    reader, writer = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: the next tags it hands out
+        os.write(writer, "".join(_format.new_tag() for _ in range(20)).encode())
+        os._exit(0)
+    os.waitpid(pid, 0)
+    os.close(writer)
+    child = os.read(reader, 240).decode()
+    os.close(reader)
+    parent = "".join(_format.new_tag() for _ in range(20))
+    assert {child[i : i + 12] for i in range(0, 240, 12)}.isdisjoint(parent[i : i + 12] for i in range(0, 240, 12))
