@@ -81,6 +81,19 @@ class DeadLetters(Generic[QueueT]):
             self._cached = (handle, store)
         return handle, store
 
+    def register(self) -> None:
+        """Record this queue in its dead-letter queue's ``.sources`` now, if
+        that queue exists: so it is known as a source before any message dies."""
+        path = self.path()
+        if path is None:
+            return
+        try:
+            store = open_store(path)
+        except QueueNotFound:
+            return  # made (and registered) on demand, at the first dead letter
+        own_mode = SettingsStore(store.layout.file(SETTINGS_DIR), lambda settings: None).current_mode()
+        register_source(store.layout, self._queue_id, self._layout.path, own_mode)
+
     def bury(self, name: _format.Name) -> int:
         """Move a message that used up its receives into the dead-letter queue,
         keeping id, body, receive count and send time; 1 if it moved."""

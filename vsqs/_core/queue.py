@@ -20,7 +20,7 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from datetime import datetime
 from types import MappingProxyType
 from typing import Any
@@ -35,6 +35,7 @@ from vsqs._core.dedup import Reservations
 from vsqs._core.errors import (
     InvalidArgument,
     InvalidReceipt,
+    QueueNotFound,
     StaleReceipt,
     StorageError,
     VsqsError,
@@ -54,6 +55,7 @@ from vsqs._core.listing import Listing
 from vsqs._core.maintenance import Maintenance
 from vsqs._core.message import Body, Message, MessageInfo, Outgoing, QueueStats, to_bytes, to_us
 from vsqs._core.metadata import Store, open_store
+from vsqs._core.move_tasks import MoveTasks
 from vsqs._core.receipts import HeldMessages, IssuedReceipts, stale_message
 from vsqs._core.rules import check_batch_size, check_priority, check_seconds
 from vsqs._core.settings_store import TTL as _SETTINGS_TTL
@@ -193,7 +195,20 @@ class Queue:
             self._open_parts()
             self._dead_letters.path({**self._settings.current(), **clean})  # refuses itself, ancestors
         mode = None if "file_mode" in clean else self._settings.mode  # (for settings that name no mode yet)
-        return MappingProxyType(dict(self._settings.write(clean, mode)))
+        result = self._settings.write(clean, mode)
+        if clean.keys() & {"dead_letter", "max_receives"} and result["max_receives"] is not None:
+            self._open_parts()
+            self._dead_letters.register()  # a source before its first dead letter (dead_letter_sources)
+        return MappingProxyType(dict(result))
+
+    def update_setting(self, name: str, change: Callable[[Any], Any]) -> Mapping[str, Any]:
+        """Set the setting ``name`` to ``change(its newest value)``, atomically
+        against other writers: after a lost race ``change`` is called again
+        on the winner's value (so two processes adding tags lose neither)."""
+        if name not in _settings.SCHEMA or name in ("dead_letter", "file_mode"):
+            raise InvalidArgument(f"update_setting cannot change {name!r}; use configure")
+        edit = lambda current: _settings.validate({name: change(current[name])})  # noqa: E731
+        return MappingProxyType(dict(self._settings.write({}, self._settings.mode, edit)))
 
     def suspend(self, *operations: str) -> None:
         """Suspend ``operations`` ("publish", "receive", "delete"; none given: all)
@@ -704,6 +719,21 @@ class Queue:
         self._open_parts()
         return self._dead_letters.queue(create)
 
+    def dead_letter_sources(self) -> list[str]:
+        """Paths of the queues whose dead-letter queue this queue is now: those
+        recorded in its ``.sources`` whose settings still name it."""
+        self._open_parts()
+        found: set[str] = set()
+        for path in self._dead_letters.sources().values():
+            try:
+                source = Queue(path)
+                source._open_parts()
+                if source._dead_letters.path() == self._path:
+                    found.add(source.path)
+            except (QueueNotFound, InvalidArgument):
+                continue  # gone, or no longer a queue that names this one
+        return sorted(found)
+
     def redrive(self, to: Queue | str | os.PathLike[str] | None = None, *, max_messages: int | None = None) -> int:
         """Move visible messages of this (dead-letter) queue back, with their
         receive count reset: to ``to``, or each to the queue it came from.
@@ -711,6 +741,42 @@ class Queue:
         self._open_parts()
         target = None if to is None else to.path if isinstance(to, Queue) else os.path.abspath(os.fspath(to))
         return self._dead_letters.redrive(target, max_messages, _format.now_us(), self._skew_us)
+
+    def start_redrive(
+        self, to: Queue | str | os.PathLike[str] | None = None, *, per_second: int | None = None
+    ) -> dict[str, Any]:
+        """Start :meth:`redrive` as a task in a background thread of this
+        process, in steps (at most ``per_second`` messages a second, 1..500,
+        approximately); returns its state (see :meth:`redrive_tasks`). One
+        active task per queue: :class:`InvalidArgument` while another runs."""
+        target = None if to is None else to.path if isinstance(to, Queue) else os.path.abspath(os.fspath(to))
+        if target is not None:
+            open_store(target)  # QueueNotFound now, not in the task
+        return self._move_tasks().start(target, per_second)
+
+    def redrive_tasks(self) -> list[dict[str, Any]]:
+        """The queue's redrive tasks, newest first, as every process sees them:
+        dicts of id, status (RUNNING, CANCELLING, CANCELLED, COMPLETED,
+        FAILED), destination (a path, or None: each message's own queue),
+        per_second, moved, to_move (visible messages at the start), started
+        and updated (epoch seconds), failure (a reason, or None)."""
+        return self._move_tasks().list()
+
+    def cancel_redrive(self, task_id: str) -> dict[str, Any] | None:
+        """Ask a running redrive task to stop, whichever process runs it; its
+        state (status CANCELLING), ``None`` if there is no such task,
+        :class:`InvalidArgument` if it is no longer running."""
+        return self._move_tasks().cancel(task_id)
+
+    def _move_tasks(self) -> MoveTasks:
+        self._open_parts()
+        dead_letters, skew = self._dead_letters, self._skew_us
+        return MoveTasks(
+            self._path,
+            lambda to, count: dead_letters.redrive(to, count, _format.now_us(), skew),
+            lambda: self.stats().ready,
+            self._settings.current_mode,
+        )
 
     def collect_garbage(
         self, grace: float = DEFAULT_GC_GRACE, *, stage_grace: float = DEFAULT_STAGE_GRACE

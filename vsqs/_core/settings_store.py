@@ -53,14 +53,21 @@ class SettingsStore:
         self.current()
         return self.mode
 
-    def write(self, clean: Mapping[str, Any], mode: int | None = None) -> dict[str, Any]:
+    def write(
+        self,
+        clean: Mapping[str, Any],
+        mode: int | None = None,
+        edit: Callable[[Mapping[str, Any]], Mapping[str, Any]] | None = None,
+    ) -> dict[str, Any]:
         """Store a new version: the newest settings with the validated
-        ``clean`` changes on top. Its files take the queue's file_mode after
-        the change (or ``mode``, for a queue whose settings do not say yet).
-        Returns the result."""
+        ``clean`` changes on top (and the validated changes ``edit`` makes of
+        the newest settings, called again after a lost race, so that a
+        read-modify-write of one setting loses no other writer's change).
+        Its files take the queue's file_mode after the change (or ``mode``,
+        for a queue whose settings do not say yet). Returns the result."""
         for _attempt in range(50):
             version, current = self.newest()
-            merged = {**current, **clean}
+            merged = {**current, **clean, **(edit(current) if edit is not None else {})}
             mode = _settings.file_mode_of(merged) if merged["file_mode"] is not None else mode
             _fs.make_dirs(self.directory, mode)
             data = _settings.encode(merged, _format.FORMAT_VERSION)
