@@ -32,6 +32,7 @@ from vsqs._gateway.sqs.attributes import (
     settings_of,
 )
 from vsqs._gateway.sqs.call import Call
+from vsqs._gateway.sqs.management import MANAGEMENT_ACTIONS, check_tags
 from vsqs._gateway.sqs.messages import (
     MESSAGE_SYSTEM_ATTRIBUTES,
     Prepared,
@@ -88,6 +89,7 @@ async def create_queue(call: Call) -> dict[str, Any]:
                if fifo_flag.lower() == "true" else SqsError("InvalidAttributeName", "FifoQueue applies only to "
                                                              "FIFO queues (names ending in .fifo)."))
     settings = settings_of(attributes, name)
+    tags = check_tags(string_map(call.params, "tags"))  # kept as the queue's tags setting (management.py)
     spool = call.gateway.spool
 
     def create() -> None:
@@ -96,7 +98,7 @@ async def create_queue(call: Call) -> dict[str, Any]:
             existing = spool.queue(name)
         except QueueNotFound:
             extra = {"dedup_window": FIFO_DEDUP_WINDOW, "group_concurrency": 1} if is_fifo(name) else {}
-            call.gateway.create_queue(name, **extra, **settings)
+            call.gateway.create_queue(name, **extra, **settings, **({"tags": tags} if tags else {}))
             return
         current = existing.settings
         differing = sorted(key for key, value in settings.items() if current[key] != value)
@@ -366,8 +368,6 @@ ACTIONS: dict[str, Action] = {
     "ChangeMessageVisibility": change_message_visibility,
     "ChangeMessageVisibilityBatch": change_message_visibility_batch,
     "PurgeQueue": purge_queue,
+    **MANAGEMENT_ACTIONS,  # tags, permissions, dead-letter sources, move tasks (management.py)
 }
-UNSUPPORTED_ACTIONS = frozenset({
-    "AddPermission", "RemovePermission", "TagQueue", "UntagQueue", "ListQueueTags", "ListDeadLetterSourceQueues",
-    "StartMessageMoveTask", "CancelMessageMoveTask", "ListMessageMoveTasks",
-})
+UNSUPPORTED_ACTIONS: frozenset[str] = frozenset()
