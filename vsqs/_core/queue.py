@@ -188,7 +188,9 @@ class Queue:
 
         Known settings: visibility_timeout, delay, retention, max_messages,
         max_message_bytes, max_receives, dead_letter, group_concurrency,
-        dedup_window, throttle.
+        dedup_window, throttle; and, kept for SQS clients but not obeyed,
+        tags, policy, kms_master_key_id, kms_data_key_reuse_period,
+        sqs_managed_sse (docs/FORMAT.md, Settings).
         """
         clean = _settings.validate(changes)
         if clean.get("dead_letter"):
