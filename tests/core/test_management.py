@@ -178,3 +178,26 @@ def test_start_redrive_checks_its_arguments(tmp_path: Path):
             queue.start_redrive(per_second=rate)
     with pytest.raises(vsqs.QueueNotFound):
         queue.start_redrive(tmp_path / "missing")
+
+
+def test_of_two_starts_that_race_the_older_task_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    """A start that listed no active task before another process's start landed
+    sees it after its own create, and withdraws (the older one runs)."""
+    queue = vsqs.Queue(tmp_path / "q", create=True)
+    directory = tmp_path / "q" / move_tasks.MOVES_DIR
+    directory.mkdir()
+    now = time.time()
+    task = {"id": "0000000000001-0000abcd", "status": "RUNNING", "destination": None, "per_second": None,
+            "moved": 0, "to_move": 0, "started": now, "updated": now, "failure": None}
+    (directory / "0000000000001-0000abcd.json").write_text(json.dumps(task))
+    real_list = move_tasks.MoveTasks.list
+    calls = []
+
+    def first_sees_nothing(self: move_tasks.MoveTasks) -> list:
+        calls.append(1)
+        return [] if len(calls) == 1 else real_list(self)
+
+    monkeypatch.setattr(move_tasks.MoveTasks, "list", first_sees_nothing)
+    with pytest.raises(vsqs.InvalidArgument, match="already active"):
+        queue.start_redrive()
+    assert sorted(os.listdir(directory)) == ["0000000000001-0000abcd.json"]

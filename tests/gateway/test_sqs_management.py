@@ -195,6 +195,9 @@ def test_encryption_attributes_are_accepted_stored_and_reported(sqs: Any, other:
     assert attributes["KmsMasterKeyId"] == "alias/aws/sqs"
     assert attributes["KmsDataKeyReusePeriodSeconds"] == "600"
     assert attributes["SqsManagedSseEnabled"] == "false"
+    sqs.set_queue_attributes(QueueUrl=url, Attributes={"KmsDataKeyReusePeriodSeconds": ""})  # "" unsets
+    got = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["KmsDataKeyReusePeriodSeconds"])["Attributes"]
+    assert got == {"KmsDataKeyReusePeriodSeconds": "300"}  # Amazon's default
     for bad in ({"KmsDataKeyReusePeriodSeconds": "59"}, {"KmsDataKeyReusePeriodSeconds": "86401"},
                 {"SqsManagedSseEnabled": "maybe"},
                 {"SqsManagedSseEnabled": "true", "KmsMasterKeyId": "alias/other"}):

@@ -79,6 +79,11 @@ class MoveTasks:
         data = json.dumps(task).encode()
         if not _fs.create_exclusive(self._file(task["id"], ".json"), data, durable=True, mode=self._mode()):
             raise InvalidArgument("two redrive tasks started in the same millisecond; try again")
+        older = [other for other in self.list() if other["status"] in ACTIVE and other["id"] < task["id"]]
+        if older:  # another process started one between our listing and our create: the older one runs
+            self._remove(task["id"])
+            raise InvalidArgument(f"a redrive task is already active on this queue ({older[0]['id']}): "
+                                  "only one at a time")
         threading.Thread(target=self._run, args=(dict(task),), name=f"vsqs-redrive-{task['id']}",
                          daemon=True).start()
         return task

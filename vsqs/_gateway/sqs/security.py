@@ -36,10 +36,10 @@ def security_settings(attributes: Mapping[str, str]) -> dict[str, Any]:
     for name, setting in SECURITY_ATTRIBUTES.items():
         if name not in attributes:
             continue
-        text = attributes[name]
-        if name == "SqsManagedSseEnabled" and text.lower() not in ("true", "false"):
+        text = attributes[name]  # "" unsets
+        if name == "SqsManagedSseEnabled" and text.lower() not in ("true", "false", ""):
             raise _invalid(name, f"{text[:40]!r} is not true or false.")
-        if name == "KmsDataKeyReusePeriodSeconds" and not text.isdigit():
+        if name == "KmsDataKeyReusePeriodSeconds" and text and not text.isdigit():
             raise _invalid(name, f"{text[:40]!r} is not a whole number 60..86400.")
         try:
             changes.update(_settings.validate({setting: text if text else None}))
