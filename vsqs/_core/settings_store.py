@@ -34,7 +34,7 @@ class SettingsStore:
 
     def __init__(self, directory: str, on_change: Callable[[Mapping[str, Any]], None]) -> None:
         self.directory = directory
-        self.values: dict[str, Any] = dict(_settings.DEFAULTS)
+        self.values: dict[str, Any] = _settings.defaults()
         self.mode = _settings.file_mode_of(self.values)
         self.lease_us = to_us(self.values["visibility_timeout"])  # the default visibility timeout, in µs
         self.read_at = -math.inf  # time.monotonic() of the last read
@@ -81,7 +81,7 @@ class SettingsStore:
     def newest(self) -> tuple[int, dict[str, Any]]:
         """(newest version number, newest settings that parse) from one small listing."""
         if not _fs.is_private_dir(self.directory):
-            return 0, dict(_settings.DEFAULTS)
+            return 0, _settings.defaults()
         versions = sorted(
             (v for v in map(_settings.parse_version, _fs.list_names(self.directory)) if v is not None),
             reverse=True,
@@ -91,7 +91,7 @@ class SettingsStore:
             settings = _settings.decode(data, _format.FORMAT_VERSION) if data else None
             if settings is not None:
                 return versions[0], settings
-        return (versions[0] if versions else 0), dict(_settings.DEFAULTS)
+        return (versions[0] if versions else 0), _settings.defaults()
 
     def _adopt(self, settings: dict[str, Any]) -> None:
         with self._lock:
