@@ -74,12 +74,12 @@ def test_update_setting_loses_no_concurrent_change(tmp_path: Path):
     def add(n: int) -> None:
         vsqs.Queue(path).update_setting("tags", lambda tags: {**tags, f"t{n}": str(n)})
 
-    threads = [threading.Thread(target=add, args=(n,)) for n in range(12)]
+    threads = [threading.Thread(target=add, args=(n,)) for n in range(24)]
     for thread in threads:
         thread.start()
     for thread in threads:
         thread.join()
-    assert vsqs.Queue(path).settings["tags"] == {f"t{n}": str(n) for n in range(12)}
+    assert vsqs.Queue(path).settings["tags"] == {f"t{n}": str(n) for n in range(24)}
 
 
 def test_update_setting_validates_and_refuses_what_needs_configure(tmp_path: Path):

@@ -19,6 +19,7 @@ from vsqs._core.errors import StorageError
 from vsqs._core.message import to_us
 
 TTL = 1.0  # other processes' setting changes are seen within this many seconds
+WRITE_GRACE = 2.0  # seconds a new version may take to be whole before writers go past it
 
 
 class SettingsStore:
@@ -65,8 +66,13 @@ class SettingsStore:
         read-modify-write of one setting loses no other writer's change).
         Its files take the queue's file_mode after the change (or ``mode``,
         for a queue whose settings do not say yet). Returns the result."""
-        for _attempt in range(50):
-            version, current = self.newest()
+        attempts, deadline = 0, time.monotonic() + WRITE_GRACE
+        while attempts < 50:
+            version, parsed, current = self._newest()
+            if parsed != version and time.monotonic() < deadline and self._being_written(version):
+                time.sleep(0.002)  # another writer's version, created but not yet whole: wait for it
+                continue
+            attempts += 1
             merged = {**current, **clean, **(edit(current) if edit is not None else {})}
             mode = _settings.file_mode_of(merged) if merged["file_mode"] is not None else mode
             _fs.make_dirs(self.directory, mode)
@@ -80,8 +86,19 @@ class SettingsStore:
 
     def newest(self) -> tuple[int, dict[str, Any]]:
         """(newest version number, newest settings that parse) from one small listing."""
+        version, _, settings = self._newest()
+        return version, settings
+
+    def _being_written(self, version: int) -> bool:
+        """Whether version ``version`` (which does not parse) was made so recently
+        that its writer may still be writing it (rather than dead half-way)."""
+        made = _fs.mtime(os.path.join(self.directory, _settings.version_name(version)))
+        return made is not None and time.time() - made < WRITE_GRACE
+
+    def _newest(self) -> tuple[int, int, dict[str, Any]]:
+        """(newest version number, the version the settings come from, the newest settings that parse)."""
         if not _fs.is_private_dir(self.directory):
-            return 0, _settings.defaults()
+            return 0, 0, _settings.defaults()
         versions = sorted(
             (v for v in map(_settings.parse_version, _fs.list_names(self.directory)) if v is not None),
             reverse=True,
@@ -90,8 +107,8 @@ class SettingsStore:
             data = _fs.read(os.path.join(self.directory, _settings.version_name(version)))
             settings = _settings.decode(data, _format.FORMAT_VERSION) if data else None
             if settings is not None:
-                return versions[0], settings
-        return (versions[0] if versions else 0), _settings.defaults()
+                return versions[0], version, settings
+        return (versions[0] if versions else 0), 0, _settings.defaults()
 
     def _adopt(self, settings: dict[str, Any]) -> None:
         with self._lock:
