@@ -16,6 +16,7 @@ import pytest
 import vsqs
 from vsqs._core import format as _format
 from vsqs._core import fs as _fs
+from vsqs._core.errors import DamagedEntry
 
 real_rename, real_open, real_unlink = os.rename, os.open, os.unlink
 
@@ -137,7 +138,8 @@ def test_directory_fsync_unsupported_is_tolerated(tmp_path):
 def test_listing_error_is_not_an_empty_queue(queue):
     # python-dirq swallowed this: a stale NFS handle looked like an empty queue
     queue.publish(b"x")
-    with mock.patch("os.listdir", _fail(errno.ESTALE)):
+    # receive lists names only (listdir); stats tells files from the rest (scandir)
+    with mock.patch("os.listdir", _fail(errno.ESTALE)), mock.patch("os.scandir", _fail(errno.ESTALE)):
         with pytest.raises(vsqs.StorageError):
             queue.receive()
         with pytest.raises(vsqs.StorageError):
@@ -224,3 +226,128 @@ def test_enoent_on_rename_is_a_lost_race_even_if_a_stale_cache_still_shows_the_s
         assert _fs.rename(str(src), str(tmp_path / "b")) is False
     with mock.patch("os.unlink", _fail(errno.ENOENT)):
         assert _fs.unlink(str(src)) is False
+
+
+# -- a hostile spool (issue 13): what read, create and mkdir never do ---------------
+
+
+def test_read_of_a_fifo_never_blocks(tmp_path):
+    from tests.core.test_hostile_spool import _open_writer, _returns
+
+    fifo = str(tmp_path / "fifo")
+    os.mkfifo(fifo)
+    with pytest.raises(DamagedEntry, match="FIFO"):
+        _returns(lambda: _fs.read(fifo), _open_writer(fifo))
+
+
+@pytest.mark.parametrize("kind", ["directory", "symlink"])
+def test_read_of_what_is_no_regular_file_is_damage(tmp_path, kind):
+    path = tmp_path / "entry"
+    if kind == "directory":
+        path.mkdir()
+    else:
+        (tmp_path / "target").write_bytes(b"secret")
+        os.symlink(tmp_path / "target", path)
+    with pytest.raises(DamagedEntry):
+        _fs.read(str(path))
+    assert _fs.read_control(str(path)) == b""  # what does not parse, to a reader of vsqs's own files
+
+
+def _counted_reads(monkeypatch) -> list[int]:
+    real_read, got = os.read, []
+
+    def counted(fd, n):
+        data = real_read(fd, n)
+        got.append(len(data))
+        return data
+
+    monkeypatch.setattr(os, "read", counted)
+    return got
+
+
+def test_read_refuses_a_file_over_its_limit_holding_no_more_than_its_limit(tmp_path, monkeypatch):
+    path = tmp_path / "big"
+    path.write_bytes(b"x" * 11)
+    got = _counted_reads(monkeypatch)
+    with pytest.raises(DamagedEntry) as info:
+        _fs.read(str(path), limit=10)
+    assert info.value.errno == errno.EFBIG and sum(got) <= 11
+    assert _fs.read(str(path), limit=11) == b"x" * 11
+
+
+def test_a_huge_file_is_refused_by_its_size_after_one_read(tmp_path, monkeypatch):
+    path = tmp_path / "sparse"
+    with open(path, "wb") as file:
+        file.truncate(10 * 2**30)  # 10 GB, sparse
+    got = _counted_reads(monkeypatch)
+    with pytest.raises(DamagedEntry, match="over the"):
+        _fs.read(str(path), limit=2**20 * 4)
+    assert got == [2**20]  # one read's worth, then the size said enough
+
+
+def test_read_holds_no_more_than_its_limit_of_a_file_that_grows(tmp_path, monkeypatch):
+    # fstat said 5 bytes (the file grew since, or the filesystem lies): the reads stop at limit + 1
+    path = tmp_path / "growing"
+    path.write_bytes(b"x" * (2**20 + 1000))
+    real_fstat = os.fstat
+    monkeypatch.setattr(os, "fstat", lambda fd: os.stat_result((*real_fstat(fd)[:6], 5, *real_fstat(fd)[7:])))
+    got = _counted_reads(monkeypatch)
+    with pytest.raises(DamagedEntry, match="grew"):
+        _fs.read(str(path), limit=2**20 + 50)
+    assert sum(got) == 2**20 + 51
+
+
+def test_read_and_exists_through_a_file_find_nothing(tmp_path):
+    plain = tmp_path / "plain"
+    plain.write_bytes(b"")
+    assert _fs.read(str(plain / _format.METADATA_NAME)) is None
+    assert _fs.exists(str(plain / _format.METADATA_NAME)) is False
+
+
+def test_create_exclusive_never_asks_for_a_bit_beyond_its_mode(tmp_path):
+    asked = []
+
+    def watched_open(path, flags, mode=0o777):
+        asked.append(mode)
+        return real_open(path, flags, mode)
+
+    old_umask = os.umask(0)
+    try:
+        with mock.patch("os.open", watched_open):
+            assert _fs.create_exclusive(str(tmp_path / "f"), b"x", durable=False, mode=0o640)
+    finally:
+        os.umask(old_umask)
+    assert asked and asked[0] & ~0o640 == 0
+    assert os.stat(tmp_path / "f").st_mode & 0o7777 == 0o640
+
+
+def test_make_dirs_never_asks_for_a_bit_beyond_its_mode(tmp_path):
+    asked = []
+    real_mkdir = os.mkdir
+
+    def watched_mkdir(path, mode=0o777):
+        if os.path.dirname(path) == str(tmp_path):  # (not makedirs' try of the parent)
+            asked.append(mode)
+        real_mkdir(path, mode)
+
+    with mock.patch("os.mkdir", watched_mkdir):
+        _fs.make_dirs(str(tmp_path / "d"), 0o600)
+        _fs.make_dir(str(tmp_path / "e"), 0o640)
+    assert asked == [0o700, 0o750]
+    assert os.stat(tmp_path / "d").st_mode & 0o777 == 0o700 and os.stat(tmp_path / "e").st_mode & 0o777 == 0o750
+
+
+def test_make_dirs_never_follows_a_symlink(tmp_path):
+    (tmp_path / "d").mkdir()
+    os.symlink(tmp_path / "d", tmp_path / "link")
+    with pytest.raises(vsqs.StorageError, match="symlink"):
+        _fs.make_dirs(str(tmp_path / "link"), 0o600)
+    _fs.make_root(str(tmp_path / "link"))  # a spool's root may be a symlink: the operator's choice
+
+
+def test_read_of_short_reads_goes_on_to_the_end(tmp_path):
+    # a network filesystem may answer a read with fewer bytes than the file has
+    path = tmp_path / "m"
+    path.write_bytes(bytes(range(100)))
+    with mock.patch("os.read", lambda fd, n, real=os.read: real(fd, min(n, 7))):
+        assert _fs.read(str(path)) == bytes(range(100))

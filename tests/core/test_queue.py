@@ -488,11 +488,11 @@ def test_messages_with_bodies_follows_a_message_that_moved(queue):
     original = _fs.read
     moved = []
 
-    def read_after_someone_received(path):
+    def read_after_someone_received(path, *limit):
         if not moved:
             moved.append(path)
             vsqs.Queue(queue.path).receive()  # renames "a" under our feet
-        return original(path)
+        return original(path, *limit)
 
     with mock.patch.object(_fs, "read", read_after_someone_received):
         infos = list(queue.messages(bodies=True))

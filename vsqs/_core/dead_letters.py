@@ -6,6 +6,7 @@ queue's path, for redrive."""
 from __future__ import annotations
 
 import errno
+import logging
 import os
 import threading
 from collections.abc import Callable, Mapping
@@ -21,6 +22,7 @@ from vsqs._core.settings import SETTINGS_DIR
 from vsqs._core.settings_store import SettingsStore
 
 QueueT = TypeVar("QueueT")
+log = logging.getLogger("vsqs")
 
 
 class DeadLetters(Generic[QueueT]):
@@ -48,15 +50,22 @@ class DeadLetters(Generic[QueueT]):
 
     def path(self, settings: Mapping[str, Any] | None = None) -> str | None:
         """The dead-letter queue's path; None without ``max_receives`` nor ``dead_letter``."""
-        settings = settings or self._settings.current()
-        if settings["max_receives"] is None and not settings["dead_letter"]:
-            return None
-        here = self._layout.path
-        target = settings["dead_letter"] or os.path.basename(here) + ".dlq"
-        path = os.path.abspath(os.path.join(os.path.dirname(here), target))  # absolute wins
-        if path == here or here.startswith(path.rstrip(os.sep) + os.sep):
-            raise InvalidArgument(f"dead_letter {target!r} is this queue or a directory above it")
-        return path
+        return dead_letter_path(self._layout.path, settings or self._settings.current())
+
+    def live_sources(self) -> list[str]:
+        """Paths of the queues whose dead-letter queue this one is now: the
+        ``.sources`` entries whose queue exists and whose settings still name it."""
+        found = set()
+        for path in self.sources().values():
+            try:
+                store = open_store(path)
+                settings = SettingsStore(store.layout.file(SETTINGS_DIR), lambda settings: None).current()
+                if dead_letter_path(store.layout.path, settings) == self._layout.path:
+                    found.add(store.layout.path)
+            except (QueueNotFound, InvalidArgument):
+                continue  # gone, or no longer a queue that names this one
+        return sorted(found)
+
 
     def queue(self, create: bool = True) -> QueueT | None:
         """The dead-letter queue's handle, made on demand (see :meth:`Queue.dead_letter_queue`)."""
@@ -118,7 +127,7 @@ class DeadLetters(Generic[QueueT]):
         if path is None or not _fs.is_dir(path):
             return 0
         try:
-            names = open_store(path).layout.names()
+            names = open_store(path).layout.files()
         except QueueNotFound:
             return 0
         queue_id = self._queue_id
@@ -136,7 +145,7 @@ class DeadLetters(Generic[QueueT]):
         homes: dict[str, Store | None] = {}
         sources = self.sources() if target is None else {}
         moved = 0
-        for name in sorted(self._layout.names(), key=str):
+        for name in sorted(self._layout.files(), key=str):
             if max_messages is not None and moved >= max_messages:
                 break
             if name.state is State.WRITING or (name.state is State.HIDDEN and name.until_us + skew_us > now):
@@ -144,7 +153,7 @@ class DeadLetters(Generic[QueueT]):
             home = target
             if home is None:
                 if name.origin not in homes:
-                    homes[name.origin] = _store_or_none(sources.get(name.origin))
+                    homes[name.origin] = self._home(sources.get(name.origin))
                 home = homes[name.origin]
             if home is None:
                 continue
@@ -154,16 +163,49 @@ class DeadLetters(Generic[QueueT]):
         return moved
 
     def sources(self) -> dict[str, str]:
-        """Origin queue id -> path, of the queues this one is the dead-letter queue of."""
+        """Origin queue id -> path, of the queues this one is the dead-letter
+        queue of, as ``.sources`` says (read from the spool: see :meth:`_home`)."""
         directory = self._layout.file(_format.SOURCES_DIR)
         if not _fs.is_private_dir(directory):
             return {}
         found = {}
         for entry in _fs.list_names(directory):
-            data = _fs.read(os.path.join(directory, entry))
-            if data and _format.is_queue_id(entry):
+            if not _format.is_queue_id(entry):
+                continue
+            data = _fs.read_control(os.path.join(directory, entry))
+            if data:
                 found[entry] = data.decode("utf-8", "replace")
         return found
+
+    def _home(self, source: str | None) -> Store | None:
+        """The queue a redrive without ``to`` moves a dead letter back to: the
+        queue ``.sources`` names, only if that path lies inside the spool of
+        this dead-letter queue (its parent directory): a path read from the
+        spool never leads vsqs outside it. Elsewhere: reported, the messages
+        stay (the operator may name the queue with ``to``)."""
+        if not source:
+            return None
+        spool = os.path.dirname(self._layout.path)
+        path = _fs.inside(source, spool)
+        if path is None or path == _fs.inside(self._layout.path, spool):  # (itself: no home either)
+            log.warning(
+                "dead-letter queue %s: source %r is not a queue of the spool %s: not followed "
+                "(redrive to= moves its messages)", self._layout.path, source, spool,
+            )
+            return None
+        return _store_or_none(path)
+
+
+def dead_letter_path(here: str, settings: Mapping[str, Any]) -> str | None:
+    """The path of the dead-letter queue of the queue at ``here`` with ``settings``;
+    None without ``max_receives`` nor ``dead_letter``."""
+    if settings["max_receives"] is None and not settings["dead_letter"]:
+        return None
+    target = settings["dead_letter"] or os.path.basename(here) + ".dlq"
+    path = os.path.abspath(os.path.join(os.path.dirname(here), target))  # absolute wins
+    if path == here or here.startswith(path.rstrip(os.sep) + os.sep):
+        raise InvalidArgument(f"dead_letter {target!r} is this queue or a directory above it")
+    return path
 
 
 def register_source(dead_letter_queue: Layout, source_id: str, source_path: str, mode: int | None) -> None:
@@ -175,9 +217,7 @@ def register_source(dead_letter_queue: Layout, source_id: str, source_path: str,
         _fs.create_exclusive(entry, source_path.encode(), durable=True, mode=mode)
 
 
-def _store_or_none(path: str | None) -> Store | None:
-    if not path:
-        return None
+def _store_or_none(path: str) -> Store | None:
     try:
         return open_store(path)
     except QueueNotFound:

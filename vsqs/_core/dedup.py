@@ -171,7 +171,7 @@ class Reservations:
         a newer one is still being written."""
         for older in range(gen, 0, -1):
             path = self._path(digest, older)
-            data = _fs.read(path)
+            data = _fs.read_control(path)
             parsed = _parse(data) if data else None
             if parsed is not None:
                 return parsed, False

@@ -12,8 +12,13 @@ working::
     ├── StaleReceipt                               the receipt no longer holds the message
     ├── QueueFull                                  max_messages reached: back-pressure
     ├── QueueSuspended                             the operation is suspended on this queue
-    ├── MessageTooLarge        (also ValueError)   over the queue's max_message_bytes
+    ├── MessageTooLarge        (also ValueError)   over max_message_bytes, or MAX_BODY_BYTES
     └── StorageError           (also OSError)      the filesystem failed; errno kept
+        └── DamagedEntry                           not a regular file, or too large to read
+
+``DamagedEntry`` is not exported: callers outside the engine see a
+``StorageError``; inside, it marks an entry to report and skip, never to
+delete.
 
 All of them pickle (Spark ships exceptions between processes): each keeps its
 constructor arguments in ``args``.
@@ -32,6 +37,7 @@ __all__ = [
     "QueueSuspended",
     "MessageTooLarge",
     "StorageError",
+    "DamagedEntry",
 ]
 
 
@@ -72,7 +78,8 @@ class QueueSuspended(VsqsError):
 
 
 class MessageTooLarge(VsqsError, ValueError):
-    """The body is over the queue's ``max_message_bytes``."""
+    """The body is over the queue's ``max_message_bytes``, or over the
+    largest body vsqs takes at all (``limits.MAX_BODY_BYTES``, 256 MiB)."""
 
 
 class StorageError(VsqsError, OSError):
@@ -81,3 +88,11 @@ class StorageError(VsqsError, OSError):
     ``errno``, ``strerror`` and ``filename`` are those of the underlying
     :class:`OSError`, which is also kept as ``__cause__``.
     """
+
+
+class DamagedEntry(StorageError):
+    """An entry of the spool that is not what its name says: a FIFO, a
+    directory, a symlink or another non-regular file where a file of vsqs's
+    own is expected, or a file over the size any such file can have. It is
+    reported and skipped, left in place: it is never read, deleted, nor
+    counted as a message."""

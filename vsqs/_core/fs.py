@@ -23,7 +23,8 @@ import shutil
 import stat
 import time
 
-from vsqs._core.errors import QueueNotFound, StorageError
+from vsqs._core.errors import DamagedEntry, QueueNotFound, StorageError
+from vsqs._core.limits import MAX_CONTROL_FILE, MAX_MESSAGE_FILE
 
 # errnos that may mean "someone else got there first" on some filesystem
 _AMBIGUOUS = frozenset({errno.ENOENT, errno.ESTALE, errno.EIO, errno.EACCES, errno.EPERM})
@@ -34,8 +35,14 @@ _READ_SIZE = 1 << 20
 # O_CLOEXEC: never leaks into child processes
 _CREATE_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC
 # O_RDONLY: read only; O_CLOEXEC as above; O_NOFOLLOW: a symlink planted in the
-# queue is never followed
-_READ_FLAGS = os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW
+# queue is never followed; O_NONBLOCK: the open of a FIFO planted in the queue
+# returns at once instead of waiting for a writer (the fstat that follows
+# refuses it; a regular file ignores the flag); O_NOCTTY: a terminal device
+# planted there never becomes ours
+_READ_FLAGS = os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY
+_FILE_TYPE, _REGULAR = 0o170000, stat.S_IFREG  # the S_IFMT bits of st_mode, and a regular file's
+# what open(O_NOFOLLOW) answers for a symlink: Linux ELOOP, FreeBSD EMLINK, NetBSD EFTYPE
+_LINK_ERRNOS = frozenset({errno.ELOOP, errno.EMLINK, getattr(errno, "EFTYPE", errno.ELOOP)})
 
 
 def storage_error(exc: OSError, what: str) -> StorageError:
@@ -46,10 +53,11 @@ def storage_error(exc: OSError, what: str) -> StorageError:
 
 
 def exists(path: str) -> bool:
-    """Whether ``path`` exists; errors other than absence count as existing."""
+    """Whether ``path`` exists; errors other than absence count as existing.
+    A path through something that is not a directory (ENOTDIR) does not exist."""
     try:
         os.stat(path, follow_symlinks=False)
-    except FileNotFoundError:
+    except (FileNotFoundError, NotADirectoryError):
         return False
     except OSError as exc:
         if exc.errno == errno.ESTALE:
@@ -80,18 +88,44 @@ def list_names(directory: str) -> list[str]:
         raise storage_error(exc, "cannot list queue directory") from exc
 
 
+def list_files(directory: str) -> tuple[list[str], list[str]]:
+    """One listing of a directory that tells regular files from the rest:
+    (names of regular files, names of everything else: directories, FIFOs,
+    symlinks, devices, sockets). The type comes from the listing itself
+    where the filesystem gives it (no stat); else one ``lstat`` per entry.
+    An entry gone in between is left out."""
+    files: list[str] = []
+    others: list[str] = []
+    try:
+        with os.scandir(directory) as listing:
+            for entry in listing:
+                try:
+                    regular = entry.is_file(follow_symlinks=False)
+                except OSError:
+                    continue  # gone since the listing (or unreadable: not a file of ours)
+                (files if regular else others).append(entry.name)
+    except (FileNotFoundError, NotADirectoryError) as exc:
+        raise QueueNotFound(f"queue directory is gone: {directory}") from exc
+    except OSError as exc:
+        raise storage_error(exc, "cannot list queue directory") from exc
+    return files, others
+
+
 def create_exclusive(path: str, data: bytes, *, durable: bool, mode: int | None = None) -> bool:
     """Create ``path`` holding ``data``; ``False`` if the name was taken.
 
-    ``mode`` (e.g. 0o660 for a spool shared by a group) is set on the new
-    file explicitly; without it the process umask applies. On a write failure
-    (a full disk, say) the partial file is removed and the error raised, so
-    no half-written file survives.
+    ``mode`` (e.g. 0o660 for a spool shared by a group) is given to the new
+    file: it is created with no bit that ``mode`` lacks (the kernel takes
+    away the umask's too), then ``fchmod`` sets ``mode`` exactly, so the
+    file is never more open than asked, not even for an instant. Without
+    it the process umask applies. On a write failure (a full disk, say) the
+    partial file is removed and the error raised, so no half-written file
+    survives.
     """
-    # _CREATE_FLAGS: O_CREAT|O_EXCL, see above;
-    # mode 0o666: the process umask applies (we never touch the umask).
+    # _CREATE_FLAGS: O_CREAT|O_EXCL, see above; the creation mode: 0o666 less the
+    # umask, or only bits of ``mode`` (we never touch the process-wide umask)
     try:
-        fd = os.open(path, _CREATE_FLAGS, 0o666)
+        fd = os.open(path, _CREATE_FLAGS, 0o666 if mode is None else mode & 0o777)
     except OSError as exc:
         if exc.errno == errno.EEXIST or (exc.errno in _CREATE_LOST and exists(path)):
             return False  # taken (even if gone again since: someone else's race)
@@ -107,7 +141,7 @@ def create_exclusive(path: str, data: bytes, *, durable: bool, mode: int | None 
         raise storage_error(exc, "cannot create message file") from exc
     try:
         if mode is not None:
-            os.fchmod(fd, mode)  # explicit, never through the process-wide umask
+            os.fchmod(fd, mode)  # up to the exact mode, never through the process-wide umask
         written = os.write(fd, data)
         if written < len(data):  # a short write: write the rest
             view = memoryview(data)[written:]
@@ -159,28 +193,96 @@ def unlink(path: str) -> bool:
         raise storage_error(exc, "cannot delete message file") from exc
 
 
-def read(path: str) -> bytes | None:
-    """The whole content of ``path``, or ``None`` if it is gone."""
+def read(path: str, limit: int = MAX_MESSAGE_FILE) -> bytes | None:
+    """The whole content of the regular file ``path``, or ``None`` if it is gone.
+
+    Anything else planted under that name (a FIFO, a directory, a symlink,
+    a device) and a file over ``limit`` bytes (a sparse 10 GB file, say) is a
+    :class:`DamagedEntry`: the open never blocks (O_NONBLOCK), nothing is
+    followed (O_NOFOLLOW), and no more than ``limit`` + 1 bytes, and at most
+    one read's worth before the size is known, are ever held.
+
+    The common case costs what it always did: one read that returns the
+    message and one that returns nothing (only that says "end of file" on a
+    network filesystem). A FIFO or a socket refuses the read or gives
+    nothing, a directory refuses it (EISDIR); an empty read or a full one is
+    then checked with ``fstat`` (a regular file? its size?), which costs
+    CPython five times a read on this hot path and is left off it.
+    """
     try:
-        fd = os.open(path, _READ_FLAGS)  # O_NOFOLLOW: a symlink planted in the queue is never followed
+        fd = os.open(path, _READ_FLAGS)  # see _READ_FLAGS: never follows, never blocks
     except OSError as exc:
-        if exc.errno in (errno.ENOENT, errno.ESTALE):
-            return None
+        if exc.errno in (errno.ENOENT, errno.ESTALE, errno.ENOTDIR):
+            return None  # gone (ENOTDIR: a directory of the path is not one: nothing there)
+        if exc.errno in _LINK_ERRNOS:
+            raise DamagedEntry(exc.errno, "not a regular file (a symbolic link): not followed", path) from None
+        if exc.errno == errno.ENXIO:  # a socket (or a device with nothing behind it)
+            raise DamagedEntry(exc.errno, "not a regular file (a socket or device)", path) from None
         raise storage_error(exc, "cannot open message file") from exc
     try:
-        data = os.read(fd, _READ_SIZE)
-        if data:  # read on until a read returns nothing: only that says "end of file"
-            more = os.read(fd, _READ_SIZE)
-            if more:
-                chunks = [data, more]
-                while chunk := os.read(fd, _READ_SIZE):
-                    chunks.append(chunk)
-                data = b"".join(chunks)
-        return data
+        first = min(_READ_SIZE, limit + 1)
+        data = os.read(fd, first)
+        if data and len(data) < first:
+            more = os.read(fd, first)
+            if not more:
+                return data  # the common case: a regular file (a FIFO would have refused) read whole
+            chunks, total = [data, more], len(data) + len(more)
+        else:  # nothing, or a whole read's worth: is it a regular file, and how large?
+            size = _regular_size(fd, path)
+            if size > limit or len(data) > limit:
+                raise DamagedEntry(errno.EFBIG, f"file of {max(size, len(data))} bytes, over the {limit} "
+                                   "a file here can have", path)
+            if not data:
+                return data
+            chunks, total = [data], len(data)
+        while total <= limit:
+            chunk = os.read(fd, min(_READ_SIZE, limit + 1 - total))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            total += len(chunk)
+        if total > limit:
+            raise DamagedEntry(errno.EFBIG, f"file grew over the {limit} bytes a file here can have", path)
+        return b"".join(chunks)
     except OSError as exc:
+        if isinstance(exc, StorageError):
+            raise
+        if exc.errno in (errno.EISDIR, errno.EAGAIN, errno.EINVAL):  # a directory, a FIFO with a writer...
+            _regular_size(fd, path)
         raise storage_error(exc, "cannot read message file") from exc
     finally:
         os.close(fd)
+
+
+def _regular_size(fd: int, path: str) -> int:
+    """The size of the regular file ``fd``; :class:`DamagedEntry` if it is
+    anything else (off the hot path: fstat)."""
+    status = os.fstat(fd)
+    if status.st_mode & _FILE_TYPE != _REGULAR:
+        raise DamagedEntry(errno.EINVAL, f"not a regular file ({_kind(status.st_mode)})", path)
+    return status.st_size
+
+
+def read_control(path: str) -> bytes | None:
+    """The content of a small file of vsqs's own (a settings version, a lease,
+    a reservation, a dead-letter source), or ``None`` if it is gone; ``b""``
+    (what its readers skip as "does not parse") if it is damaged: not a
+    regular file, or over MAX_CONTROL_FILE bytes."""
+    try:
+        return read(path, MAX_CONTROL_FILE)
+    except DamagedEntry:
+        return b""
+
+
+def _kind(mode: int) -> str:
+    """What a file that is not regular is, in a word or two, for a report."""
+    for test, word in (
+        (stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISLNK, "a symbolic link"),
+        (stat.S_ISSOCK, "a socket"), (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
+    ):
+        if test(mode):
+            return word
+    return f"file type {stat.S_IFMT(mode):o}"
 
 
 def fsync_dir(directory: str) -> None:
@@ -202,25 +304,44 @@ def fsync_dir(directory: str) -> None:
 
 
 def make_dirs(directory: str, mode: int | None = None) -> None:
-    """Create ``directory`` and its parents if missing. ``mode`` (a file mode
-    such as 0o660) is given to the directory if this call creates it, with
-    search bits where it has read bits, keeping an inherited setgid bit."""
+    """Create ``directory``, a directory of a queue (``.settings``, a stage,
+    a shard...), and its parents if missing. ``mode`` (a file mode such as
+    0o660) is given to the directory if this call creates it, as for
+    :func:`make_dir`. An entry already there that is not a directory itself
+    (a symlink, even to a directory) is refused: vsqs never follows one out
+    of the queue."""
     try:
         os.makedirs(os.path.dirname(directory) or ".", exist_ok=True)
-        os.mkdir(directory, 0o777)
+        os.mkdir(directory, _creation_dir_mode(mode))
     except FileExistsError as exc:
-        if not os.path.isdir(directory):
-            raise StorageError(errno.ENOTDIR, f"not a directory: {exc.filename}", directory) from exc
+        if not is_private_dir(directory):
+            raise StorageError(
+                errno.ENOTDIR, f"not a directory of the queue (a symlink?): not followed: {exc.filename}", directory
+            ) from exc
         return
     except OSError as exc:
         raise storage_error(exc, "cannot create directory") from exc
     _set_dir_mode(directory, mode)
 
 
-def make_dir(directory: str, mode: int | None = None) -> None:
-    """Create one new directory; it must not exist. ``mode`` as for :func:`make_dirs`."""
+def make_root(directory: str) -> None:
+    """Create ``directory`` and its parents if missing, with the umask's
+    modes: a spool's root, or the directory a queue is made in. A symlink to
+    a directory is fine here: where the spool lies is the operator's choice."""
     try:
-        os.mkdir(directory, 0o777)
+        os.makedirs(directory, exist_ok=True)
+    except FileExistsError as exc:  # something that is not a directory
+        raise StorageError(errno.ENOTDIR, f"not a directory: {exc.filename}", directory) from exc
+    except OSError as exc:
+        raise storage_error(exc, "cannot create directory") from exc
+
+
+def make_dir(directory: str, mode: int | None = None) -> None:
+    """Create one new directory; it must not exist. ``mode`` (a file mode)
+    gives it :func:`dir_mode`: it is created with no bit that mode lacks,
+    then set to it exactly, keeping a setgid bit it inherited."""
+    try:
+        os.mkdir(directory, _creation_dir_mode(mode))
     except OSError as exc:
         raise storage_error(exc, "cannot create directory") from exc
     _set_dir_mode(directory, mode)
@@ -231,14 +352,28 @@ def dir_mode(file_mode: int) -> int:
     return file_mode | ((file_mode & 0o444) >> 2)
 
 
+def _creation_dir_mode(mode: int | None) -> int:
+    """The mode mkdir is given: 0o777 (less the umask), or only bits of the
+    directory's final mode, so it is never more open than asked."""
+    return 0o777 if mode is None else dir_mode(mode) & 0o777
+
+
 def _set_dir_mode(directory: str, mode: int | None) -> None:
     if mode is None:
         return
     try:
-        inherited = os.stat(directory).st_mode & stat.S_ISGID  # a setgid spool passes it down
-        os.chmod(directory, dir_mode(mode) | inherited)
+        # O_DIRECTORY|O_NOFOLLOW: the directory just made, never what a symlink
+        # put in its place since would point to; O_CLOEXEC as above
+        fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
     except OSError as exc:
         raise storage_error(exc, "cannot set the mode of a new directory") from exc
+    try:
+        inherited = os.fstat(fd).st_mode & stat.S_ISGID  # a setgid spool passes it down
+        os.fchmod(fd, dir_mode(mode) | inherited)
+    except OSError as exc:
+        raise storage_error(exc, "cannot set the mode of a new directory") from exc
+    finally:
+        os.close(fd)
 
 
 def rename_dir(src: str, dst: str) -> bool:
@@ -280,7 +415,36 @@ def is_private_dir(path: str) -> bool:
 
 
 def is_dir(path: str) -> bool:
+    """Whether ``path`` is a directory, or a symlink to one (for a spool's root)."""
     return os.path.isdir(path)
+
+
+def is_link(path: str) -> bool:
+    """Whether ``path`` itself is a symbolic link (``lstat``): a queue directory
+    that is one is refused, whatever it points to."""
+    try:
+        return stat.S_ISLNK(os.lstat(path).st_mode)
+    except OSError:
+        return False
+
+
+def inside(path: str, root: str) -> str | None:
+    """``path`` with its directories resolved (symlinks followed), if that
+    lies inside ``root`` (resolved too) and is not ``root`` itself; else
+    ``None``. For a path read from the spool: it must lead nowhere outside.
+    The last component is kept as it is (whoever opens it refuses a link)."""
+    if not os.path.isabs(path) or os.path.normpath(path) != path or "\0" in path:
+        return None
+    name = os.path.basename(path)
+    if name in ("", ".", ".."):
+        return None
+    try:
+        parent, base = os.path.realpath(os.path.dirname(path)), os.path.realpath(root)
+    except (OSError, ValueError):
+        return None
+    if parent != base and not parent.startswith(base.rstrip(os.sep) + os.sep):
+        return None
+    return os.path.join(parent, name)
 
 
 def _can_create_beside(path: str) -> bool:

@@ -66,7 +66,7 @@ class GroupLeases:
 
     def _claimable(self, group: str, index: int, gen: int, now_us: int, skew_us: int) -> bool:
         path = self._path(group, index, gen)
-        data = _fs.read(path)
+        data = _fs.read_control(path)
         if data is None:
             return False  # swept: our view is old, wait for the next listing
         until = _format.decode_lease(data)
@@ -99,7 +99,7 @@ class GroupLeases:
         (the one its holder last wrote), else None: the slot went to someone else."""
         self.refresh()
         gen = self._newest.get((group, index), 0)
-        data = _fs.read(self._path(group, index, gen)) if gen else None
+        data = _fs.read_control(self._path(group, index, gen)) if gen else None
         if data is None or _format.decode_lease(data) != until_us:
             return None
         return SlotRef(index, gen)

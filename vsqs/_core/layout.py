@@ -39,6 +39,7 @@ class Layout:
         # instance attributes, not class ones: the hot paths read them (faster so in CPython 3.11)
         self.shards = 1
         self.locate: Callable[[str], str] | None = None
+        self._reported: set[str] = set()  # damaged entries reported already (their keys)
 
     def file(self, name: str) -> str:
         """An entry of the queue directory itself (metadata, settings, stages...)."""
@@ -58,9 +59,44 @@ class Layout:
         names = (_format.parse_name(entry) for entry in _fs.list_names(self.path))
         return [name for name in names if name is not None]
 
-    def entries(self) -> Iterator[str]:
-        """Every entry of the queue directory and of the message directories, unparsed (for gc)."""
-        yield from _fs.list_names(self.path)
+    def files(self) -> list[_format.Name]:
+        """The messages: every regular file whose name is of the grammar,
+        parsed (what :meth:`names` gives, less the damage: an entry named like
+        a message that is no regular file is reported and left out)."""
+        return self._files(self.path, None)
+
+    def _files(self, directory: str, home: int | None) -> list[_format.Name]:
+        """The messages of one directory (in a sharded queue: of shard ``home``,
+        whose names must map to it), reporting the damage."""
+        files, others = _fs.list_files(directory)
+        for entry in others:
+            if _format.parse_name(entry) is not None:
+                self.report_damage(os.path.join(directory, entry), "not a regular file")
+        found = []
+        for entry in files:
+            name = _format.parse_name(entry)
+            # (a name outside the shard it maps to was moved there by hand: gc moves it home)
+            if name is not None and (home is None or _format.shard_of(entry, self.shards) == home):
+                found.append(name)
+        return found
+
+    def entries(self) -> Iterator[tuple[str, bool]]:
+        """Every entry of the queue directory and of the message directories,
+        unparsed, each with whether it is a regular file (for gc)."""
+        yield from _typed(self.path)
+
+    def report_damage(self, path: str, why: str) -> None:
+        """Report (a warning, once per message key per handle) an entry named
+        like a message that is not one: it is skipped and left in place, never
+        deleted nor counted (see docs/FORMAT.md, Damage)."""
+        entry = os.path.basename(path)
+        key = entry[:_format.KEY_LENGTH]
+        if key in self._reported:
+            return
+        if len(self._reported) >= _REPORTED_MAX:  # a spool full of damage: report it again, in bounded memory
+            self._reported.clear()
+        self._reported.add(key)
+        log.warning("queue %s: %s is not a message (%s): skipped, left in place", self.path, entry, why)
 
     def receive_round(self) -> Iterator[tuple[list[str], Callable[[str], bool] | None]]:
         """The listings a receive goes through, in order, each with a test of
@@ -126,10 +162,28 @@ class ShardedLayout(Layout):
                     found.append(name)
         return found
 
-    def entries(self) -> Iterator[str]:
-        yield from _fs.list_names(self.path)
-        for index in range(self.shards):
-            yield from self.list_shard(index)
+    def files(self) -> list[_format.Name]:
+        found = []
+        for index, prefix in enumerate(self.shard_prefixes):
+            directory = prefix[:-1]
+            _check_shard_dir(directory)
+            try:
+                found += self._files(directory, index)
+            except QueueNotFound:
+                if not _fs.is_dir(self.path):
+                    raise
+                # a missing shard: reported by receive and made again by gc
+        return found
+
+    def entries(self) -> Iterator[tuple[str, bool]]:
+        yield from _typed(self.path)
+        for prefix in self.shard_prefixes:
+            _check_shard_dir(prefix[:-1])
+            try:
+                yield from _typed(prefix[:-1])
+            except QueueNotFound:
+                if not _fs.is_dir(self.path):
+                    raise
 
     def receive_round(self) -> Iterator[tuple[list[str], Callable[[str], bool] | None]]:
         """The shards one at a time, going round from where the last round
@@ -173,7 +227,7 @@ class ShardedLayout(Layout):
         moved = 0
         places = [self.path, *self.message_dirs()]
         for index, directory in enumerate(places):
-            for entry in _fs.list_names(directory):
+            for entry in _fs.list_files(directory)[0]:  # damage stays where it is
                 name = _format.parse_name(entry)
                 if name is None or _format.shard_of(entry, self.shards) == index - 1:
                     continue
@@ -181,6 +235,16 @@ class ShardedLayout(Layout):
                     log.warning("moved %s from %s into its shard", entry, directory)
                     moved += 1
         return moved
+
+
+_REPORTED_MAX = 10_000  # damaged entries a handle remembers having reported
+
+
+def _typed(directory: str) -> Iterator[tuple[str, bool]]:
+    """The entries of ``directory``, each with whether it is a regular file."""
+    files, others = _fs.list_files(directory)
+    yield from ((entry, True) for entry in files)
+    yield from ((entry, False) for entry in others)
 
 
 def layout_for(path: str, shards: int) -> Layout:

@@ -24,6 +24,14 @@ MAX_ATTRIBUTE_BYTES = 64 * 1024  # names and values of a message's attributes, i
 MAX_ATTRIBUTE_NAME = 256  # characters of an attribute's name
 MAX_GROUP_LENGTH = 128  # characters of a message group's name
 MAX_DEDUP_ID = 128  # characters of a de-duplication id
+MAX_BODY_BYTES = 256 * 1024 * 1024  # a message's body, whatever the queue's max_message_bytes says
+# an envelope's header line: the attributes' bytes, each of which JSON may escape
+# to six ("\u0001"), and 64 KiB for the rest (names, quotes, the group, dedup)
+MAX_HEADER_BYTES = 6 * MAX_ATTRIBUTE_BYTES + 64 * 1024
+# the largest message file a reader takes: a larger one is damage, left in place
+MAX_MESSAGE_FILE = MAX_BODY_BYTES + MAX_HEADER_BYTES
+MAX_RECEIVE_BYTES = 16 * 1024 * 1024  # a receive_batch stops claiming once its bodies reach this
+MAX_CONTROL_FILE = 64 * 1024  # a file of vsqs's own: metadata, a settings version, a lease, a source
 
 # -- names of things on disk --
 MAX_QUEUE_NAME = 80  # characters of a queue's name in a spool

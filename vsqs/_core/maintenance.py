@@ -15,7 +15,7 @@ from vsqs._core import format as _format
 from vsqs._core import fs as _fs
 from vsqs._core.dead_letters import DeadLetters
 from vsqs._core.dedup import Reservations
-from vsqs._core.errors import StorageError
+from vsqs._core.errors import DamagedEntry, StorageError
 from vsqs._core.format import State
 from vsqs._core.groups import GroupLeases
 from vsqs._core.layout import Layout
@@ -62,20 +62,30 @@ class Maintenance:
         wanted = None if ids is None else set(ids)
         now = _format.now_us()
         moved: set[str] = set()
-        for name in sorted(self._layout.names(), key=str):
+        for name in sorted(self._layout.files(), key=str):
             if name.state is State.WRITING or (wanted is not None and name.key not in wanted):
                 continue
-            data = _fs.read(self._layout.message_file(str(name))) if bodies else None
+            data = self._body(name) if bodies else None
             if bodies and data is None:
                 moved.add(name.key)
                 continue
             yield self._info(name, now, data)
         if moved:
-            for name in sorted(self._layout.names(), key=str):
+            for name in sorted(self._layout.files(), key=str):
                 if name.key in moved and name.state is not State.WRITING:
-                    data = _fs.read(self._layout.message_file(str(name)))
+                    data = self._body(name)
                     if data is not None:
                         yield self._info(name, now, data)
+
+    def _body(self, name: _format.Name) -> bytes | None:
+        """The content of message ``name``; None if it is gone, or if it
+        turned out to be no message (then reported, and skipped)."""
+        path = self._layout.message_file(str(name))
+        try:
+            return _fs.read(path)
+        except DamagedEntry as exc:
+            self._layout.report_damage(path, str(exc.strerror))
+            return None
 
     def _info(self, name: _format.Name, now: int, data: bytes | None) -> MessageInfo:
         visible_at = name.until_us if name.state is State.HIDDEN else name.sent_us
@@ -103,7 +113,7 @@ class Maintenance:
         sample: dict[str, _format.Name] = {}
         writing = 0
         oldest = now
-        for name in self._layout.names():
+        for name in self._layout.files():
             if name.state is State.WRITING:
                 writing += 1
                 continue
@@ -133,9 +143,11 @@ class Maintenance:
         return str((header or {}).get("group") or name.group_hash)
 
     def purge(self) -> int:
-        """Delete every message, in flight and delayed included; how many."""
+        """Delete every message, in flight and delayed included; how many.
+        Entries named like messages that are no regular files are reported
+        and left alone (see Layout.files)."""
         removed = 0
-        for name in self._layout.names():
+        for name in self._layout.files():
             if name.state is not State.WRITING and _fs.unlink(self._layout.message_file(str(name))):
                 removed += 1
         return removed
@@ -168,9 +180,12 @@ class Maintenance:
         removed = 0
         present: set[str] = set()
         self._layout.rehome_strays(self._settings.mode)
-        for entry in self._layout.entries():
+        for entry, regular in self._layout.entries():
             name = _format.parse_name(entry)
-            if name is not None and name.state is not State.WRITING:
+            if name is not None and not regular:  # damage: reported, left in place, never removed
+                present.add(name.key)
+                self._layout.report_damage(self._layout.message_file(entry), "not a regular file")
+            elif name is not None and name.state is not State.WRITING:
                 if retention is not None and name.sent_us / 1e6 < now - retention:
                     removed += _fs.unlink(self._layout.message_file(entry))
                 else:

@@ -9,6 +9,8 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from vsqs._core import format as _format
+from vsqs._core.errors import MessageTooLarge
+from vsqs._core.limits import MAX_BODY_BYTES
 
 if TYPE_CHECKING:
     from vsqs._core.queue import Queue
@@ -21,13 +23,20 @@ def to_us(seconds: float) -> int:
 
 
 def to_bytes(body: object) -> bytes:
+    """A body to publish, as bytes; :class:`MessageTooLarge` over
+    MAX_BODY_BYTES, whatever the queue's ``max_message_bytes`` (no reader
+    takes a larger message file: it would be damage)."""
     if isinstance(body, bytes):
-        return body
-    if isinstance(body, str):
-        return body.encode("utf-8")
-    if isinstance(body, (bytearray, memoryview)):
-        return bytes(body)
-    raise TypeError(f"body must be bytes or str, not {type(body).__name__}")
+        data = body
+    elif isinstance(body, str):
+        data = body.encode("utf-8")
+    elif isinstance(body, (bytearray, memoryview)):
+        data = bytes(body)
+    else:
+        raise TypeError(f"body must be bytes or str, not {type(body).__name__}")
+    if len(data) > MAX_BODY_BYTES:
+        raise MessageTooLarge(f"message of {len(data)} bytes is over the {MAX_BODY_BYTES} bytes vsqs takes")
+    return data
 
 
 @dataclass(frozen=True)

@@ -3,33 +3,70 @@ written (with the shard directories) to create one so that it appears whole."""
 
 from __future__ import annotations
 
+import errno
+import json
 import os
 import time
+
 from vsqs._core import format as _format
 from vsqs._core import fs as _fs
-from vsqs._core.errors import QueueNotFound
+from vsqs._core.errors import (
+    DamagedEntry,
+    IncompatibleFormat,
+    QueueNotFound,
+    StorageError,
+)
 from vsqs._core.layout import Layout, layout_for
+from vsqs._core.limits import MAX_CONTROL_FILE
 
-_METADATA_WAIT = 5.0  # how long to wait for a racing creator to write metadata
+# how long to wait for a racing creator to write the metadata; a metadata file
+# found empty is waited for only while it is this young (its mtime), else it
+# is damage, refused at once (no thread is held for it)
+_METADATA_WAIT = 5.0
 
 
 def open_queue(path: str, *, create: bool, shards: int = 1, mode: int | None = None) -> _format.Metadata:
     """Check (or make, with ``shards`` and file ``mode``) the queue directory
-    at ``path`` and its metadata; return what the metadata fixes."""
+    at ``path`` and its metadata; return what the metadata fixes.
+
+    A queue directory that is a symbolic link is refused (vsqs follows none:
+    a link planted in a spool would take messages outside it), and so is
+    metadata that is not a regular file."""
+    if _fs.is_link(path):
+        if create:
+            raise StorageError(errno.ELOOP, "cannot create a queue over a symbolic link (vsqs follows none)", path)
+        raise QueueNotFound(f"not a vsqs queue: {path} is a symbolic link (vsqs follows none)")
     meta = os.path.join(path, _format.METADATA_NAME)
-    data = _fs.read(meta)
+    data = _read(meta)
     if data is None and create:
         _create(path, shards, mode)
-        data = _fs.read(meta)
+        data = _read(meta)
     if data is None:
         if _fs.is_dir(path):
             raise QueueNotFound(f"not a vsqs queue: {path} has no {_format.METADATA_NAME} (create it first)")
         raise QueueNotFound(f"no queue at {path} (create it first)")
-    deadline = time.monotonic() + _METADATA_WAIT
-    while not data and time.monotonic() < deadline:  # a creator is still writing it
-        time.sleep(0.01)
-        data = _fs.read(meta) or b""
+    if not data and _young(meta):  # a creator is still writing it
+        deadline = time.monotonic() + _METADATA_WAIT
+        while not data and time.monotonic() < deadline:
+            time.sleep(0.01)
+            data = _read(meta) or b""
     return _format.decode_metadata(data, meta)
+
+
+def _read(meta: str) -> bytes | None:
+    """The metadata's content (``None``: there is none); one that is not a
+    regular file, or too large for metadata, is :class:`IncompatibleFormat`."""
+    try:
+        return _fs.read(meta, MAX_CONTROL_FILE)
+    except DamagedEntry as exc:
+        raise IncompatibleFormat(f"{meta}: unreadable queue metadata ({exc.strerror})") from None
+
+
+def _young(meta: str) -> bool:
+    """Whether the metadata file was written less than _METADATA_WAIT ago
+    (by this host's clock: either way, the wait is bounded)."""
+    written = _fs.mtime(meta)
+    return written is not None and abs(time.time() - written) < _METADATA_WAIT
 
 
 def _create(path: str, shards: int, mode: int | None) -> None:
@@ -41,7 +78,7 @@ def _create(path: str, shards: int, mode: int | None) -> None:
     meta = os.path.join(path, _format.METADATA_NAME)
     if not _fs.is_dir(path):
         parent, base = os.path.split(path)
-        _fs.make_dirs(parent)
+        _fs.make_root(parent)
         private = os.path.join(parent, f".{base}.creating-{_format.new_tag()}")
         _fs.make_dir(private, mode)
         Layout.make(private, shards, mode)
@@ -58,6 +95,19 @@ def _create(path: str, shards: int, mode: int | None) -> None:
         Layout.make(path, shards, mode)
     if _fs.create_exclusive(meta, content, durable=True, mode=mode):
         _fs.fsync_dir(path)
+
+
+def created_at(path: str) -> float | None:
+    """When the queue at ``path`` was created, from its metadata (``None`` if it does not say)."""
+    meta = os.path.join(path, _format.METADATA_NAME)
+    data = _fs.read_control(meta)
+    if data is None:
+        raise QueueNotFound(f"no queue at {path} (create it first)")
+    try:
+        created = json.loads(data).get("created")
+    except (ValueError, AttributeError):
+        return None  # (a creator still writing it, or torn: opening the queue says more)
+    return None if isinstance(created, bool) or not isinstance(created, (int, float)) else float(created)
 
 
 class Store:

@@ -24,7 +24,9 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from vsqs._core import format as _format
 from vsqs._core import fs as _fs
+from vsqs._core.dead_letters import DeadLetters
 from vsqs._core.errors import InvalidArgument
 
 MOVES_DIR = ".moves"
@@ -40,19 +42,19 @@ _ID_RE = re.compile(r"[0-9]{13}-[0-9a-f]{8}")
 class MoveTasks:
     """The redrive tasks of one (dead-letter) queue whose directory is ``directory``.
 
-    ``redrive(to, max_messages)`` moves up to that many visible messages and
-    returns how many moved; ``backlog()`` counts the visible messages (the
-    task's approximate number to move)."""
+    ``dead_letters`` moves its messages; ``backlog()`` counts the visible
+    messages (the task's approximate number to move)."""
 
     def __init__(
         self,
         directory: str,
-        redrive: Callable[[str | None, int], int],
+        dead_letters: DeadLetters[Any],
+        skew_us: int,
         backlog: Callable[[], int],
         mode: Callable[[], int | None],
     ) -> None:
         self._dir = os.path.join(directory, MOVES_DIR)
-        self._redrive = redrive
+        self._redrive = lambda to, count: dead_letters.redrive(to, count, _format.now_us(), skew_us)
         self._backlog = backlog
         self._mode = mode
 

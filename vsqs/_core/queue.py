@@ -33,9 +33,9 @@ from vsqs._core import settings as _settings
 from vsqs._core.dead_letters import DeadLetters
 from vsqs._core.dedup import Reservations
 from vsqs._core.errors import (
+    DamagedEntry,
     InvalidArgument,
     InvalidReceipt,
-    QueueNotFound,
     StaleReceipt,
     StorageError,
     VsqsError,
@@ -48,13 +48,14 @@ from vsqs._core.limits import (
     MAX_BATCH,
     MAX_CLOCK_SKEW,
     MAX_PRIORITY,
+    MAX_RECEIVE_BYTES,
     MAX_VISIBILITY_TIMEOUT,
     MAX_WAIT,
 )
 from vsqs._core.listing import Listing
 from vsqs._core.maintenance import Maintenance
 from vsqs._core.message import Body, Message, MessageInfo, Outgoing, QueueStats, to_bytes, to_us
-from vsqs._core.metadata import Store, open_store
+from vsqs._core.metadata import Store, created_at, open_store
 from vsqs._core.move_tasks import MoveTasks
 from vsqs._core.receipts import HeldMessages, IssuedReceipts, stale_message
 from vsqs._core.rules import check_batch_size, check_priority, check_seconds
@@ -183,14 +184,24 @@ class Queue:
         """The queue's settings (defaults filled in), read-only; at most a second old."""
         return MappingProxyType(dict(self._settings.current()))
 
+    @property
+    def created_at(self) -> float | None:
+        """When the queue was created (epoch seconds, from its metadata; ``None``
+        if the metadata does not say). Read from disk on each call."""
+        return created_at(self._path)
+
+    @property
+    def settings_changed_at(self) -> float | None:
+        """When the queue's settings were last changed (the newest version's
+        time, epoch seconds; ``None`` if they never were). Read from disk on each call."""
+        return self._settings.changed_at()
+
     def configure(self, **changes: Any) -> Mapping[str, Any]:
         """Change settings (``None`` unsets one); every process sees them within a second.
 
         Known settings: visibility_timeout, delay, retention, max_messages,
         max_message_bytes, max_receives, dead_letter, group_concurrency,
-        dedup_window, throttle; and, kept for SQS clients but not obeyed,
-        tags, policy, kms_master_key_id, kms_data_key_reuse_period,
-        sqs_managed_sse (docs/FORMAT.md, Settings).
+        dedup_window, throttle; tags, policy and kms_* kept, not obeyed (FORMAT.md).
         """
         clean = _settings.validate(changes)
         if clean.get("dead_letter"):
@@ -204,9 +215,8 @@ class Queue:
         return MappingProxyType(dict(result))
 
     def update_setting(self, name: str, change: Callable[[Any], Any]) -> Mapping[str, Any]:
-        """Set the setting ``name`` to ``change(its newest value)``, atomically
-        against other writers: after a lost race ``change`` is called again
-        on the winner's value (so two processes adding tags lose neither)."""
+        """Set the setting ``name`` to ``change(its newest value)``, atomically against other
+        writers (after a lost race, ``change`` is called again on the winner's value)."""
         if name not in _settings.SCHEMA or name in ("dead_letter", "file_mode"):
             raise InvalidArgument(f"update_setting cannot change {name!r}; use configure")
         edit = lambda current: _settings.validate({name: change(current[name])})  # noqa: E731
@@ -406,7 +416,10 @@ class Queue:
         wait: float | None = None,
         read_bodies: bool = True,
     ) -> list[Message]:
-        """Take up to ``max_messages`` visible messages (fewer if fewer are visible).
+        """Take up to ``max_messages`` visible messages (fewer if fewer are
+        visible, or once the bodies read reach 16 MiB, ``MAX_RECEIVE_BYTES``:
+        a batch holds at most that plus one message; the rest wait for the
+        next call).
 
         ``read_bodies=False`` only claims: each body is read when first used
         (for example by another process holding the receipt, see :meth:`read`).
@@ -470,6 +483,7 @@ class Queue:
         fruitless = layout.shards
         lists_left = fruitless
         skips = _SKIPS_PER_CALL
+        held = 0  # bytes of the bodies read so far (see MAX_RECEIVE_BYTES)
         while len(got) < limit:
             with lock:
                 if cache.visible and not (cache.hidden or cache.grouped) and time.monotonic() < cache.stale_at:
@@ -534,8 +548,14 @@ class Queue:
                     data = _fs.read(path)
                     if data is None:
                         continue  # only if another host's clock is far ahead: it took our lease
+                    held += len(data)
                     if parsed.envelope:
                         data, header = _envelope.decode_content(parsed, data, path)
+                except DamagedEntry as exc:  # no message: a FIFO, a directory... or far too large
+                    # skipped, left in place (hidden until its lease ends, then claimed
+                    # again, or moved to the dead-letter queue after max_receives)
+                    layout.report_damage(path, str(exc.strerror))
+                    continue
                 except StorageError as exc:  # unreadable (permissions) or corrupt
                     # a corrupt file stays in flight and comes back with its lease (and
                     # goes to the dead-letter queue after max_receives); the rest go on
@@ -547,6 +567,8 @@ class Queue:
             receipt = _format.make_receipt(queue_id, new, slot)
             self._receipts.add(receipt, new, slot)
             got.append(Message(self, name[:_KEY_LENGTH], data, receipt, count, None, header))  # sent_at: from the id
+            if held >= MAX_RECEIVE_BYTES:
+                break  # the bodies held: at most MAX_RECEIVE_BYTES plus one message
         if failure is not None and not got:
             raise failure
         return got
@@ -669,6 +691,11 @@ class Queue:
         """
         return self._held(self._open_parts()).current(receipt)
 
+    def message_id(self, receipt: str) -> str:
+        """The id of the message ``receipt`` names (whether or not it still
+        holds it); :class:`InvalidReceipt` if it is not a receipt of this queue."""
+        return _format.parse_receipt(self.id, receipt)[0].key
+
     def release(self, receipt: str) -> None:
         """Make the message visible again now (ready), keeping its receive count."""
         self._held(self._open_parts()).release(receipt)
@@ -725,16 +752,7 @@ class Queue:
         """Paths of the queues whose dead-letter queue this queue is now: those
         recorded in its ``.sources`` whose settings still name it."""
         self._open_parts()
-        found: set[str] = set()
-        for path in self._dead_letters.sources().values():
-            try:
-                source = Queue(path)
-                source._open_parts()
-                if source._dead_letters.path() == self._path:
-                    found.add(source.path)
-            except (QueueNotFound, InvalidArgument):
-                continue  # gone, or no longer a queue that names this one
-        return sorted(found)
+        return self._dead_letters.live_sources()
 
     def redrive(self, to: Queue | str | os.PathLike[str] | None = None, *, max_messages: int | None = None) -> int:
         """Move visible messages of this (dead-letter) queue back, with their
@@ -747,9 +765,8 @@ class Queue:
     def start_redrive(
         self, to: Queue | str | os.PathLike[str] | None = None, *, per_second: int | None = None
     ) -> dict[str, Any]:
-        """Start :meth:`redrive` as a task in a background thread of this
-        process, in steps (at most ``per_second`` messages a second, 1..500,
-        approximately); returns its state (see :meth:`redrive_tasks`). One
+        """Start :meth:`redrive` as a task in a background thread of this process, in
+        steps (about ``per_second`` messages a second, 1..500); returns its state. One
         active task per queue: :class:`InvalidArgument` while another runs."""
         target = None if to is None else to.path if isinstance(to, Queue) else os.path.abspath(os.fspath(to))
         if target is not None:
@@ -757,28 +774,19 @@ class Queue:
         return self._move_tasks().start(target, per_second)
 
     def redrive_tasks(self) -> list[dict[str, Any]]:
-        """The queue's redrive tasks, newest first, as every process sees them:
-        dicts of id, status (RUNNING, CANCELLING, CANCELLED, COMPLETED,
-        FAILED), destination (a path, or None: each message's own queue),
-        per_second, moved, to_move (visible messages at the start), started
-        and updated (epoch seconds), failure (a reason, or None)."""
+        """The queue's redrive tasks, newest first, as every process sees them
+        (dicts: docs/FORMAT.md, Redrive tasks; status CANCELLING while a cancel waits)."""
         return self._move_tasks().list()
 
     def cancel_redrive(self, task_id: str) -> dict[str, Any] | None:
-        """Ask a running redrive task to stop, whichever process runs it; its
-        state (status CANCELLING), ``None`` if there is no such task,
-        :class:`InvalidArgument` if it is no longer running."""
+        """Ask a running redrive task to stop, whichever process runs it; its state, ``None``
+        if there is no such task, :class:`InvalidArgument` if it is no longer running."""
         return self._move_tasks().cancel(task_id)
 
     def _move_tasks(self) -> MoveTasks:
         self._open_parts()
-        dead_letters, skew = self._dead_letters, self._skew_us
-        return MoveTasks(
-            self._path,
-            lambda to, count: dead_letters.redrive(to, count, _format.now_us(), skew),
-            lambda: self.stats().ready,
-            self._settings.current_mode,
-        )
+        return MoveTasks(self._path, self._dead_letters, self._skew_us, lambda: self.stats().ready,
+                         self._settings.current_mode)
 
     def collect_garbage(
         self, grace: float = DEFAULT_GC_GRACE, *, stage_grace: float = DEFAULT_STAGE_GRACE

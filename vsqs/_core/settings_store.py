@@ -104,11 +104,18 @@ class SettingsStore:
             reverse=True,
         )
         for version in versions:
-            data = _fs.read(os.path.join(self.directory, _settings.version_name(version)))
+            data = _fs.read_control(os.path.join(self.directory, _settings.version_name(version)))
             settings = _settings.decode(data, _format.FORMAT_VERSION) if data else None
             if settings is not None:
                 return versions[0], version, settings
         return (versions[0] if versions else 0), 0, _settings.defaults()
+
+    def changed_at(self) -> float | None:
+        """When the newest version was written (its file's mtime); ``None`` if there is none."""
+        if not _fs.is_private_dir(self.directory):
+            return None
+        versions = [v for v in map(_settings.parse_version, _fs.list_names(self.directory)) if v is not None]
+        return _fs.mtime(os.path.join(self.directory, _settings.version_name(max(versions)))) if versions else None
 
     def _adopt(self, settings: dict[str, Any]) -> None:
         with self._lock:

@@ -14,7 +14,6 @@ from vsqs._core.queue import Queue
 from vsqs._core.rules import check_queue_name, is_queue_name
 
 
-
 class Spool:
     """A directory of queues, each a subdirectory named after the queue."""
 
@@ -23,7 +22,7 @@ class Spool:
         if not _fs.is_dir(self._root):
             if not create:
                 raise QueueNotFound(f"no spool at {self._root} (create it first)")
-            _fs.make_dirs(self._root)
+            _fs.make_root(self._root)
 
     def __repr__(self) -> str:
         return f"vsqs.Spool({self._root!r})"
@@ -64,12 +63,11 @@ class Spool:
         return (self.queue(name) for name in self.queues())
 
     def queues(self) -> list[str]:
-        """The names of the queues in the spool, sorted."""
+        """The names of the queues in the spool, sorted: directories (not
+        symlinks: vsqs follows none out of the spool) holding queue metadata."""
         names = []
         for entry in _fs.list_names(self._root):
-            if is_queue_name(entry) and _fs.exists(
-                os.path.join(self._root, entry, _format.METADATA_NAME)
-            ):
+            if is_queue_name(entry) and _is_queue_dir(os.path.join(self._root, entry)):
                 names.append(entry)
         return sorted(names)
 
@@ -80,7 +78,7 @@ class Spool:
         every process sees it gone at once; then its files are removed.
         """
         path = self.path(name)
-        if not _fs.exists(os.path.join(path, _format.METADATA_NAME)):
+        if not _is_queue_dir(path):  # a plain file or a symlink of that name is no queue: left alone
             raise QueueNotFound(f"no queue {name!r} in {self._root}")
         doomed = os.path.join(self._root, f".{name}.deleting-{_format.new_tag()}")
         if not _fs.rename(path, doomed):
@@ -88,6 +86,11 @@ class Spool:
         count = _count_messages(doomed)
         _fs.remove_tree(doomed)
         return count
+
+
+def _is_queue_dir(path: str) -> bool:
+    """Whether ``path`` is a directory itself (not a symlink, not a file) holding queue metadata."""
+    return _fs.is_private_dir(path) and _fs.exists(os.path.join(path, _format.METADATA_NAME))
 
 
 def _count_messages(directory: str) -> int:
@@ -100,4 +103,5 @@ def _count_messages(directory: str) -> int:
             os.path.join(shards, entry) for entry in _fs.list_names(shards)
             if _fs.is_private_dir(os.path.join(shards, entry))
         ]
-    return sum(1 for place in places for entry in _fs.list_names(place) if _format.parse_name(entry) is not None)
+    # regular files only: a directory or a FIFO named like a message is no message
+    return sum(1 for place in places for entry in _fs.list_files(place)[0] if _format.parse_name(entry) is not None)

@@ -8,14 +8,17 @@ Two faces share one port: the native JSON/raw API under ``/queues``
 ``POST /`` (:mod:`vsqs._gateway.sqs`). Around the app, outermost first:
 :class:`~vsqs._gateway.metrics.RequestMetrics`,
 :class:`~vsqs._gateway.auth.BrowserGuard`,
+:class:`~vsqs._gateway.timeouts.BodyDeadline`,
 :class:`~vsqs._gateway.size_cap.RequestSizeCap` and
-:class:`~vsqs._gateway.auth.ApiKeyAuth`.
+:class:`~vsqs._gateway.auth.ApiKeyAuth`; under them uvicorn runs the
+protocol of :mod:`vsqs._gateway.timeouts` (a deadline for request heads).
 """
 
 from __future__ import annotations
 
 import logging
 import os
+from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -27,11 +30,13 @@ from vsqs._gateway.asgi import ASGIApp
 from vsqs._gateway.auth import ApiKeyAuth, BrowserGuard
 from vsqs._gateway.config import CONFIG_FILE_ENV, SECRET_ENVS, GatewayConfig
 from vsqs._gateway.errors import ApiError, api_error_of, error_response, without_paths
+from vsqs._gateway.limits import KEEP_ALIVE_TIMEOUT, MAX_REQUEST_HEAD_BYTES
 from vsqs._gateway.metrics import RequestMetrics
 from vsqs._gateway.rest.routes import router as rest_router
 from vsqs._gateway.size_cap import RequestSizeCap, refusal_response
 from vsqs._gateway.sqs.endpoint import router as sqs_router
 from vsqs._gateway.state import Gateway
+from vsqs._gateway.timeouts import BodyDeadline, protocol_factory
 
 log = logging.getLogger("vsqs.gateway")
 
@@ -49,7 +54,8 @@ def create_app(config: GatewayConfig) -> ASGIApp:
     _add_operations_routes(app, gateway)
     app.include_router(rest_router)
     app.include_router(sqs_router())
-    guarded = BrowserGuard(RequestSizeCap(ApiKeyAuth(app, config.api_key), config), config)
+    capped = RequestSizeCap(ApiKeyAuth(app, config.api_key), config)
+    guarded = BrowserGuard(BodyDeadline(capped, config.body_timeout), config)  # headers first, then the body
     return RequestMetrics(guarded, gateway.metrics)
 
 
@@ -72,7 +78,8 @@ def _add_error_handlers(app: FastAPI, gateway: Gateway) -> None:
 
     @app.exception_handler(StarletteHTTPException)
     async def _http_error(request: Request, exc: StarletteHTTPException) -> Response:
-        code = {404: "not_found", 405: "method_not_allowed", 413: "request_too_large"}.get(exc.status_code, "http_error")
+        code = {404: "not_found", 405: "method_not_allowed", 408: "request_timeout",
+                413: "request_too_large"}.get(exc.status_code, "http_error")
         error = ApiError(exc.status_code, code, str(exc.detail), headers=dict(exc.headers or {}))
         return refusal_response(request.scope, error, config)
 
@@ -119,6 +126,13 @@ def app_from_env() -> ASGIApp:
     return create_app(GatewayConfig.from_file(os.environ[CONFIG_FILE_ENV]))
 
 
+def uvicorn_options(config: GatewayConfig, limit_concurrency: int | None = None) -> dict[str, Any]:
+    """How uvicorn runs the gateway (beyond host, port, workers and logging): the
+    protocol with a deadline for request heads, bounded heads, the keep-alive."""
+    return {"http": protocol_factory(config.header_timeout), "h11_max_incomplete_event_size": MAX_REQUEST_HEAD_BYTES,
+            "timeout_keep_alive": KEEP_ALIVE_TIMEOUT, "limit_concurrency": limit_concurrency}
+
+
 def serve(config: GatewayConfig, *, host: str, port: int, workers: int, log_level: str,
           limit_concurrency: int | None = None) -> None:
     """Run the gateway under uvicorn until interrupted; past ``limit_concurrency``
@@ -139,9 +153,9 @@ def serve(config: GatewayConfig, *, host: str, port: int, workers: int, log_leve
         log.warning("no API key configured: the native API (/queues) is open to anyone who can connect")
     if host not in ("127.0.0.1", "::1", "localhost"):
         log.warning("listening on %s beyond loopback; put TLS in front (a reverse proxy)", host)
+    options = uvicorn_options(config, limit_concurrency)
     if workers == 1:
-        uvicorn.run(create_app(config), host=host, port=port, log_level=log_level,
-                    limit_concurrency=limit_concurrency)
+        uvicorn.run(create_app(config), host=host, port=port, log_level=log_level, **options)
         return
     # The workers are new processes that inherit the environment, which /proc
     # shows: the config (keys included) goes in a file of a private directory
@@ -155,4 +169,4 @@ def serve(config: GatewayConfig, *, host: str, port: int, workers: int, log_leve
         os.mkdir(metrics_dir, 0o700)
         os.environ["PROMETHEUS_MULTIPROC_DIR"] = metrics_dir
         uvicorn.run("vsqs._gateway.app:app_from_env", factory=True, host=host, port=port,
-                    workers=workers, log_level=log_level, limit_concurrency=limit_concurrency)
+                    workers=workers, log_level=log_level, **options)

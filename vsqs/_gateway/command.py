@@ -20,7 +20,7 @@ import click
 from vsqs import Spool, VsqsError
 from vsqs._core import settings as _settings
 from vsqs._gateway.config import DEFAULT_MAX_MESSAGE_BYTES, GatewayConfig, check_host_name
-from vsqs._gateway.limits import MAX_MESSAGE_BYTES_CEILING
+from vsqs._gateway.limits import BODY_TIMEOUT, HEADER_TIMEOUT, MAX_MESSAGE_BYTES_CEILING, MAX_REQUEST_TIMEOUT
 
 
 def _read_secret_file(path: str) -> str:
@@ -105,13 +105,20 @@ def _public_url(url: str | None) -> str | None:
 @click.option("--public-url", envvar="VSQS_PUBLIC_URL", default=None, metavar="URL",
               help="http(s)://HOST[:PORT] the SQS face's queue URLs start with [default: the request's own "
               "scheme and Host; also $VSQS_PUBLIC_URL].")
+@click.option("--header-timeout", type=click.FloatRange(0, MAX_REQUEST_TIMEOUT, min_open=True),
+              default=HEADER_TIMEOUT, show_default=True, metavar="SECONDS",
+              help="Close a connection that has not sent a whole request head within this time.")
+@click.option("--body-timeout", type=click.FloatRange(0, MAX_REQUEST_TIMEOUT, min_open=True),
+              default=BODY_TIMEOUT, show_default=True, metavar="SECONDS",
+              help="Answer 408 to a request whose body has not come in full within this time.")
 @click.option("--create", is_flag=True, help="Create SPOOL if it does not exist.")
 @click.option("--log-level", type=click.Choice(["critical", "error", "warning", "info", "debug"]),
               default="info", show_default=True)
 def serve(
     spool: str, host: str, port: int, workers: int, api_key_file: str | None, aws_credentials_file: str | None,
     region: str, max_message_bytes: int, file_mode: str | None, limit_concurrency: int | None,
-    public_hosts: tuple[str, ...], public_url: str | None, create: bool, log_level: str,
+    public_hosts: tuple[str, ...], public_url: str | None, header_timeout: float, body_timeout: float,
+    create: bool, log_level: str,
 ) -> None:
     """Serve SPOOL over HTTP: the native API under /queues and the Amazon SQS
     protocol on POST / (needs the extra: pip install 'vsqs[server]').
@@ -136,6 +143,7 @@ def serve(
         spool=os.path.abspath(spool), api_key=api_key, aws_credentials=_aws_credentials(aws_credentials_file),
         region=region, max_message_bytes=max_message_bytes, file_mode=file_mode,
         listen_host=host, public_hosts=_public_hosts(public_hosts), public_url=_public_url(public_url),
+        header_timeout=header_timeout, body_timeout=body_timeout,
     )
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(name)s %(levelname)s %(message)s")
     run(config, host=host, port=port, workers=workers, log_level=log_level, limit_concurrency=limit_concurrency)

@@ -10,7 +10,7 @@ import os
 import re
 from dataclasses import dataclass, field
 
-from vsqs._gateway.limits import SQS_MAX_MESSAGE_BYTES
+from vsqs._gateway.limits import BODY_TIMEOUT, HEADER_TIMEOUT, SQS_MAX_MESSAGE_BYTES
 
 CONFIG_FILE_ENV = "VSQS_GATEWAY_CONFIG_FILE"  # `vsqs serve --workers N`: the path of the config file of each worker
 SECRET_ENVS = ("VSQS_API_KEY", "VSQS_AWS_SECRET_ACCESS_KEY")  # read at start, kept out of the workers' environment
@@ -34,6 +34,8 @@ class GatewayConfig:
     listen_host: str = "127.0.0.1"  # --host: the address the server was started for
     public_hosts: list[str] = field(default_factory=list)  # --public-host: more names clients may use (a proxy's)
     public_url: str | None = None  # --public-url: the base of queue URLs (else the request's scheme and Host)
+    header_timeout: float = HEADER_TIMEOUT  # seconds to send a request's head (vsqs._gateway.timeouts)
+    body_timeout: float = BODY_TIMEOUT  # seconds, after the head, to send the whole body
 
     @property
     def max_request_bytes(self) -> int:

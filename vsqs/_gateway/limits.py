@@ -29,6 +29,7 @@ MAX_MESSAGE_ATTRIBUTES = 10  # per message
 SQS_MAX_MESSAGE_BYTES = 1024 * 1024  # SQS's own limit since 2025: the default --max-message-bytes
 MIN_MESSAGE_BYTES = 1024  # the lowest MaximumMessageSize
 MIN_RETENTION, MAX_RETENTION = 60, 1_209_600  # MessageRetentionPeriod: a minute .. 14 days
+SQS_DEFAULT_RETENTION = 345_600  # MessageRetentionPeriod reported for a queue that sets none (Amazon's: 4 days)
 MAX_RECEIVE_COUNT = 1000  # RedrivePolicy's maxReceiveCount
 MAX_LIST_RESULTS = 1000  # ListQueues' MaxResults, and its answer without one
 MAX_SQS_QUEUE_NAME = 80  # characters of a queue name CreateQueue takes
@@ -37,3 +38,20 @@ FIFO_DEDUP_WINDOW = 300.0  # seconds a FIFO queue made through the SQS face hold
 # -- the gateway's own --
 MAX_JSON_BATCH = 100  # messages per native JSON request
 MAX_MESSAGE_BYTES_CEILING = 64 * 1024 * 1024  # the largest --max-message-bytes
+
+# -- how long a client may take to send a request (vsqs._gateway.timeouts) --
+MAX_REQUEST_HEAD_BYTES = 16 * 1024  # request line and headers (h11's own default, made explicit)
+HEADER_TIMEOUT = 10.0  # seconds a client has to send a request's head (--header-timeout)
+BODY_TIMEOUT = 30.0  # seconds it then has to send the whole body (--body-timeout)
+KEEP_ALIVE_TIMEOUT = 5  # seconds an idle connection is kept after a response (uvicorn's default)
+MAX_REQUEST_TIMEOUT = 600.0  # the longest --header-timeout or --body-timeout
+
+# -- request bodies, judged before they are parsed (vsqs._gateway.json_body) --
+MAX_SMALL_BODY_BYTES = 128 * 1024  # a request without message bodies (settings, receipts, receive options)
+MAX_SMALL_JSON_VALUES = 2048  # JSON values in such a request (100 receipts or visibility entries fit)
+# a native batch: per message its ~8 fields and MAX_ATTRIBUTES attributes, as name and value
+MAX_BATCH_JSON_VALUES = MAX_JSON_BATCH * 2 * (8 + _engine.MAX_ATTRIBUTES + 2)
+MAX_SQS_JSON_VALUES = 10_000  # an SQS request (a batch of 10 with 10 attributes each is ~2000)
+MAX_JSON_DEPTH = 32  # nesting of arrays and objects (the deepest request needs 5)
+MAX_JSON_INTEGER_DIGITS = 32  # an integer longer than this is no count, size or time
+INLINE_JSON_BYTES = 64 * 1024  # bodies up to this size are parsed on the event loop, larger ones on a thread

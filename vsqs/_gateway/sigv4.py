@@ -26,8 +26,18 @@ with whatever region they are configured for; the signing key depends on
 it, so the signature still proves the secret); the service must be ``sqs``.
 A request that went through a reverse proxy may arrive with another ``Host``
 than the client signed: when the signature does not match with ``Host``, it
-is tried with each host named by ``X-Forwarded-Host`` and ``Forwarded: host=``.
-Presigned URLs (signature in the query string) are not supported.
+is tried with the first host named by ``X-Forwarded-Host`` and the first
+named by ``Forwarded: host=`` (the host the client addressed, as the proxy
+nearest it wrote it). Presigned URLs (signature in the query string) are not
+supported.
+
+Cost. The gateway verifies before it knows who is asking, so verification
+costs the same small, bounded work whatever the request holds: the
+canonical request (path, query, signed headers) is built once, the signing
+key derived once, and at most :data:`MAX_CANDIDATE_HOSTS` signatures are
+computed, one per candidate host, each a SHA-256 and an HMAC of a string
+as long as the request head (which the HTTP server bounds). The caller runs
+:func:`verify` on a worker thread: it hashes the body.
 """
 
 from __future__ import annotations
@@ -46,6 +56,7 @@ SERVICE = "sqs"
 MAX_SKEW_SECONDS = 15 * 60
 AMZ_DATE_FORMAT = "%Y%m%dT%H%M%SZ"
 UNSIGNED_PAYLOAD = "UNSIGNED-PAYLOAD"
+MAX_CANDIDATE_HOSTS = 3  # Host, the first X-Forwarded-Host, the first Forwarded host=
 
 _CREDENTIAL_RE = re.compile(r"([^/]+)/([0-9]{8})/([^/]+)/([^/]+)/aws4_request")
 _SIGNATURE_RE = re.compile(r"[0-9a-f]{64}")
@@ -147,6 +158,36 @@ def canonical_query(raw_query: str) -> str:
     return "&".join(f"{name}={value}" for name, value in sorted(pairs))
 
 
+@dataclass(frozen=True)
+class CanonicalRequest:
+    """A canonical request built once, but for the value of its ``host`` line,
+    so that trying another host costs a string concatenation, not a rebuild."""
+
+    head: str  # up to and including "host:"
+    tail: str  # from the end of the host line
+
+    def with_host(self, host: str) -> str:
+        return f"{self.head}{' '.join(host.split())}{self.tail}"
+
+
+def canonical_parts(
+    method: str,
+    raw_path: str,
+    raw_query: str,
+    headers: Mapping[str, str],
+    signed_headers: Sequence[str],
+    payload_hash: str,
+) -> CanonicalRequest:
+    """The canonical request with its host left open; ``headers`` maps lower-case
+    names to values (repeated headers already joined with commas); each value
+    is trimmed, inner runs of spaces collapsed. ``host`` must be signed."""
+    lines = [f"{name}:{' '.join(headers.get(name, '').split())}" for name in signed_headers]
+    at = list(signed_headers).index("host")
+    head = "\n".join([method.upper(), canonical_uri(raw_path), canonical_query(raw_query), *lines[:at], "host:"])
+    tail = "\n".join(["", *lines[at + 1:], "", ";".join(signed_headers), payload_hash])
+    return CanonicalRequest(head, tail)
+
+
 def canonical_request(
     method: str,
     raw_path: str,
@@ -155,18 +196,9 @@ def canonical_request(
     signed_headers: Sequence[str],
     payload_hash: str,
 ) -> str:
-    """The canonical request; ``headers`` maps lower-case names to values (repeated
-    headers already joined with commas); each value is trimmed, inner runs of
-    spaces collapsed."""
-    lines = [f"{name}:{' '.join(headers.get(name, '').split())}" for name in signed_headers]
-    return "\n".join([
-        method.upper(),
-        canonical_uri(raw_path),
-        canonical_query(raw_query),
-        "\n".join(lines) + "\n",
-        ";".join(signed_headers),
-        payload_hash,
-    ])
+    """The canonical request, with the ``host`` of ``headers``."""
+    parts = canonical_parts(method, raw_path, raw_query, headers, signed_headers, payload_hash)
+    return parts.with_host(headers.get("host", ""))
 
 
 def string_to_sign(amz_date: str, scope: str, canonical: str) -> str:
@@ -181,8 +213,8 @@ def signing_key(secret: str, date: str, region: str, service: str) -> bytes:
     return key
 
 
-def signature(secret: str, auth: Authorization, amz_date: str, canonical: str) -> str:
-    key = signing_key(secret, auth.date, auth.region, auth.service)
+def signature(key: bytes, auth: Authorization, amz_date: str, canonical: str) -> str:
+    """The signature of a canonical request with a key from :func:`signing_key`."""
     return hmac.new(key, string_to_sign(amz_date, auth.scope, canonical).encode("utf-8"),
                     hashlib.sha256).hexdigest()
 
@@ -195,14 +227,22 @@ def header_map(headers: Iterable[tuple[bytes, bytes]]) -> dict[str, str]:
     return {name: ",".join(values) for name, values in joined.items()}
 
 
-def forwarded_hosts(headers: Mapping[str, str]) -> list[str]:
-    """Hosts a reverse proxy says the client addressed (``X-Forwarded-Host``, ``Forwarded``)."""
-    hosts = [part.strip() for part in headers.get("x-forwarded-host", "").split(",") if part.strip()]
-    for element in headers.get("forwarded", "").replace(",", ";").split(";"):
-        key, _, value = element.strip().partition("=")
-        if key.strip().lower() == "host" and value.strip().strip('"'):
-            hosts.append(value.strip().strip('"'))
-    return hosts
+_FORWARDED_HOST_RE = re.compile(r'(?:^|[;,])[ \t]*host[ \t]*=[ \t]*("[^"]*"|[^;,]*)', re.IGNORECASE)
+
+
+def candidate_hosts(headers: Mapping[str, str]) -> list[str]:
+    """The hosts the client may have signed, at most :data:`MAX_CANDIDATE_HOSTS`:
+    ``Host``, then the first host of ``X-Forwarded-Host`` and the first
+    ``host=`` of ``Forwarded`` (a proxy that appends puts the host the client
+    addressed first). However many a request names, no more are tried."""
+    host = headers.get("host", "")
+    candidates = [host]
+    forwarded = _FORWARDED_HOST_RE.search(headers.get("forwarded", ""))
+    for named in (headers.get("x-forwarded-host", "").split(",", 1)[0].strip(),
+                  forwarded.group(1).strip().strip('"') if forwarded else ""):
+        if named and named not in candidates:
+            candidates.append(named)
+    return candidates[:MAX_CANDIDATE_HOSTS]
 
 
 def verify(
@@ -251,11 +291,10 @@ def verify(
         raise SigV4Error("SignatureDoesNotMatch",
                          "X-Amz-Content-SHA256 is not the SHA-256 of the body"
                          + (" (unsigned payloads are not accepted)" if claimed.strip() == UNSIGNED_PAYLOAD else ""))
-    candidates = [headers.get("host", "")] + [h for h in forwarded_hosts(headers) if h != headers.get("host")]
-    for host in candidates:
-        signed = {**headers, "host": host}
-        canonical = canonical_request(method, raw_path, raw_query, signed, auth.signed_headers, payload_hash)
-        if hmac.compare_digest(signature(secret, auth, amz_date, canonical), auth.signature):
+    parts = canonical_parts(method, raw_path, raw_query, headers, auth.signed_headers, payload_hash)
+    key = signing_key(secret, auth.date, auth.region, auth.service)
+    for host in candidate_hosts(headers):
+        if hmac.compare_digest(signature(key, auth, amz_date, parts.with_host(host)), auth.signature):
             return auth.access_key
     raise SigV4Error("SignatureDoesNotMatch",
                      "the request signature does not match: check the secret access key and the signing method")

@@ -1,9 +1,13 @@
 """The request size cap: a pure-ASGI middleware that refuses a request whose
 Content-Length is over the cap of the face it is meant for, before any
-parsing, and stops reading a body that grows past it; and the refusal's
-answer, in that face's shape."""
+parsing, and stops reading a body that grows past it; the refusal's answer,
+in that face's shape; and the two helpers with which routes and actions
+apply tighter caps of their own (:mod:`vsqs._gateway.rest.bodies`, the SQS
+endpoint)."""
 
 from __future__ import annotations
+
+from collections.abc import Callable
 
 from fastapi.responses import Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
@@ -11,13 +15,15 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from vsqs._gateway.asgi import ASGIApp, Message, Receive, Scope, Send
 from vsqs._gateway.config import GatewayConfig
 from vsqs._gateway.errors import ApiError, error_response
-from vsqs._gateway.sqs.protocol import is_sqs_request, request_too_large
+from vsqs._gateway.sqs.protocol import is_sqs_request, request_timeout, request_too_large
 
 
 def refusal_response(scope: Scope, error: ApiError, config: GatewayConfig) -> Response:
     """The answer to a refused request, in the shape of the face it was meant for."""
-    if error.status == 413 and is_sqs_request(scope):
+    if is_sqs_request(scope) and error.status == 413:
         return request_too_large(config.max_sqs_request_bytes)
+    if is_sqs_request(scope) and error.status == 408:
+        return request_timeout(error.message)
     return error_response(error)
 
 
@@ -46,27 +52,44 @@ class RequestSizeCap:
         return config.max_sqs_request_bytes if is_sqs_request(scope) else config.max_request_bytes
 
     def _refusal(self, scope: Scope) -> ApiError | None:
-        length = dict(scope["headers"]).get(b"content-length")
-        if length is None:
-            return None
-        if not length.isdigit():
+        try:
+            length = declared_length(scope)
+        except ValueError:
             return ApiError(400, "bad_request", "Content-Length is not a number")
         limit = self._limit(scope)
-        if int(length) > limit:
+        if length is not None and length > limit:
             return ApiError(413, "request_too_large", f"the request body is over {limit} bytes", "body")
         return None
 
     def _capped(self, scope: Scope, receive: Receive) -> Receive:
         limit = self._limit(scope)
-        seen = 0
+        # an HTTPException: the app's handler answers it (413)
+        return capped_receive(receive, limit, lambda: StarletteHTTPException(
+            413, f"the request body is over {limit} bytes"))
 
-        async def capped() -> Message:
-            nonlocal seen
-            message = await receive()
-            if message["type"] == "http.request":
-                seen += len(message.get("body", b""))
-                if seen > limit:  # an HTTPException: the app's handler answers it (413)
-                    raise StarletteHTTPException(413, f"the request body is over {limit} bytes")
-            return message
 
-        return capped
+def declared_length(scope: Scope) -> int | None:
+    """The request's Content-Length (None: not given); ValueError if it is no number.
+    A length of more digits than any cap is read as "too large", never converted."""
+    length = dict(scope["headers"]).get(b"content-length")
+    if length is None:
+        return None
+    if not length.isdigit():
+        raise ValueError("Content-Length is not a number")
+    return int(length) if len(length) <= 18 else 10**18
+
+
+def capped_receive(receive: Receive, limit: int, refusal: Callable[[], Exception]) -> Receive:
+    """``receive``, raising ``refusal()`` once the body read so far is over ``limit`` bytes."""
+    seen = 0
+
+    async def capped() -> Message:
+        nonlocal seen
+        message = await receive()
+        if message["type"] == "http.request":
+            seen += len(message.get("body", b""))
+            if seen > limit:
+                raise refusal()
+        return message
+
+    return capped

@@ -21,6 +21,7 @@ from vsqs._gateway.limits import (
     MAX_SHARDS,
     MIN_PRIORITY,
 )
+from vsqs._gateway.rest.bodies import BoundedRoute
 from vsqs._gateway.rest.models import (
     Count,
     DeleteOutcome,
@@ -60,7 +61,7 @@ _MEDIA_TYPE_RE = re.compile(rf'{_TOKEN}/{_TOKEN}(\s*;\s*{_TOKEN}=({_TOKEN}|"[ !#
 # same-origin, and with no API key all-powerful), whatever type its publisher chose
 _INERT = {"X-Content-Type-Options": "nosniff", "Content-Security-Policy": "default-src 'none'; sandbox"}
 
-router = APIRouter(prefix="/queues")
+router = APIRouter(prefix="/queues", route_class=BoundedRoute)
 
 
 def _is_media_type(text: str) -> bool:
@@ -232,10 +233,7 @@ async def publish_raw(
 ) -> Response:
     """Store the request body as is, whatever its Content-Type (kept for GET)."""
     gateway = gateway_of(request)
-    data = await request.body()
-    limit = gateway.config.max_message_bytes
-    if len(data) > limit:
-        raise ApiError(413, "message_too_large", f"the body is {len(data)} bytes, over the gateway's {limit}", "body")
+    data = await request.body()  # at most --max-message-bytes: the route's cap (rest/bodies.py)
     content_type = request.headers.get("content-type")
     if content_type is not None and not _is_media_type(content_type):
         raise ApiError(422, "invalid_parameter", "Content-Type must be a media type such as text/plain",

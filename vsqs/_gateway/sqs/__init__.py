@@ -34,6 +34,8 @@ Decisions (beyond SQS's own rules):
 - Queue URL ``{scheme}://{Host}/{account_id}/{name}`` (``--public-url`` gives
   its start instead; the Host is one the gateway serves). A QueueUrl is
   accepted with any host and account; its last segment is the queue name.
+  A bare queue name is a QueueUrl too (Amazon takes one); a QueueUrl that
+  names no queue is QueueDoesNotExist, in Amazon's words.
   CreateQueue takes only SQS names (1-80 of ``A-Za-z0-9_-``, plus ``.fifo``);
   an existing queue may be addressed by any vsqs name (``jobs.dlq``), which
   never contains ``/`` or ``..``. A bad name or URL touches no file.
@@ -49,18 +51,21 @@ Decisions (beyond SQS's own rules):
   (SQS: 300 s after the send). MessageGroupId on a standard queue also
   becomes a vsqs group, so that group is delivered in order, one in flight.
 - Queue attributes map to settings: VisibilityTimeout, DelaySeconds,
-  MessageRetentionPeriod (``retention``: reported only when set; vsqs keeps
-  messages for ever by default, and only ``vsqs gc`` enforces it),
+  MessageRetentionPeriod (``retention``; a queue that sets none reports
+  Amazon's default, 4 days, though vsqs then keeps messages for ever; only
+  ``vsqs gc`` enforces a set one),
   MaximumMessageSize (the setting, else the gateway's limit),
   ReceiveMessageWaitTimeSeconds, RedrivePolicy (``dead_letter`` and
   ``max_receives``; the target must be an existing queue of the spool of the
   same type), ContentBasedDeduplication. Read-only: the three message counts
-  (one listing), QueueArn, FifoQueue. CreatedTimestamp, LastModifiedTimestamp
-  and RedriveAllowPolicy are not reported; setting them is refused.
-  Fractional settings made by the library are reported as decimals.
-  Policy and the KMS/SSE attributes are settings kept, not obeyed
-  (``security``); CreateQueue ``tags`` and the tag actions use the ``tags``
-  setting.
+  (one listing), QueueArn, FifoQueue, CreatedTimestamp
+  (:attr:`vsqs.Queue.created_at`), LastModifiedTimestamp
+  (:attr:`vsqs.Queue.settings_changed_at`, else the creation). ``All`` is
+  taken in any case (kombu sends ``ALL``). RedriveAllowPolicy is not
+  reported; setting it is refused. Fractional settings made by the library
+  are reported as decimals. Policy and the KMS/SSE attributes are settings
+  kept, not obeyed (``security``); CreateQueue ``tags`` and the tag actions
+  use the ``tags`` setting.
 - Redrive: ListDeadLetterSourceQueues is :meth:`vsqs.Queue.dead_letter_sources`;
   a message move task is :meth:`vsqs.Queue.start_redrive` in the gateway
   process that starts it, its state on disk (any gateway lists or cancels
@@ -82,7 +87,8 @@ Decisions (beyond SQS's own rules):
   or the body's SHA-256 on a content-deduplicated queue), AWSTraceHeader.
   ApproximateFirstReceiveTimestamp, SequenceNumber and
   DeadLetterQueueSourceArn are not reported. ReceiveRequestAttemptId is
-  ignored.
+  ignored. ``All`` is taken in any case, message attributes also by ``.*``
+  and ``prefix.*``; unknown names are ignored, as Amazon ignores them.
 - Receipts: vsqs gives a message a new receipt when its visibility changes,
   SQS keeps the handle. The gateway remembers, per process and in memory,
   handle -> current receipt after a ChangeMessageVisibility; a handle changed
@@ -92,9 +98,12 @@ Decisions (beyond SQS's own rules):
   with its first handle deletes the message, whichever gateway it talks to.
 - Stale receipts: DeleteMessage with a receipt that no longer holds its
   message succeeds without deleting (SQS's documented behaviour; the
-  metrics outcome is ``stale``); ChangeMessageVisibility answers
-  ``MessageNotInflight``. A malformed or foreign receipt is
-  ``ReceiptHandleIsInvalid``.
+  metrics outcome is ``stale``). ChangeMessageVisibility with the handle of
+  a deleted message answers Amazon's InvalidParameterValue ("... Message does
+  not exist or is not available for visibility timeout change."); with the
+  handle of a message still in the queue but received again since, success
+  and no change (outcome ``stale``; :meth:`vsqs.Queue.message_id` tells the
+  two apart). A malformed or foreign receipt is ``ReceiptHandleIsInvalid``.
 - vsqs errors: QueueNotFound -> QueueDoesNotExist, QueueFull -> OverLimit,
   MessageTooLarge -> InvalidParameterValue, InvalidArgument ->
   InvalidParameterValue (InvalidAttributeValue for attributes),
@@ -104,7 +113,12 @@ Decisions (beyond SQS's own rules):
 - PurgeQueue purges at once (no 60 s PurgeQueueInProgress window).
 - A request over the gateway's size cap is refused by the gateway's
   middleware before it reaches this package (:func:`.protocol.request_too_large`
-  gives the SQS-shaped answer for it).
+  gives the SQS-shaped answer for it); actions that carry no message take
+  128 KiB at most (``endpoint``), refused before the body is read in full.
+  The body is parsed with bounded cost (``vsqs._gateway.json_body``): too many
+  values is a 413 ``InvalidParameterValue``, malformed or deeply nested JSON
+  ``SerializationException``, a lone surrogate ``InvalidMessageContents`` in a
+  message and ``InvalidParameterValue`` elsewhere.
 - Metrics: operation ``sqs.<Action>`` (``sqs.unknown`` for anything else),
   outcome ``ok``, ``stale``, ``partial`` (a batch with failed entries) or
   the error's name.

@@ -13,6 +13,7 @@ from vsqs import (
     InvalidArgument,
     InvalidReceipt,
     MessageTooLarge,
+    Queue,
     QueueNotFound,
     StaleReceipt,
     VsqsError,
@@ -25,16 +26,17 @@ from vsqs._gateway.limits import (
     MAX_WAIT_SECONDS,
 )
 from vsqs._gateway.sqs.attributes import (
-    QUEUE_ATTRIBUTE_NAMES,
+    ATTRIBUTE_OF_SETTING,
+    REPORTED_DEFAULTS,
     check_dead_letter_exists,
-    invalid_value,
     queue_attributes,
     settings_of,
+    unknown_attribute,
+    unknown_queue_attributes,
 )
 from vsqs._gateway.sqs.call import Call
 from vsqs._gateway.sqs.management import MANAGEMENT_ACTIONS, check_tags
 from vsqs._gateway.sqs.messages import (
-    MESSAGE_SYSTEM_ATTRIBUTES,
     Prepared,
     check_dedup,
     prepare,
@@ -42,6 +44,8 @@ from vsqs._gateway.sqs.messages import (
     send_result,
 )
 from vsqs._gateway.sqs.parameters import (
+    FIFO_NAME_RULE,
+    STANDARD_NAME_RULE,
     batch_entries,
     existing_queue_name,
     integer,
@@ -66,6 +70,35 @@ def _outcome_of(fn: Callable[..., Any], *args: Any) -> Any:
         return exc
 
 
+def _invalid_handle(handle: str) -> SqsError:
+    """Amazon's answer to a receipt handle that is not one (malformed, or another queue's)."""
+    return SqsError("ReceiptHandleIsInvalid",
+                    f'The input receipt handle "{handle[:1024]}" is not a valid receipt handle.')
+
+
+def _not_changeable(handle: str) -> SqsError:
+    """Amazon's answer to ChangeMessageVisibility for a message that is gone."""
+    return SqsError("InvalidParameterValue", f"Value {handle[:1024]} for parameter ReceiptHandle is invalid. "
+                    "Reason: Message does not exist or is not available for visibility timeout change.")
+
+
+def _change_visibility(call: Call, queue: Queue, handle: str, timeout: float) -> str | None:
+    """Change the visibility of ``handle``'s message (blocking): its new receipt, or
+    None when the handle no longer holds its message but the message is still in
+    the queue (its lease ran out and it was received again: success, nothing
+    changes, the later receiver keeps its lease). ReceiptHandleIsInvalid for a
+    malformed handle, InvalidParameterValue (Amazon's wording) for a message
+    that was deleted."""
+    try:
+        return call.aliases.follow(queue, handle, lambda current: queue.change_visibility(current, timeout))
+    except InvalidReceipt:
+        raise _invalid_handle(handle) from None
+    except StaleReceipt:
+        if any(True for _ in queue.messages(ids=[queue.message_id(handle)])):
+            return None
+        raise _not_changeable(handle) from None
+
+
 def _failed(entry_id: str, error: SqsError) -> dict[str, Any]:
     return {"Id": entry_id, "SenderFault": error.status < 500, "Code": error.query_code, "Message": error.message}
 
@@ -82,12 +115,11 @@ async def create_queue(call: Call) -> dict[str, Any]:
     attributes = string_map(call.params, "Attributes")
     fifo_flag = attributes.get("FifoQueue")
     if is_fifo(name) and (fifo_flag or "").lower() != "true":
-        raise SqsError("InvalidParameterValue", f"Queue name {name!r} ends in .fifo: create it with "
-                       "Attributes FifoQueue=true (or choose a name without .fifo).")
+        raise SqsError("InvalidParameterValue", STANDARD_NAME_RULE)  # Amazon: a standard queue's name rule
     if not is_fifo(name) and fifo_flag is not None:
-        raise (invalid_value("FifoQueue", "a FIFO queue's name must end in .fifo.")
-               if fifo_flag.lower() == "true" else SqsError("InvalidAttributeName", "FifoQueue applies only to "
-                                                             "FIFO queues (names ending in .fifo)."))
+        if fifo_flag.lower() == "true":
+            raise SqsError("InvalidParameterValue", FIFO_NAME_RULE)
+        raise unknown_attribute("FifoQueue")  # Amazon refuses even "false" on a standard queue
     settings = settings_of(attributes, name)
     tags = check_tags(string_map(call.params, "tags"))  # kept as the queue's tags setting (management.py)
     spool = call.gateway.spool
@@ -100,11 +132,13 @@ async def create_queue(call: Call) -> dict[str, Any]:
             extra = {"dedup_window": FIFO_DEDUP_WINDOW, "group_concurrency": 1} if is_fifo(name) else {}
             call.gateway.create_queue(name, **extra, **settings, **({"tags": tags} if tags else {}))
             return
-        current = existing.settings
-        differing = sorted(key for key, value in settings.items() if current[key] != value)
+        current = {**existing.settings}
+        current.update((key, value) for key, value in REPORTED_DEFAULTS.items() if current[key] is None)
+        differing = sorted(ATTRIBUTE_OF_SETTING.get(key, key) for key, value in settings.items()
+                           if current[key] != value)
         if differing:
-            raise SqsError("QueueNameExists", f"A queue named {name!r} already exists with different "
-                           f"attributes ({', '.join(differing)}).")
+            raise SqsError("QueueNameExists", "A queue already exists with the same name and a different value "
+                           f"for attribute {differing[0]}")
 
     call.queue_name = name
     try:
@@ -130,7 +164,7 @@ async def list_queues(call: Call) -> dict[str, Any]:
         try:
             after = base64.urlsafe_b64decode(token.encode("ascii")).decode("utf-8")
         except (ValueError, UnicodeError):
-            raise SqsError("InvalidParameterValue", "NextToken is not one this gateway gave out.") from None
+            raise SqsError("InvalidParameterValue", "Invalid NextToken value.") from None
     names = [name for name in await call.run(call.gateway.spool.queues) if name.startswith(prefix) and name > after]
     shown = names[: limit or MAX_LIST_RESULTS]
     result: dict[str, Any] = {}
@@ -151,9 +185,9 @@ async def delete_queue(call: Call) -> dict[str, Any]:
 
 async def get_queue_attributes(call: Call) -> dict[str, Any]:
     wanted = set(string_list(call.params, "AttributeNames"))
-    unknown = sorted(wanted - QUEUE_ATTRIBUTE_NAMES)
+    unknown = unknown_queue_attributes(wanted)
     if unknown:
-        raise SqsError("InvalidAttributeName", f"Unknown Attribute {unknown[0][:100]}.")
+        raise unknown_attribute(unknown[0])
     queue = await call.queue()
     assert call.queue_name is not None
     attributes = await call.run(queue_attributes, call, queue, call.queue_name, wanted) if wanted else {}
@@ -197,7 +231,7 @@ async def send_message_batch(call: Call) -> dict[str, Any]:
     queue = await call.queue()
     name = call.queue_name
     assert name is not None
-    entries = batch_entries(call.params)
+    entries = batch_entries(call.params, "SendMessageBatch")
     settings = await call.settings(queue)
     limit = call.message_limit(settings)
     failed: list[dict[str, Any]] = []
@@ -214,8 +248,8 @@ async def send_message_batch(call: Call) -> dict[str, Any]:
             total += len(str(entry.get("MessageBody", "")).encode("utf-8", "replace"))  # SQS counts it too
     batch_limit = call.gateway.config.max_message_bytes  # SQS: a batch may be as large as one message can
     if total > batch_limit:
-        raise SqsError("BatchRequestTooLong", f"The batch's messages are {total} bytes in all; "
-                       f"at most {batch_limit} are allowed.")
+        raise SqsError("BatchRequestTooLong", f"Batch requests cannot be longer than {batch_limit} bytes. "
+                       f"You have sent {total} bytes.")
 
     def send() -> list[str | SqsError]:
         messages = [prepared.message for _, prepared in ready]
@@ -248,10 +282,8 @@ async def receive_message(call: Call) -> dict[str, Any]:
     count = integer(params, "MaxNumberOfMessages", 1, MAX_BATCH) or 1
     visibility = integer(params, "VisibilityTimeout", 0, MAX_VISIBILITY_TIMEOUT)
     wait = integer(params, "WaitTimeSeconds", 0, MAX_WAIT_SECONDS)
+    # Amazon ignores names it does not know here, and takes All in any case (see received_message)
     system_names = set(string_list(params, "AttributeNames")) | set(string_list(params, "MessageSystemAttributeNames"))
-    unknown = sorted(system_names - MESSAGE_SYSTEM_ATTRIBUTES - QUEUE_ATTRIBUTE_NAMES)
-    if unknown:
-        raise SqsError("InvalidAttributeName", f"Unknown Attribute {unknown[0][:100]}.")
     attribute_names = string_list(params, "MessageAttributeNames")
     queue = await call.queue()
     name = call.queue_name
@@ -272,6 +304,8 @@ async def delete_message(call: Call) -> dict[str, Any]:
     queue = await call.queue()
     try:
         await call.run(call.aliases.follow, queue, handle, queue.delete)
+    except InvalidReceipt:
+        raise _invalid_handle(handle) from None
     except StaleReceipt:
         log.debug("DeleteMessage with a stale receipt on %s: nothing deleted", call.queue_name)
         call.outcome = "stale"
@@ -281,13 +315,14 @@ async def delete_message(call: Call) -> dict[str, Any]:
 
 async def delete_message_batch(call: Call) -> dict[str, Any]:
     queue = await call.queue()
-    entries = batch_entries(call.params)
+    entries = batch_entries(call.params, "DeleteMessageBatch")
     failed: list[dict[str, Any]] = []
     todo: list[tuple[str, str]] = []
     for entry in entries:
         handle = entry.get("ReceiptHandle")
         if not isinstance(handle, str):
-            failed.append(_failed(entry["Id"], SqsError("MissingParameter", "ReceiptHandle is required.")))
+            failed.append(_failed(entry["Id"], SqsError("MissingParameter",
+                                                        "The request must contain the parameter ReceiptHandle.")))
         else:
             todo.append((entry["Id"], handle))
     outcomes = await call.run(lambda: [_outcome_of(call.aliases.follow, queue, handle, queue.delete)
@@ -296,7 +331,7 @@ async def delete_message_batch(call: Call) -> dict[str, Any]:
     stale = False
     for (entry_id, handle), outcome in zip(todo, outcomes, strict=True):
         if isinstance(outcome, InvalidReceipt):
-            failed.append(_failed(entry_id, sqs_error_of(outcome)))
+            failed.append(_failed(entry_id, _invalid_handle(handle)))
             continue
         stale = stale or isinstance(outcome, StaleReceipt)
         call.aliases.settled(handle)
@@ -311,38 +346,49 @@ async def change_message_visibility(call: Call) -> dict[str, Any]:
         raise SqsError("MissingParameter", "The request must contain the parameter VisibilityTimeout.")
     timeout = integer(call.params, "VisibilityTimeout", 0, MAX_VISIBILITY_TIMEOUT)
     queue = await call.queue()
-    receipt = await call.run(call.aliases.follow, queue, handle,
-                             lambda current: queue.change_visibility(current, float(timeout or 0)))
-    call.aliases.moved(handle, receipt)
+    receipt = await call.run(_change_visibility, call, queue, handle, float(timeout or 0))
+    if receipt is None:
+        call.outcome = "stale"
+    else:
+        call.aliases.moved(handle, receipt)
     return {}
 
 
 async def change_message_visibility_batch(call: Call) -> dict[str, Any]:
     queue = await call.queue()
-    entries = batch_entries(call.params)
+    entries = batch_entries(call.params, "ChangeMessageVisibilityBatch")
     failed: list[dict[str, Any]] = []
     todo: list[tuple[str, str, float]] = []
     for entry in entries:
         try:
             handle = required_string(entry, "ReceiptHandle")
             if entry.get("VisibilityTimeout") is None:
-                raise SqsError("MissingParameter", "VisibilityTimeout is required.")
+                raise SqsError("MissingParameter", "The request must contain the parameter VisibilityTimeout.")
             timeout = integer(entry, "VisibilityTimeout", 0, MAX_VISIBILITY_TIMEOUT)
             todo.append((entry["Id"], handle, float(timeout or 0)))
         except SqsError as exc:
             failed.append(_failed(entry["Id"], exc))
-    outcomes = await call.run(lambda: [
-        _outcome_of(call.aliases.follow, queue, handle,
-                    lambda current, timeout=timeout: queue.change_visibility(current, timeout))
-        for _, handle, timeout in todo])
+    def change_all() -> list[str | None | SqsError | VsqsError]:
+        outcomes: list[str | None | SqsError | VsqsError] = []
+        for _, handle, timeout in todo:
+            try:
+                outcomes.append(_change_visibility(call, queue, handle, timeout))
+            except (SqsError, InvalidArgument) as exc:
+                outcomes.append(exc)
+        return outcomes
+
     successful: list[dict[str, Any]] = []
-    for (entry_id, handle, _), outcome in zip(todo, outcomes, strict=True):
-        if isinstance(outcome, VsqsError):
-            failed.append(_failed(entry_id, sqs_error_of(outcome)))
+    stale = False
+    for (entry_id, handle, _), outcome in zip(todo, await call.run(change_all), strict=True):
+        if isinstance(outcome, (SqsError, VsqsError)):
+            failed.append(_failed(entry_id, outcome if isinstance(outcome, SqsError) else sqs_error_of(outcome)))
+        elif outcome is None:
+            stale = True
+            successful.append({"Id": entry_id})
         else:
             call.aliases.moved(handle, outcome)
             successful.append({"Id": entry_id})
-    _batch_outcome(call, failed)
+    _batch_outcome(call, failed, stale)
     return {"Successful": successful, "Failed": failed}
 
 
@@ -370,4 +416,6 @@ ACTIONS: dict[str, Action] = {
     "PurgeQueue": purge_queue,
     **MANAGEMENT_ACTIONS,  # tags, permissions, dead-letter sources, move tasks (management.py)
 }
+# the actions whose requests carry message bodies: they take the face's cap, the others a small one
+MESSAGE_ACTIONS = frozenset({"SendMessage", "SendMessageBatch"})
 UNSUPPORTED_ACTIONS: frozenset[str] = frozenset()

@@ -15,16 +15,19 @@ from typing import Any
 
 from vsqs import InvalidArgument, Queue
 from vsqs._core.rules import ATTRIBUTE_NAME_RE, check_queue_name
+from vsqs._gateway.json_body import BodyRefused, parse_json
 from vsqs._gateway.limits import (
     MAX_ATTRIBUTE_NAME,
     MAX_DELAY_SECONDS,
     MAX_MESSAGE_ATTRIBUTES,
     MAX_RECEIVE_COUNT,
     MAX_RETENTION,
+    MAX_SMALL_JSON_VALUES,
     MAX_VISIBILITY_TIMEOUT,
     MAX_WAIT_SECONDS,
     MIN_MESSAGE_BYTES,
     MIN_RETENTION,
+    SQS_DEFAULT_RETENTION,
     SQS_MAX_MESSAGE_BYTES,
 )
 from vsqs._gateway.sqs.call import Call
@@ -38,6 +41,7 @@ TRACE_ATTRIBUTE = "sqs.trace"
 RESERVED_PREFIX = "sqs."
 
 _DATA_TYPE_RE = re.compile(r"(String|Number|Binary)(\.[A-Za-z0-9_.-]+)?")
+_COUNT_RE = re.compile(r"[0-9]{1,9}")  # maxReceiveCount given as a string
 _NUMBER_RE = re.compile(r"[+-]?([0-9]+(\.[0-9]*)?|\.[0-9]+)([eE][+-]?[0-9]+)?")
 _BAD_TEXT_RE = re.compile("[^\t\n\r\u0020-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
 
@@ -90,6 +94,30 @@ QUEUE_ATTRIBUTE_NAMES = frozenset({"All", "RedrivePolicy", *_NUMERIC_ATTRIBUTES,
                                     *_READ_ONLY, *_UNSUPPORTED, *SECURITY_ATTRIBUTES})
 
 
+# the queue attribute that sets each setting (QueueNameExists names it, as Amazon does)
+ATTRIBUTE_OF_SETTING: dict[str, str] = {
+    **{setting: attribute for attribute, (setting, _, _) in _NUMERIC_ATTRIBUTES.items()},
+    "dead_letter": "RedrivePolicy", "max_receives": "RedrivePolicy", "content_dedup": "ContentBasedDeduplication",
+}
+
+# settings a queue that sets none reports with Amazon's default (and CreateQueue takes as equal to it)
+REPORTED_DEFAULTS: dict[str, Any] = {"retention": SQS_DEFAULT_RETENTION}
+
+
+def wants_all(names: Iterable[str]) -> bool:
+    """Whether ``names`` holds ``All``, in any case (kombu sends ``ALL``)."""
+    return any(name.lower() == "all" for name in names)
+
+
+def unknown_attribute(name: str) -> SqsError:
+    return SqsError("InvalidAttributeName", f"Unknown Attribute {name[:100]}.")
+
+
+def unknown_queue_attributes(names: Iterable[str]) -> list[str]:
+    """The names GetQueueAttributes does not know (``All`` in any case is known)."""
+    return sorted(name for name in names if name not in QUEUE_ATTRIBUTE_NAMES and name.lower() != "all")
+
+
 def invalid_value(name: str, why: str) -> SqsError:
     return SqsError("InvalidAttributeValue", f"Invalid value for the parameter {name}: {why}")
 
@@ -110,7 +138,7 @@ def settings_of(attributes: Mapping[str, str], queue_name: str) -> dict[str, Any
         elif name == "RedrivePolicy":
             settings.update(_redrive_settings(text, queue_name))
         elif name in _FIFO_ATTRIBUTES and not fifo:
-            raise SqsError("InvalidAttributeName", f"{name} applies only to FIFO queues (names ending in .fifo).")
+            raise unknown_attribute(name)  # Amazon: a FIFO attribute is unknown to a standard queue
         elif name == "FifoQueue":
             if text.lower() != "true":
                 raise invalid_value(name, "a queue named *.fifo is a FIFO queue; FifoQueue must be true.")
@@ -123,11 +151,11 @@ def settings_of(attributes: Mapping[str, str], queue_name: str) -> dict[str, Any
                 raise invalid_value(name, f"vsqs supports only {_FIXED_VALUES[name]!r}, not {text[:40]!r} "
                                      "(it de-duplicates within a message group and has no throughput limit).")
         elif name in _READ_ONLY:
-            raise SqsError("InvalidAttributeName", f"{name} is read-only.")
+            raise unknown_attribute(name)  # Amazon's answer to setting a read-only one
         elif name in _UNSUPPORTED:
             raise SqsError("InvalidAttributeName", f"{name} is not supported by vsqs.")
         else:
-            raise SqsError("InvalidAttributeName", f"Unknown Attribute {name[:100]}.")
+            raise unknown_attribute(name)
     return settings
 
 
@@ -136,14 +164,14 @@ def _redrive_settings(text: str, queue_name: str) -> dict[str, Any]:
     if text == "":
         return {"dead_letter": None, "max_receives": None}
     try:
-        policy = json.loads(text)
-    except ValueError:
-        raise invalid_value("RedrivePolicy", "it is not JSON.") from None
+        policy = parse_json(text.encode("utf-8", "surrogatepass"), MAX_SMALL_JSON_VALUES)
+    except BodyRefused as refused:
+        raise invalid_value("RedrivePolicy", f"it is not acceptable JSON: {refused.message}.") from None
     if not isinstance(policy, dict) or set(policy) != {"deadLetterTargetArn", "maxReceiveCount"}:
         raise invalid_value("RedrivePolicy", "it must be a JSON object with exactly deadLetterTargetArn "
                              "and maxReceiveCount.")
     count = policy["maxReceiveCount"]
-    if isinstance(count, str) and count.isdigit():
+    if isinstance(count, str) and _COUNT_RE.fullmatch(count):
         count = int(count)
     if isinstance(count, bool) or not isinstance(count, int) or not 1 <= count <= MAX_RECEIVE_COUNT:
         raise invalid_value("RedrivePolicy", f"maxReceiveCount must be a whole number 1..{MAX_RECEIVE_COUNT}.")
@@ -175,7 +203,7 @@ def _number_text(value: float) -> str:
 def queue_attributes(call: Call, queue: Queue, name: str, wanted: set[str]) -> dict[str, str]:
     """The queue attributes asked for (blocking: reads settings, lists the queue for counts)."""
     settings = queue.settings
-    everything = "All" in wanted
+    everything = wants_all(wanted)
     out: dict[str, str] = {}
 
     def want(attribute: str) -> bool:
@@ -186,6 +214,8 @@ def queue_attributes(call: Call, queue: Queue, name: str, wanted: set[str]) -> d
             value = settings[setting]
             if attribute == "MaximumMessageSize":
                 value = call.message_limit(settings)
+            if value is None:
+                value = REPORTED_DEFAULTS.get(setting)
             if value is not None:
                 out[attribute] = _number_text(value)
     if want("RedrivePolicy") and settings["max_receives"] is not None:
@@ -197,6 +227,12 @@ def queue_attributes(call: Call, queue: Queue, name: str, wanted: set[str]) -> d
     if want("QueueArn"):
         out["QueueArn"] = call.arn_of(name)
     out.update(security_attributes(settings, want))
+    if want("CreatedTimestamp") or want("LastModifiedTimestamp"):
+        created = queue.created_at
+        changed = queue.settings_changed_at or created  # a queue never configured: its creation
+        for attribute, at in (("CreatedTimestamp", created), ("LastModifiedTimestamp", changed)):
+            if want(attribute) and at is not None:
+                out[attribute] = str(int(at))  # Amazon: epoch seconds
     counts = {"ApproximateNumberOfMessages": "ready", "ApproximateNumberOfMessagesNotVisible": "in_flight",
               "ApproximateNumberOfMessagesDelayed": "delayed"}
     if any(want(attribute) for attribute in counts):
@@ -221,8 +257,9 @@ def queue_attributes(call: Call, queue: Queue, name: str, wanted: set[str]) -> d
 def check_text(what: str, text: str) -> None:
     bad = _BAD_TEXT_RE.search(text)
     if bad is not None:
-        raise SqsError("InvalidMessageContents",
-                       f"{what} contains the character U+{ord(bad.group()):04X}, which SQS does not allow.")
+        raise SqsError("InvalidMessageContents",  # Amazon's wording, then which character
+                       "Invalid characters found. Valid unicode characters are #x9 | #xA | #xD | #x20 to #xD7FF | "
+                       f"#xE000 to #xFFFD | #x10000 to #x10FFFF ({what}: U+{ord(bad.group()):04X})")
 
 
 def message_attributes(value: object, where: str = "MessageAttributes") -> dict[str, dict[str, str]]:
@@ -244,11 +281,12 @@ def message_attributes(value: object, where: str = "MessageAttributes") -> dict[
                            "A-Z a-z 0-9 _ - ., not starting or ending with '.', no '..', "
                            "not starting with AWS., Amazon. or sqs.")
         if not isinstance(attribute, dict) or not isinstance(attribute.get("DataType"), str):
-            raise SqsError("InvalidParameterValue", f"Message attribute {name!r} must have a DataType.")
+            raise SqsError("InvalidParameterValue",
+                           f"The message attribute '{name}' must contain non-empty message attribute type.")
         data_type = attribute["DataType"]
         if not _DATA_TYPE_RE.fullmatch(data_type) or len(data_type) > 256:
-            raise SqsError("InvalidParameterValue", f"Message attribute {name!r} has an invalid DataType "
-                           f"{data_type[:100]!r}: String, Number or Binary, optionally .custom.")
+            raise SqsError("InvalidParameterValue", f"The message attribute '{name}' has an invalid message "
+                           "attribute type, the set of supported type prefixes is Binary, Number, and String.")
         if attribute.get("StringListValues") or attribute.get("BinaryListValues"):
             raise SqsError("InvalidParameterValue", f"Message attribute {name!r}: list values are not supported.")
         if data_type.startswith("Binary"):
@@ -258,17 +296,18 @@ def message_attributes(value: object, where: str = "MessageAttributes") -> dict[
             except (binascii.Error, ValueError):
                 data = None
             if not data:
-                raise SqsError("InvalidParameterValue",
-                               f"Message attribute {name!r} of type {data_type} needs a BinaryValue (base64).")
+                raise SqsError("InvalidParameterValue", f"The message attribute '{name}' must contain non-empty "
+                               f"message attribute value for message attribute type '{data_type}'.")
             clean[name] = {"DataType": data_type, "BinaryValue": base64.b64encode(data).decode("ascii")}
             continue
         text = attribute.get("StringValue")
         if not isinstance(text, str) or not text:
-            raise SqsError("InvalidParameterValue",
-                           f"Message attribute {name!r} of type {data_type} needs a non-empty StringValue.")
+            raise SqsError("InvalidParameterValue", f"The message attribute '{name}' must contain non-empty "
+                           f"message attribute value for message attribute type '{data_type}'.")
         check_text(f"Message attribute {name!r}", text)
         if data_type.startswith("Number") and not _NUMBER_RE.fullmatch(text):
-            raise SqsError("InvalidParameterValue", f"Message attribute {name!r}: {text[:40]!r} is not a number.")
+            raise SqsError("InvalidParameterValue", f"Can't cast the value of message (user) attribute '{name}' "
+                           "to a number.")
         clean[name] = {"DataType": data_type, "StringValue": text}
     return clean
 
@@ -318,8 +357,8 @@ def sqs_attributes(stored: Mapping[str, str]) -> dict[str, dict[str, str]]:
 
 
 def selected(attributes: dict[str, dict[str, str]], names: list[str]) -> dict[str, dict[str, str]]:
-    """MessageAttributeNames: All, .*, prefix.* or exact names."""
-    if "All" in names or ".*" in names:
+    """MessageAttributeNames: All (in any case), .*, prefix.* or exact names."""
+    if wants_all(names) or ".*" in names:
         return attributes
     prefixes = tuple(name[:-1] for name in names if name.endswith(".*"))
     exact = set(names)

@@ -13,13 +13,17 @@ from fastapi.responses import Response
 
 from vsqs import QueueNotFound, VsqsError
 from vsqs._gateway import sigv4 as _sigv4
-from vsqs._gateway.sqs.actions import ACTIONS, UNSUPPORTED_ACTIONS
+from vsqs._gateway.limits import MAX_SMALL_BODY_BYTES
+from vsqs._gateway.size_cap import declared_length
+from vsqs._gateway.sqs.actions import ACTIONS, MESSAGE_ACTIONS, UNSUPPORTED_ACTIONS
 from vsqs._gateway.sqs.call import Call
+from vsqs._gateway.sqs.parameters import no_such_queue
 from vsqs._gateway.sqs.protocol import (
     SqsError,
     action_of,
     error_response,
     parse_body,
+    request_too_large,
     result_response,
     sqs_error_of,
     unknown_operation,
@@ -46,9 +50,12 @@ class _AnyAccessKey(Mapping[str, str]):
         return 0
 
 
-def _authenticate(request: Request, gateway: Gateway, body: bytes) -> None:
+async def _authenticate(request: Request, gateway: Gateway, body: bytes) -> None:
     """SigV4 against the AWS key pairs; with none but an API key, against the API key
-    as the secret (any access key id), so that a key closes both faces."""
+    as the secret (any access key id), so that a key closes both faces. The check
+    runs on the thread pool: it hashes the body and the canonical request, work
+    that must not hold up the event loop (its cost is bounded: see
+    :mod:`vsqs._gateway.sigv4`)."""
     config = gateway.config
     credentials: Mapping[str, str] = config.aws_credentials
     if not credentials:
@@ -56,7 +63,8 @@ def _authenticate(request: Request, gateway: Gateway, body: bytes) -> None:
             return  # none configured: every signature is accepted (the gateway warned at start-up)
         credentials = _AnyAccessKey(config.api_key)
     try:
-        _sigv4.verify(
+        await gateway.call(
+            _sigv4.verify,
             method=request.method,
             raw_path=request.scope.get("raw_path", request.url.path.encode()).decode("latin-1"),
             raw_query=request.scope.get("query_string", b"").decode("latin-1"),
@@ -67,6 +75,25 @@ def _authenticate(request: Request, gateway: Gateway, body: bytes) -> None:
         )
     except _sigv4.SigV4Error as exc:
         raise SqsError(exc.code, exc.message, exc.status) from None
+
+
+async def _body(request: Request, limit: int) -> bytes | None:
+    """The request body, or None if it is over ``limit`` bytes (declared or read):
+    an action's own cap, below the face's (only sends carry messages)."""
+    try:
+        length = declared_length(request.scope)
+    except ValueError:
+        length = None  # the face's cap has answered it already
+    if length is not None and length > limit:
+        return None
+    chunks: list[bytes] = []
+    seen = 0
+    async for chunk in request.stream():
+        seen += len(chunk)
+        if seen > limit:
+            return None
+        chunks.append(chunk)
+    return b"".join(chunks)
 
 
 def router() -> APIRouter:
@@ -81,19 +108,25 @@ def router() -> APIRouter:
         action = action_of(target)
         handler = ACTIONS.get(action)
         request.scope["vsqs.operation"] = f"sqs.{action}" if handler else "sqs.unknown"
-        body = await request.body()  # over the size cap: the middleware answers
+        limit = gateway.config.max_sqs_request_bytes if action in MESSAGE_ACTIONS else MAX_SMALL_BODY_BYTES
+        body = await _body(request, limit)  # over the face's cap: the middleware answers
+        if body is None:
+            request.scope["vsqs.outcome"] = "InvalidParameterValue"
+            return request_too_large(limit)
         try:
-            _authenticate(request, gateway, body)
+            await _authenticate(request, gateway, body)
             if handler is None:
                 if action in UNSUPPORTED_ACTIONS:
                     raise SqsError("UnsupportedOperation", f"vsqs does not support {action}.")
                 raise unknown_operation(target, body)
-            call = Call(gateway, request, parse_body(body), aliases)
+            call = Call(gateway, request, await parse_body(body), aliases)
             try:
                 result = await handler(call)
             except VsqsError as exc:
-                if isinstance(exc, QueueNotFound) and call.queue_name:
-                    gateway.forget(call.queue_name)
+                if isinstance(exc, QueueNotFound):
+                    if call.queue_name:
+                        gateway.forget(call.queue_name)
+                    raise no_such_queue() from None  # Amazon's wording, no path
                 raise sqs_error_of(exc, gateway.spool.root) from None
         except SqsError as exc:
             request.scope["vsqs.outcome"] = exc.name

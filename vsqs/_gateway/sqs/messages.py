@@ -22,6 +22,7 @@ from vsqs._gateway.sqs.attributes import (
     selected,
     sqs_attributes,
     stored_attributes,
+    wants_all,
 )
 from vsqs._gateway.sqs.call import Call
 from vsqs._gateway.sqs.parameters import integer, is_fifo, required_string, string
@@ -46,7 +47,7 @@ def prepare(entry: Mapping[str, Any], queue_name: str, limit: int) -> Prepared:
     """Check one SendMessage (or batch entry) against SQS's rules and the queue's type."""
     body = required_string(entry, "MessageBody")
     if not body:
-        raise SqsError("MissingParameter", "The request must contain a non-empty MessageBody.")
+        raise SqsError("MissingParameter", "The request must contain the parameter MessageBody.")
     check_text("MessageBody", body)
     fifo = is_fifo(queue_name)
     delay = integer(entry, "DelaySeconds", 0, MAX_DELAY_SECONDS)
@@ -54,25 +55,25 @@ def prepare(entry: Mapping[str, Any], queue_name: str, limit: int) -> Prepared:
     dedup_id = string(entry, "MessageDeduplicationId")
     for key, value in (("MessageGroupId", group), ("MessageDeduplicationId", dedup_id)):
         if value is not None and not _ID_CHARS_RE.fullmatch(value):
-            raise SqsError("InvalidParameterValue",
-                           f"{key} must be 1-128 printable ASCII characters without spaces.")
+            raise SqsError("InvalidParameterValue", f"Value {value[:128]} for parameter {key} is invalid. Reason: "
+                           f"{key} can only include alphanumeric and punctuation characters. 1 to 128 in length.")
     if fifo:
         if group is None:
             raise SqsError("MissingParameter", "The request must contain the parameter MessageGroupId.")
         if delay:
-            raise SqsError("InvalidParameterValue", "The request includes parameter DelaySeconds, which is not "
-                           "valid for a FIFO queue: set DelaySeconds on the queue.")
+            raise SqsError("InvalidParameterValue", f"Value {delay} for parameter DelaySeconds is invalid. "
+                           "Reason: The request include parameter that is not valid for this queue type.")
     elif dedup_id is not None:
-        raise SqsError("InvalidParameterValue",
-                       "The request includes parameter MessageDeduplicationId, which is valid only for FIFO queues.")
+        raise SqsError("InvalidParameterValue", f"Value {dedup_id} for parameter MessageDeduplicationId is invalid. "
+                       "Reason: The request include parameter that is not valid for this queue type.")
     attributes = message_attributes(entry.get("MessageAttributes"))
     system = message_attributes(entry.get("MessageSystemAttributes"), "MessageSystemAttributes")
     if set(system) - {"AWSTraceHeader"} or any(v["DataType"] != "String" for v in system.values()):
         raise SqsError("InvalidParameterValue", "MessageSystemAttributes may hold only AWSTraceHeader (String).")
     size = len(body.encode("utf-8")) + attributes_size(attributes)
     if size > limit:
-        raise SqsError("InvalidParameterValue", f"The message is {size} bytes (body and attributes); "
-                       f"MaximumMessageSize is {limit}.")
+        raise SqsError("InvalidParameterValue", "One or more parameters are invalid. "
+                       f"Reason: Message must be shorter than {limit} bytes.")
     stored = stored_attributes(attributes)
     if dedup_id is not None:
         stored[DEDUP_ATTRIBUTE] = dedup_id
@@ -126,8 +127,9 @@ def received_message(call: Call, message: Message, fifo: bool, content_dedup: bo
         "MessageDeduplicationId": dedup_id,
         "AWSTraceHeader": stored.get(TRACE_ATTRIBUTE),
     }
+    everything = wants_all(system_names)
     for name, value in candidates.items():
-        if value is not None and ("All" in system_names or name in system_names):
+        if value is not None and (everything or name in system_names):
             system[name] = value
     if system:
         out["Attributes"] = system

@@ -15,6 +15,10 @@ from vsqs._gateway.limits import MAX_BATCH, MAX_SQS_QUEUE_NAME
 from vsqs._gateway.sqs.protocol import SqsError
 
 FIFO_SUFFIX = ".fifo"
+# Amazon's wording for a bad queue name (InvalidParameterValue)
+STANDARD_NAME_RULE = "Can only include alphanumeric characters, hyphens, or underscores. 1 to 80 in length"
+FIFO_NAME_RULE = ("The name of a FIFO queue can only include alphanumeric characters, hyphens, or underscores, "
+                  "must end with .fifo suffix and be 1 to 80 in length.")
 
 _SQS_NAME_RE = re.compile(rf"[A-Za-z0-9_-]{{1,{MAX_SQS_QUEUE_NAME}}}")
 _ACCOUNT_RE = re.compile(r"[A-Za-z0-9_-]{1,64}")
@@ -44,7 +48,8 @@ def integer(params: Mapping[str, Any], key: str, low: int, high: int) -> int | N
         return None
     if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
         raise SqsError("InvalidParameterValue",
-                       f"Value {value!r} for parameter {key} is invalid: it must be an integer {low}..{high}.")
+                       f"Value {str(value)[:40]} for parameter {key} is invalid. "
+                       f"Reason: Must be between {low} and {high}, if provided.")
     return value
 
 
@@ -69,21 +74,29 @@ def string_map(params: Mapping[str, Any], key: str) -> dict[str, str]:
 # -- queue names ------------------------------------------------------------------
 
 
+def no_such_queue() -> SqsError:
+    """Amazon's answer for a queue that is not there (or a QueueUrl that names none)."""
+    return SqsError("QueueDoesNotExist", "The specified queue does not exist.")
+
+
 def queue_name_of_url(params: Mapping[str, Any]) -> str:
-    """The queue name in QueueUrl (``.../ACCOUNT/NAME``); InvalidAddress if there is none."""
+    """The queue QueueUrl names: the last segment of ``scheme://host/ACCOUNT/NAME``
+    (or of any path of two or more segments), or a bare queue name, as Amazon
+    accepts. Anything that names no valid queue is QueueDoesNotExist."""
     url = required_string(params, "QueueUrl")
+    if "/" in url:
+        try:
+            parts = urlsplit(url)
+        except ValueError:
+            raise no_such_queue() from None
+        segments = parts.path.strip("/").split("/")
+        if len(segments) < 2 or not _ACCOUNT_RE.fullmatch(segments[-2]):
+            raise no_such_queue()
+        url = segments[-1]
     try:
-        parts = urlsplit(url)
-    except ValueError:
-        parts = None
-    segments = parts.path.strip("/").split("/") if parts is not None and parts.scheme and parts.netloc else []
-    if len(segments) != 2 or not _ACCOUNT_RE.fullmatch(segments[0]):
-        raise SqsError("InvalidAddress", f"The address {url[:200]!r} is not a queue URL "
-                       "(scheme://host/ACCOUNT/QUEUE_NAME).")
-    try:
-        return check_queue_name(segments[1])
-    except InvalidArgument as exc:
-        raise SqsError("InvalidAddress", f"The address {url[:200]!r} names no valid queue: {exc}") from None
+        return check_queue_name(url)
+    except InvalidArgument:
+        raise no_such_queue() from None
 
 
 def sqs_queue_name(params: Mapping[str, Any]) -> str:
@@ -91,9 +104,7 @@ def sqs_queue_name(params: Mapping[str, Any]) -> str:
     name = required_string(params, "QueueName")
     base = name.removesuffix(FIFO_SUFFIX)
     if not _SQS_NAME_RE.fullmatch(base) or len(name) > MAX_SQS_QUEUE_NAME:
-        raise SqsError("InvalidParameterValue",
-                       f"Queue name {name[:100]!r} is invalid: use 1-{MAX_SQS_QUEUE_NAME} characters of "
-                       "A-Z a-z 0-9 _ - (a FIFO queue's name ends in .fifo, within the 80).")
+        raise SqsError("InvalidParameterValue", FIFO_NAME_RULE if is_fifo(name) else STANDARD_NAME_RULE)
     return name
 
 
@@ -113,23 +124,25 @@ def is_fifo(name: str) -> bool:
 # -- batches ----------------------------------------------------------------------
 
 
-def batch_entries(params: Mapping[str, Any]) -> list[dict[str, Any]]:
-    """Entries of a batch request, checked as SQS does (count, ids, distinct ids)."""
+def batch_entries(params: Mapping[str, Any], action: str = "") -> list[dict[str, Any]]:
+    """Entries of a batch request, checked as SQS does (count, ids, distinct ids);
+    ``action`` (``SendMessageBatch``...) names the entries in Amazon's wording."""
     entries = params.get("Entries")
     if entries is None:
         raise SqsError("MissingParameter", "The request must contain the parameter Entries.")
     if not isinstance(entries, list) or not all(isinstance(entry, dict) for entry in entries):
         raise SqsError("InvalidParameterValue", "Entries must be a list of objects.")
     if not entries:
-        raise SqsError("EmptyBatchRequest", "There should be at least one entry in the request.")
+        raise SqsError("EmptyBatchRequest", f"There should be at least one {action}RequestEntry in the request.")
     if len(entries) > MAX_BATCH:
         raise SqsError("TooManyEntriesInBatchRequest",
                        f"Maximum number of entries per request are {MAX_BATCH}. You have sent {len(entries)}.")
     ids = [entry.get("Id") for entry in entries]
     for entry_id in ids:
         if not isinstance(entry_id, str) or not _BATCH_ID_RE.fullmatch(entry_id):
-            raise SqsError("InvalidBatchEntryId", f"A batch entry id {str(entry_id)[:100]!r} is invalid: "
-                           "use 1-80 characters of A-Z a-z 0-9 _ -.")
-    if len(set(ids)) != len(ids):
-        raise SqsError("BatchEntryIdsNotDistinct", "Two or more batch entries in the request have the same Id.")
+            raise SqsError("InvalidBatchEntryId", "A batch entry id can only contain alphanumeric characters, "
+                           "hyphens and underscores. It can be at most 80 letters long.")
+    repeated = next((entry_id for index, entry_id in enumerate(ids) if entry_id in ids[:index]), None)
+    if repeated is not None:
+        raise SqsError("BatchEntryIdsNotDistinct", f"Id {repeated} repeated.")
     return entries

@@ -35,6 +35,8 @@ from vsqs import (
 )
 from vsqs._gateway.asgi import Scope
 from vsqs._gateway.errors import without_paths
+from vsqs._gateway.json_body import BodyRefused, parse_json_async
+from vsqs._gateway.limits import MAX_SQS_JSON_VALUES
 
 CONTENT_TYPE = "application/x-amz-json-1.0"
 TARGET_PREFIX = "AmazonSQS."
@@ -60,6 +62,7 @@ _ERRORS: dict[str, tuple[str, int]] = {
     "MissingParameter": ("MissingParameter", 400),
     "UnknownOperationException": ("UnknownOperationException", 400),
     "SerializationException": ("SerializationException", 400),
+    "RequestTimeout": ("RequestTimeout", 408),
     "InternalError": ("InternalError", 500),
     "ServiceUnavailable": ("ServiceUnavailable", 503),
 }
@@ -96,17 +99,34 @@ def action_of(target: str) -> str:
     return target[len(TARGET_PREFIX):] if target.startswith(TARGET_PREFIX) else ""
 
 
-def parse_body(body: bytes) -> dict[str, Any]:
-    """The request's parameters: a JSON object (an empty body: none)."""
+async def parse_body(body: bytes) -> dict[str, Any]:
+    """The request's parameters: a JSON object (an empty body: none), judged and
+    parsed with bounded cost (:mod:`vsqs._gateway.json_body`; a large body on
+    the thread pool)."""
     if not body.strip():
         return {}
     try:
-        params = json.loads(body)
-    except (ValueError, UnicodeDecodeError):
-        raise SqsError("SerializationException", "The request body is not valid JSON.") from None
+        params = await parse_json_async(body, MAX_SQS_JSON_VALUES)
+    except BodyRefused as refused:
+        raise sqs_error_of_refusal(refused) from None
     if not isinstance(params, dict):
         raise SqsError("SerializationException", "The request body must be a JSON object.")
     return params
+
+
+_MESSAGE_CONTENTS = frozenset({"MessageBody", "MessageAttributes", "MessageSystemAttributes"})
+
+
+def sqs_error_of_refusal(refused: BodyRefused) -> SqsError:
+    """This face's answer to a refused JSON body: a string that is no text is
+    InvalidMessageContents in a message, else InvalidParameterValue."""
+    if refused.status == 413:
+        return SqsError("InvalidParameterValue", f"The request is too large: {refused.message}.", 413)
+    if refused.status == 422:
+        where = refused.parameter or "the request"
+        name = "InvalidMessageContents" if _MESSAGE_CONTENTS & set(map(str, refused.where)) else "InvalidParameterValue"
+        return SqsError(name, f"{where}: {refused.message}.")
+    return SqsError("SerializationException", f"The request body is not acceptable JSON: {refused.message}.")
 
 
 def unknown_operation(target: str, body: bytes) -> SqsError:
@@ -140,6 +160,14 @@ def error_response(error: SqsError, request_id: str | None = None) -> Response:
 def request_too_large(limit: int) -> Response:
     """The SQS-shaped answer to a request over the gateway's size cap (HTTP 413)."""
     return error_response(SqsError("InvalidParameterValue", f"The request body is over {limit} bytes.", 413))
+
+
+def request_timeout(message: str) -> Response:
+    """The SQS-shaped answer to a request whose body came too slowly (HTTP 408;
+    SDKs retry ``RequestTimeout``); the connection is closed after it."""
+    response = error_response(SqsError("RequestTimeout", message, 408))
+    response.headers["Connection"] = "close"
+    return response
 
 
 def sqs_error_of(exc: VsqsError, spool_root: str | None = None) -> SqsError:
