@@ -297,6 +297,14 @@ def test_config_shows_lists_as_it_takes_them(run, queue):
     assert "suspended           publish,receive" in shown and "throttle            10/60" in shown
 
 
+def test_config_shows_tags_as_it_takes_them(run, queue):
+    """Tags (a mapping, kept for SQS clients) are shown as the JSON config takes."""
+    assert "tags                none" in run("config", queue.path).output.splitlines()
+    assert run("config", queue.path, 'tags={"team": "a"}').exit_code == 0
+    assert 'tags                {"team": "a"}' in run("config", queue.path).output.splitlines()
+    assert vsqs.Queue(queue.path).settings["tags"] == {"team": "a"}
+
+
 def test_bad_settings_on_the_command_line(run, tmp_path):
     result = run("create", tmp_path / "q", "--max-receives", "0")
     assert result.exit_code == 1 and "max_receives must be" in result.output

@@ -49,6 +49,8 @@ def _shown(value: Any) -> str:
     suspended operations separated by commas."""
     if value is None:
         return "none"
+    if isinstance(value, dict):  # tags: as JSON, which config takes back
+        return json.dumps(value, sort_keys=True) if value else "none"
     if isinstance(value, list):
         if all(isinstance(v, str) for v in value):
             return ",".join(value) or "none"

@@ -50,15 +50,22 @@ class DeadLetters(Generic[QueueT]):
 
     def path(self, settings: Mapping[str, Any] | None = None) -> str | None:
         """The dead-letter queue's path; None without ``max_receives`` nor ``dead_letter``."""
-        settings = settings or self._settings.current()
-        if settings["max_receives"] is None and not settings["dead_letter"]:
-            return None
-        here = self._layout.path
-        target = settings["dead_letter"] or os.path.basename(here) + ".dlq"
-        path = os.path.abspath(os.path.join(os.path.dirname(here), target))  # absolute wins
-        if path == here or here.startswith(path.rstrip(os.sep) + os.sep):
-            raise InvalidArgument(f"dead_letter {target!r} is this queue or a directory above it")
-        return path
+        return dead_letter_path(self._layout.path, settings or self._settings.current())
+
+    def live_sources(self) -> list[str]:
+        """Paths of the queues whose dead-letter queue this one is now: the
+        ``.sources`` entries whose queue exists and whose settings still name it."""
+        found = set()
+        for path in self.sources().values():
+            try:
+                store = open_store(path)
+                settings = SettingsStore(store.layout.file(SETTINGS_DIR), lambda settings: None).current()
+                if dead_letter_path(store.layout.path, settings) == self._layout.path:
+                    found.add(store.layout.path)
+            except (QueueNotFound, InvalidArgument):
+                continue  # gone, or no longer a queue that names this one
+        return sorted(found)
+
 
     def queue(self, create: bool = True) -> QueueT | None:
         """The dead-letter queue's handle, made on demand (see :meth:`Queue.dead_letter_queue`)."""
@@ -82,6 +89,19 @@ class DeadLetters(Generic[QueueT]):
         with self._lock:
             self._cached = (handle, store)
         return handle, store
+
+    def register(self) -> None:
+        """Record this queue in its dead-letter queue's ``.sources`` now, if
+        that queue exists: so it is known as a source before any message dies."""
+        path = self.path()
+        if path is None:
+            return
+        try:
+            store = open_store(path)
+        except QueueNotFound:
+            return  # made (and registered) on demand, at the first dead letter
+        own_mode = SettingsStore(store.layout.file(SETTINGS_DIR), lambda settings: None).current_mode()
+        register_source(store.layout, self._queue_id, self._layout.path, own_mode)
 
     def bury(self, name: _format.Name) -> int:
         """Move a message that used up its receives into the dead-letter queue,
@@ -174,6 +194,18 @@ class DeadLetters(Generic[QueueT]):
             )
             return None
         return _store_or_none(path)
+
+
+def dead_letter_path(here: str, settings: Mapping[str, Any]) -> str | None:
+    """The path of the dead-letter queue of the queue at ``here`` with ``settings``;
+    None without ``max_receives`` nor ``dead_letter``."""
+    if settings["max_receives"] is None and not settings["dead_letter"]:
+        return None
+    target = settings["dead_letter"] or os.path.basename(here) + ".dlq"
+    path = os.path.abspath(os.path.join(os.path.dirname(here), target))  # absolute wins
+    if path == here or here.startswith(path.rstrip(os.sep) + os.sep):
+        raise InvalidArgument(f"dead_letter {target!r} is this queue or a directory above it")
+    return path
 
 
 def register_source(dead_letter_queue: Layout, source_id: str, source_path: str, mode: int | None) -> None:

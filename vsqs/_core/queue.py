@@ -20,7 +20,7 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from datetime import datetime
 from types import MappingProxyType
 from typing import Any
@@ -56,6 +56,7 @@ from vsqs._core.listing import Listing
 from vsqs._core.maintenance import Maintenance
 from vsqs._core.message import Body, Message, MessageInfo, Outgoing, QueueStats, to_bytes, to_us
 from vsqs._core.metadata import Store, created_at, open_store
+from vsqs._core.move_tasks import MoveTasks
 from vsqs._core.receipts import HeldMessages, IssuedReceipts, stale_message
 from vsqs._core.rules import check_batch_size, check_priority, check_seconds
 from vsqs._core.settings_store import TTL as _SETTINGS_TTL
@@ -200,14 +201,26 @@ class Queue:
 
         Known settings: visibility_timeout, delay, retention, max_messages,
         max_message_bytes, max_receives, dead_letter, group_concurrency,
-        dedup_window, throttle.
+        dedup_window, throttle; tags, policy and kms_* kept, not obeyed (FORMAT.md).
         """
         clean = _settings.validate(changes)
         if clean.get("dead_letter"):
             self._open_parts()
             self._dead_letters.path({**self._settings.current(), **clean})  # refuses itself, ancestors
         mode = None if "file_mode" in clean else self._settings.mode  # (for settings that name no mode yet)
-        return MappingProxyType(dict(self._settings.write(clean, mode)))
+        result = self._settings.write(clean, mode)
+        if clean.keys() & {"dead_letter", "max_receives"} and result["max_receives"] is not None:
+            self._open_parts()
+            self._dead_letters.register()  # a source before its first dead letter (dead_letter_sources)
+        return MappingProxyType(dict(result))
+
+    def update_setting(self, name: str, change: Callable[[Any], Any]) -> Mapping[str, Any]:
+        """Set the setting ``name`` to ``change(its newest value)``, atomically against other
+        writers (after a lost race, ``change`` is called again on the winner's value)."""
+        if name not in _settings.SCHEMA or name in ("dead_letter", "file_mode"):
+            raise InvalidArgument(f"update_setting cannot change {name!r}; use configure")
+        edit = lambda current: _settings.validate({name: change(current[name])})  # noqa: E731
+        return MappingProxyType(dict(self._settings.write({}, self._settings.mode, edit)))
 
     def suspend(self, *operations: str) -> None:
         """Suspend ``operations`` ("publish", "receive", "delete"; none given: all)
@@ -735,6 +748,12 @@ class Queue:
         self._open_parts()
         return self._dead_letters.queue(create)
 
+    def dead_letter_sources(self) -> list[str]:
+        """Paths of the queues whose dead-letter queue this queue is now: those
+        recorded in its ``.sources`` whose settings still name it."""
+        self._open_parts()
+        return self._dead_letters.live_sources()
+
     def redrive(self, to: Queue | str | os.PathLike[str] | None = None, *, max_messages: int | None = None) -> int:
         """Move visible messages of this (dead-letter) queue back, with their
         receive count reset: to ``to``, or each to the queue it came from.
@@ -742,6 +761,32 @@ class Queue:
         self._open_parts()
         target = None if to is None else to.path if isinstance(to, Queue) else os.path.abspath(os.fspath(to))
         return self._dead_letters.redrive(target, max_messages, _format.now_us(), self._skew_us)
+
+    def start_redrive(
+        self, to: Queue | str | os.PathLike[str] | None = None, *, per_second: int | None = None
+    ) -> dict[str, Any]:
+        """Start :meth:`redrive` as a task in a background thread of this process, in
+        steps (about ``per_second`` messages a second, 1..500); returns its state. One
+        active task per queue: :class:`InvalidArgument` while another runs."""
+        target = None if to is None else to.path if isinstance(to, Queue) else os.path.abspath(os.fspath(to))
+        if target is not None:
+            open_store(target)  # QueueNotFound now, not in the task
+        return self._move_tasks().start(target, per_second)
+
+    def redrive_tasks(self) -> list[dict[str, Any]]:
+        """The queue's redrive tasks, newest first, as every process sees them
+        (dicts: docs/FORMAT.md, Redrive tasks; status CANCELLING while a cancel waits)."""
+        return self._move_tasks().list()
+
+    def cancel_redrive(self, task_id: str) -> dict[str, Any] | None:
+        """Ask a running redrive task to stop, whichever process runs it; its state, ``None``
+        if there is no such task, :class:`InvalidArgument` if it is no longer running."""
+        return self._move_tasks().cancel(task_id)
+
+    def _move_tasks(self) -> MoveTasks:
+        self._open_parts()
+        return MoveTasks(self._path, self._dead_letters, self._skew_us, lambda: self.stats().ready,
+                         self._settings.current_mode)
 
     def collect_garbage(
         self, grace: float = DEFAULT_GC_GRACE, *, stage_grace: float = DEFAULT_STAGE_GRACE

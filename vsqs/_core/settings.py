@@ -128,6 +128,54 @@ def _operations(name: str, value: object) -> list[str]:
     return sorted(set(value))
 
 
+MAX_TAGS, MAX_TAG_KEY, MAX_TAG_VALUE = 50, 128, 256  # Amazon's limits on a queue's tags
+MAX_POLICY_BYTES = 20480  # a policy document, as JSON text
+MAX_KMS_KEY_ID = 2048
+
+
+def _tags(name: str, value: object) -> dict[str, str]:
+    """A queue's tags: at most 50, keys 1-128 characters, values 0-256 (Amazon's limits)."""
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except ValueError:
+            raise InvalidArgument(f"{name} must be a JSON object of strings, not {value[:40]!r}") from None
+    if not isinstance(value, Mapping) or not all(isinstance(k, str) and isinstance(v, str) for k, v in value.items()):
+        raise InvalidArgument(f"{name} must be a mapping of strings to strings, not {value!r}")
+    if len(value) > MAX_TAGS:
+        raise InvalidArgument(f"{name}: at most {MAX_TAGS} tags, not {len(value)}")
+    for key, text in value.items():
+        if not 1 <= len(key) <= MAX_TAG_KEY:
+            raise InvalidArgument(f"{name}: a tag key has 1-{MAX_TAG_KEY} characters, not {len(key)} ({key[:40]!r})")
+        if len(text) > MAX_TAG_VALUE:
+            raise InvalidArgument(f"{name}: the value of tag {key[:40]!r} has more than {MAX_TAG_VALUE} characters")
+    return dict(sorted(value.items()))
+
+
+def _policy(name: str, value: object) -> str:
+    """An access policy: the text of a JSON object, at most MAX_POLICY_BYTES (stored, not enforced)."""
+    if isinstance(value, Mapping):
+        value = json.dumps(value, separators=(",", ":"))
+    if not isinstance(value, str):
+        raise InvalidArgument(f"{name} must be a JSON object's text, not {value!r}")
+    if len(value.encode("utf-8", "surrogatepass")) > MAX_POLICY_BYTES:
+        raise InvalidArgument(f"{name} is over {MAX_POLICY_BYTES} bytes")
+    try:
+        doc = json.loads(value)
+    except ValueError:
+        raise InvalidArgument(f"{name} is not JSON") from None
+    if not isinstance(doc, dict):
+        raise InvalidArgument(f"{name} must be a JSON object")
+    return value
+
+
+def _kms_key(name: str, value: object) -> str:
+    """A KMS key id, alias or ARN (stored and reported; the spool's filesystem protects the bodies)."""
+    if not isinstance(value, str) or not value.strip() or len(value) > MAX_KMS_KEY_ID or "\x00" in value:
+        raise InvalidArgument(f"{name} must be a key id, alias or ARN of 1-{MAX_KMS_KEY_ID} characters, not {value!r}")
+    return value
+
+
 def _parse_number(name: str, text: str) -> float:
     try:
         return float(text)
@@ -151,8 +199,19 @@ SCHEMA: dict[str, tuple[Any, Any]] = {
     "throttle": (None, _throttle),
     "suspended": ([], _operations),
     "file_mode": (None, _file_mode),
+    # kept for SQS clients (the gateway's TagQueue, Policy, KMS attributes); vsqs itself obeys none of them
+    "tags": ({}, _tags),
+    "policy": (None, _policy),
+    "kms_master_key_id": (None, _kms_key),
+    "kms_data_key_reuse_period": (None, _count(60, 86400)),
+    "sqs_managed_sse": (None, _flag),
 }
 DEFAULTS: dict[str, Any] = {key: default for key, (default, _) in SCHEMA.items()}
+
+
+def defaults() -> dict[str, Any]:
+    """A fresh copy of DEFAULTS (its lists and mappings are not shared)."""
+    return {key: type(v)(v) if isinstance(v, (list, dict)) else v for key, v in DEFAULTS.items()}
 
 
 def validate(changes: Mapping[str, object]) -> dict[str, Any]:
@@ -164,7 +223,7 @@ def validate(changes: Mapping[str, object]) -> dict[str, Any]:
             raise InvalidArgument(f"unknown queue setting {key!r} (known: {known})")
         default, check = SCHEMA[key]
         if value is None or (isinstance(value, str) and value.strip().lower() in ("", "none")):
-            clean[key] = list(default) if isinstance(default, list) else default
+            clean[key] = type(default)(default) if isinstance(default, (list, dict)) else default
         else:
             clean[key] = check(key, value)
     return clean
@@ -202,6 +261,6 @@ def decode(data: bytes, format_version: int) -> dict[str, Any] | None:
         if not isinstance(stored, dict):
             return None
         known = {key: value for key, value in stored.items() if key in SCHEMA}
-        return {**DEFAULTS, **validate(known)}
+        return {**defaults(), **validate(known)}
     except (ValueError, TypeError, KeyError, InvalidArgument):
         return None

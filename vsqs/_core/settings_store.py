@@ -19,6 +19,7 @@ from vsqs._core.errors import StorageError
 from vsqs._core.message import to_us
 
 TTL = 1.0  # other processes' setting changes are seen within this many seconds
+WRITE_GRACE = 2.0  # seconds a new version may take to be whole before writers go past it
 
 
 class SettingsStore:
@@ -34,7 +35,7 @@ class SettingsStore:
 
     def __init__(self, directory: str, on_change: Callable[[Mapping[str, Any]], None]) -> None:
         self.directory = directory
-        self.values: dict[str, Any] = dict(_settings.DEFAULTS)
+        self.values: dict[str, Any] = _settings.defaults()
         self.mode = _settings.file_mode_of(self.values)
         self.lease_us = to_us(self.values["visibility_timeout"])  # the default visibility timeout, in µs
         self.read_at = -math.inf  # time.monotonic() of the last read
@@ -53,14 +54,26 @@ class SettingsStore:
         self.current()
         return self.mode
 
-    def write(self, clean: Mapping[str, Any], mode: int | None = None) -> dict[str, Any]:
+    def write(
+        self,
+        clean: Mapping[str, Any],
+        mode: int | None = None,
+        edit: Callable[[Mapping[str, Any]], Mapping[str, Any]] | None = None,
+    ) -> dict[str, Any]:
         """Store a new version: the newest settings with the validated
-        ``clean`` changes on top. Its files take the queue's file_mode after
-        the change (or ``mode``, for a queue whose settings do not say yet).
-        Returns the result."""
-        for _attempt in range(50):
-            version, current = self.newest()
-            merged = {**current, **clean}
+        ``clean`` changes on top (and the validated changes ``edit`` makes of
+        the newest settings, called again after a lost race, so that a
+        read-modify-write of one setting loses no other writer's change).
+        Its files take the queue's file_mode after the change (or ``mode``,
+        for a queue whose settings do not say yet). Returns the result."""
+        attempts, deadline = 0, time.monotonic() + WRITE_GRACE
+        while attempts < 50:
+            version, parsed, current = self._newest()
+            if parsed != version and time.monotonic() < deadline and self._being_written(version):
+                time.sleep(0.002)  # another writer's version, created but not yet whole: wait for it
+                continue
+            attempts += 1
+            merged = {**current, **clean, **(edit(current) if edit is not None else {})}
             mode = _settings.file_mode_of(merged) if merged["file_mode"] is not None else mode
             _fs.make_dirs(self.directory, mode)
             data = _settings.encode(merged, _format.FORMAT_VERSION)
@@ -73,8 +86,19 @@ class SettingsStore:
 
     def newest(self) -> tuple[int, dict[str, Any]]:
         """(newest version number, newest settings that parse) from one small listing."""
+        version, _, settings = self._newest()
+        return version, settings
+
+    def _being_written(self, version: int) -> bool:
+        """Whether version ``version`` (which does not parse) was made so recently
+        that its writer may still be writing it (rather than dead half-way)."""
+        made = _fs.mtime(os.path.join(self.directory, _settings.version_name(version)))
+        return made is not None and time.time() - made < WRITE_GRACE
+
+    def _newest(self) -> tuple[int, int, dict[str, Any]]:
+        """(newest version number, the version the settings come from, the newest settings that parse)."""
         if not _fs.is_private_dir(self.directory):
-            return 0, dict(_settings.DEFAULTS)
+            return 0, 0, _settings.defaults()
         versions = sorted(
             (v for v in map(_settings.parse_version, _fs.list_names(self.directory)) if v is not None),
             reverse=True,
@@ -83,8 +107,8 @@ class SettingsStore:
             data = _fs.read_control(os.path.join(self.directory, _settings.version_name(version)))
             settings = _settings.decode(data, _format.FORMAT_VERSION) if data else None
             if settings is not None:
-                return versions[0], settings
-        return (versions[0] if versions else 0), dict(_settings.DEFAULTS)
+                return versions[0], version, settings
+        return (versions[0] if versions else 0), 0, _settings.defaults()
 
     def changed_at(self) -> float | None:
         """When the newest version was written (its file's mtime); ``None`` if there is none."""

@@ -18,8 +18,11 @@ signature, 500/503 for the gateway's own trouble) with the body
 
 Actions: CreateQueue, GetQueueUrl, ListQueues, DeleteQueue,
 GetQueueAttributes, SetQueueAttributes, SendMessage(Batch), ReceiveMessage,
-DeleteMessage(Batch), ChangeMessageVisibility(Batch), PurgeQueue. Others
-answer ``UnsupportedOperation``; an unknown target ``UnknownOperationException``.
+DeleteMessage(Batch), ChangeMessageVisibility(Batch), PurgeQueue, and in
+``management``: TagQueue, UntagQueue, ListQueueTags, AddPermission,
+RemovePermission, ListDeadLetterSourceQueues, StartMessageMoveTask,
+ListMessageMoveTasks, CancelMessageMoveTask. An unknown target is
+``UnknownOperationException``.
 
 Decisions (beyond SQS's own rules):
 
@@ -58,9 +61,15 @@ Decisions (beyond SQS's own rules):
   (one listing), QueueArn, FifoQueue, CreatedTimestamp
   (:attr:`vsqs.Queue.created_at`), LastModifiedTimestamp
   (:attr:`vsqs.Queue.settings_changed_at`, else the creation). ``All`` is
-  taken in any case (kombu sends ``ALL``). Policy, KMS and RedriveAllowPolicy are not reported (no public API holds
-  them); setting them is refused. Fractional settings made by the library
-  are reported as decimals. CreateQueue ``tags`` are ignored.
+  taken in any case (kombu sends ``ALL``). RedriveAllowPolicy is not
+  reported; setting it is refused. Fractional settings made by the library
+  are reported as decimals. Policy and the KMS/SSE attributes are settings
+  kept, not obeyed (``security``); CreateQueue ``tags`` and the tag actions
+  use the ``tags`` setting.
+- Redrive: ListDeadLetterSourceQueues is :meth:`vsqs.Queue.dead_letter_sources`;
+  a message move task is :meth:`vsqs.Queue.start_redrive` in the gateway
+  process that starts it, its state on disk (any gateway lists or cancels
+  it); its TaskHandle is base64url JSON ``{"taskId", "sourceArn"}``.
 - Message attributes: ``String`` ones are plain vsqs attributes (library
   users see them as they are, and library attributes come back as String).
   Other types keep their value as text (Binary as base64) and their type in
@@ -118,6 +127,8 @@ The package, one concern a module: ``protocol`` (the JSON 1.0 wire format,
 errors), ``parameters`` (reading and checking parameters), ``attributes``
 (queue attributes as settings, message attributes, digests), ``messages``
 (sends and receives), ``receipts`` (handles across visibility changes),
-``call`` (one request), ``actions`` (one function per action) and
+``call`` (one request), ``actions`` (one function per action),
+``management`` (the tag, permission and redrive actions), ``security``
+(Policy and KMS attributes) and
 ``endpoint`` (authentication and dispatch: the route).
 """

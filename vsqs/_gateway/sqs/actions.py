@@ -35,6 +35,7 @@ from vsqs._gateway.sqs.attributes import (
     unknown_queue_attributes,
 )
 from vsqs._gateway.sqs.call import Call
+from vsqs._gateway.sqs.management import MANAGEMENT_ACTIONS, check_tags
 from vsqs._gateway.sqs.messages import (
     Prepared,
     check_dedup,
@@ -120,6 +121,7 @@ async def create_queue(call: Call) -> dict[str, Any]:
             raise SqsError("InvalidParameterValue", FIFO_NAME_RULE)
         raise unknown_attribute("FifoQueue")  # Amazon refuses even "false" on a standard queue
     settings = settings_of(attributes, name)
+    tags = check_tags(string_map(call.params, "tags"))  # kept as the queue's tags setting (management.py)
     spool = call.gateway.spool
 
     def create() -> None:
@@ -128,7 +130,7 @@ async def create_queue(call: Call) -> dict[str, Any]:
             existing = spool.queue(name)
         except QueueNotFound:
             extra = {"dedup_window": FIFO_DEDUP_WINDOW, "group_concurrency": 1} if is_fifo(name) else {}
-            call.gateway.create_queue(name, **extra, **settings)
+            call.gateway.create_queue(name, **extra, **settings, **({"tags": tags} if tags else {}))
             return
         current = {**existing.settings}
         current.update((key, value) for key, value in REPORTED_DEFAULTS.items() if current[key] is None)
@@ -412,10 +414,8 @@ ACTIONS: dict[str, Action] = {
     "ChangeMessageVisibility": change_message_visibility,
     "ChangeMessageVisibilityBatch": change_message_visibility_batch,
     "PurgeQueue": purge_queue,
+    **MANAGEMENT_ACTIONS,  # tags, permissions, dead-letter sources, move tasks (management.py)
 }
 # the actions whose requests carry message bodies: they take the face's cap, the others a small one
 MESSAGE_ACTIONS = frozenset({"SendMessage", "SendMessageBatch"})
-UNSUPPORTED_ACTIONS = frozenset({
-    "AddPermission", "RemovePermission", "TagQueue", "UntagQueue", "ListQueueTags", "ListDeadLetterSourceQueues",
-    "StartMessageMoveTask", "CancelMessageMoveTask", "ListMessageMoveTasks",
-})
+UNSUPPORTED_ACTIONS: frozenset[str] = frozenset()

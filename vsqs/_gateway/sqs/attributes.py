@@ -33,6 +33,7 @@ from vsqs._gateway.limits import (
 from vsqs._gateway.sqs.call import Call
 from vsqs._gateway.sqs.parameters import is_fifo
 from vsqs._gateway.sqs.protocol import SqsError
+from vsqs._gateway.sqs.security import SECURITY_ATTRIBUTES, security_attributes, security_settings
 
 TYPES_ATTRIBUTE = "sqs.types"  # JSON {name: DataType} of the attributes that are not String
 DEDUP_ATTRIBUTE = "sqs.dedup_id"
@@ -88,10 +89,9 @@ _FIXED_VALUES = {"DeduplicationScope": "messageGroup", "FifoThroughputLimit": "p
 _READ_ONLY = frozenset({"ApproximateNumberOfMessages", "ApproximateNumberOfMessagesNotVisible",
                         "ApproximateNumberOfMessagesDelayed", "QueueArn", "CreatedTimestamp",
                         "LastModifiedTimestamp"})
-_UNSUPPORTED = frozenset({"Policy", "KmsMasterKeyId", "KmsDataKeyReusePeriodSeconds", "RedriveAllowPolicy",
-                          "SqsManagedSseEnabled"})
+_UNSUPPORTED = frozenset({"RedriveAllowPolicy"})
 QUEUE_ATTRIBUTE_NAMES = frozenset({"All", "RedrivePolicy", *_NUMERIC_ATTRIBUTES, *_FIFO_ATTRIBUTES,
-                                    *_READ_ONLY, *_UNSUPPORTED})
+                                    *_READ_ONLY, *_UNSUPPORTED, *SECURITY_ATTRIBUTES})
 
 
 # the queue attribute that sets each setting (QueueNameExists names it, as Amazon does)
@@ -126,8 +126,10 @@ def settings_of(attributes: Mapping[str, str], queue_name: str) -> dict[str, Any
     """vsqs settings for SQS queue attributes (checked here; RedrivePolicy's
     target is checked against the spool by the caller)."""
     fifo = is_fifo(queue_name)
-    settings: dict[str, Any] = {}
+    settings: dict[str, Any] = security_settings(attributes)  # Policy, KMS (security.py)
     for name, text in attributes.items():
+        if name in SECURITY_ATTRIBUTES:
+            continue
         if name in _NUMERIC_ATTRIBUTES:
             setting, low, high = _NUMERIC_ATTRIBUTES[name]
             if not re.fullmatch(r"[0-9]{1,12}", text) or not low <= int(text) <= high:
@@ -224,6 +226,7 @@ def queue_attributes(call: Call, queue: Queue, name: str, wanted: set[str]) -> d
                                            "maxReceiveCount": settings["max_receives"]}, separators=(",", ":"))
     if want("QueueArn"):
         out["QueueArn"] = call.arn_of(name)
+    out.update(security_attributes(settings, want))
     if want("CreatedTimestamp") or want("LastModifiedTimestamp"):
         created = queue.created_at
         changed = queue.settings_changed_at or created  # a queue never configured: its creation

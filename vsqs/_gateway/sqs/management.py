@@ -1,0 +1,272 @@
+"""The SQS actions that manage a queue rather than its messages: tags,
+permissions (the Policy attribute), dead-letter sources and message move
+tasks (redrive). Everything is kept in the queue's directory (its settings,
+its redrive tasks' state files), so every gateway process sees it."""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+from typing import Any
+
+from vsqs import InvalidArgument, Queue, QueueNotFound
+from vsqs._core.rules import check_queue_name
+from vsqs._core.settings import MAX_TAG_KEY, MAX_TAG_VALUE, MAX_TAGS
+from vsqs._gateway.limits import MAX_LIST_RESULTS
+from vsqs._gateway.sqs.call import Call
+from vsqs._gateway.sqs.parameters import integer, required_string, string, string_list, string_map
+from vsqs._gateway.sqs.protocol import SqsError
+
+MAX_MOVE_TASKS = 10  # ListMessageMoveTasks' MaxResults
+MAX_MOVE_RATE = 500  # MaxNumberOfMessagesPerSecond
+PERMISSION_ACTIONS = frozenset({"*", "ChangeMessageVisibility", "DeleteMessage", "GetQueueAttributes",
+                                "GetQueueUrl", "ReceiveMessage", "SendMessage"})
+_LABEL_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_")
+
+
+def _invalid(parameter: str, value: str, reason: str) -> SqsError:
+    return SqsError("InvalidParameterValue", f"Value {value[:100]} for parameter {parameter} is invalid. "
+                    f"Reason: {reason}")
+
+
+# -- tags -------------------------------------------------------------------------
+
+
+def check_tags(tags: dict[str, str]) -> dict[str, str]:
+    """Tags as Amazon limits them: 50, 1-128 character keys, 0-256 character values."""
+    if len(tags) > MAX_TAGS:
+        raise SqsError("InvalidParameterValue", f"Too many tags: a queue has at most {MAX_TAGS}.")
+    for key, value in tags.items():
+        if not 1 <= len(key) <= MAX_TAG_KEY:
+            raise _invalid("Tags", key, f"A tag key has 1-{MAX_TAG_KEY} characters.")
+        if len(value) > MAX_TAG_VALUE:
+            raise _invalid("Tags", key, f"A tag value has at most {MAX_TAG_VALUE} characters.")
+    return tags
+
+
+def _merged_tags(current: dict[str, str], add: dict[str, str], name: str) -> dict[str, str]:
+    merged = {**current, **add}
+    if len(merged) > MAX_TAGS:
+        raise SqsError("InvalidParameterValue", f"Too many tags added for queue {name}: "
+                       f"a queue has at most {MAX_TAGS} tags.")
+    return merged
+
+
+async def tag_queue(call: Call) -> dict[str, Any]:
+    tags = check_tags(string_map(call.params, "Tags"))
+    if not tags:
+        raise SqsError("MissingParameter", "The request must contain the parameter Tags.")
+    queue = await call.queue()
+    name = call.queue_name or ""
+    await call.run(queue.update_setting, "tags", lambda current: _merged_tags(current, tags, name))
+    return {}
+
+
+async def untag_queue(call: Call) -> dict[str, Any]:
+    keys = set(string_list(call.params, "TagKeys"))
+    if not keys:
+        raise SqsError("MissingParameter", "The request must contain the parameter TagKeys.")
+    queue = await call.queue()
+    await call.run(queue.update_setting, "tags",
+                   lambda current: {key: value for key, value in current.items() if key not in keys})
+    return {}
+
+
+async def list_queue_tags(call: Call) -> dict[str, Any]:
+    queue = await call.queue()
+    tags = (await call.settings(queue))["tags"]
+    return {"Tags": dict(tags)} if tags else {}
+
+
+# -- permissions (stored in the Policy attribute, never enforced) ------------------
+
+
+def _policy_doc(text: str | None, arn: str) -> dict[str, Any]:
+    doc = json.loads(text) if text else {}
+    if not isinstance(doc.get("Statement"), list):
+        doc = {"Version": "2012-10-17", "Id": f"{arn}/SQSDefaultPolicy", "Statement": []}
+    return doc
+
+
+async def add_permission(call: Call) -> dict[str, Any]:
+    label = required_string(call.params, "Label")
+    if not 1 <= len(label) <= 80 or not set(label) <= _LABEL_CHARS:
+        raise _invalid("Label", label, "Up to 80 alphanumeric characters, hyphens (-) and underscores (_).")
+    accounts = string_list(call.params, "AWSAccountIds")
+    actions = string_list(call.params, "Actions")
+    if not accounts:
+        raise SqsError("MissingParameter", "The request must contain the parameter AWSAccountIds.")
+    if not actions:
+        raise SqsError("MissingParameter", "The request must contain the parameter Actions.")
+    for action in actions:
+        if action not in PERMISSION_ACTIONS:
+            raise _invalid("Actions", action, "Not a valid action name.")
+    queue = await call.queue()
+    arn = call.arn_of(call.queue_name or "")
+    statement = {"Sid": label, "Effect": "Allow",
+                 "Principal": {"AWS": [f"arn:aws:iam::{account}:root" for account in accounts]},
+                 "Action": [f"SQS:{action}" for action in actions], "Resource": arn}
+
+    def add(text: str | None) -> str:
+        doc = _policy_doc(text, arn)
+        if any(isinstance(s, dict) and s.get("Sid") == label for s in doc["Statement"]):
+            raise _invalid("Label", label, "Already exists.")
+        doc["Statement"].append(statement)
+        return json.dumps(doc, separators=(",", ":"))
+
+    try:
+        await call.run(queue.update_setting, "policy", add)
+    except InvalidArgument as exc:  # the policy grew over its size limit
+        raise SqsError("OverLimit", str(exc)) from None
+    return {}
+
+
+async def remove_permission(call: Call) -> dict[str, Any]:
+    label = required_string(call.params, "Label")
+    queue = await call.queue()
+    arn = call.arn_of(call.queue_name or "")
+
+    def remove(text: str | None) -> str | None:
+        doc = _policy_doc(text, arn)
+        kept = [s for s in doc["Statement"] if not (isinstance(s, dict) and s.get("Sid") == label)]
+        if len(kept) == len(doc["Statement"]):
+            raise _invalid("Label", label, "can't find label.")
+        doc["Statement"] = kept
+        return json.dumps(doc, separators=(",", ":")) if kept else None
+
+    await call.run(queue.update_setting, "policy", remove)
+    return {}
+
+
+# -- dead-letter sources ---------------------------------------------------------
+
+
+def _page(call: Call, names: list[str]) -> tuple[list[str], str | None]:
+    """One page of sorted ``names`` after NextToken, MaxResults long (1..1000)."""
+    limit = integer(call.params, "MaxResults", 1, MAX_LIST_RESULTS)
+    token = string(call.params, "NextToken")
+    after = ""
+    if token:
+        try:
+            after = base64.urlsafe_b64decode(token.encode("ascii")).decode("utf-8")
+        except (ValueError, UnicodeError):
+            raise SqsError("InvalidParameterValue", "NextToken is not one this gateway gave out.") from None
+    names = [name for name in names if name > after]
+    shown = names[: limit or MAX_LIST_RESULTS]
+    more = limit is not None and len(names) > len(shown)
+    return shown, base64.urlsafe_b64encode(shown[-1].encode("utf-8")).decode("ascii") if more else None
+
+
+async def list_dead_letter_source_queues(call: Call) -> dict[str, Any]:
+    queue = await call.queue()
+    root = call.gateway.spool.root
+    paths = await call.run(queue.dead_letter_sources)
+    names = sorted(os.path.basename(path) for path in paths if os.path.dirname(path) == root)
+    shown, token = _page(call, names)
+    result: dict[str, Any] = {"queueUrls": [call.url_of(name) for name in shown]}
+    if token:
+        result["NextToken"] = token
+    return result
+
+
+# -- message move tasks (redrive) ---------------------------------------------------
+
+
+def _queue_of_arn(parameter: str, arn: str) -> str:
+    parts = arn.split(":")
+    if len(parts) != 6 or parts[0] != "arn" or parts[2] != "sqs":
+        raise _invalid(parameter, arn, "It is not a queue ARN (arn:aws:sqs:REGION:ACCOUNT:QUEUE).")
+    try:
+        return check_queue_name(parts[5])
+    except InvalidArgument as exc:
+        raise _invalid(parameter, arn, str(exc)) from None
+
+
+async def _existing(call: Call, name: str) -> Queue:
+    try:
+        return await call.run(call.gateway.queue, name)
+    except QueueNotFound:
+        raise SqsError("ResourceNotFoundException", f"The resource that you specified for the queue {name} "
+                       "doesn't exist.") from None
+
+
+def _task_handle(task_id: str, source_arn: str) -> str:
+    doc = json.dumps({"taskId": task_id, "sourceArn": source_arn}, separators=(",", ":"))
+    return base64.urlsafe_b64encode(doc.encode()).decode("ascii")
+
+
+async def start_message_move_task(call: Call) -> dict[str, Any]:
+    source_arn = required_string(call.params, "SourceArn")
+    source_name = _queue_of_arn("SourceArn", source_arn)
+    destination_arn = string(call.params, "DestinationArn")
+    destination_name = _queue_of_arn("DestinationArn", destination_arn) if destination_arn else None
+    rate = integer(call.params, "MaxNumberOfMessagesPerSecond", 1, MAX_MOVE_RATE)
+    source = await _existing(call, source_name)
+    destination = await _existing(call, destination_name) if destination_name else None
+    if not await call.run(source.dead_letter_sources):
+        raise _invalid("SourceArn", source_arn, "Source queue must be configured as a Dead Letter Queue.")
+    try:
+        task = await call.run(source.start_redrive, destination, per_second=rate)
+    except InvalidArgument as exc:
+        raise SqsError("UnsupportedOperation", f"Only one active message movement task is supported per queue "
+                       f"at any given time ({exc}).") from None
+    return {"TaskHandle": _task_handle(task["id"], call.arn_of(source_name))}
+
+
+async def list_message_move_tasks(call: Call) -> dict[str, Any]:
+    source_arn = required_string(call.params, "SourceArn")
+    source_name = _queue_of_arn("SourceArn", source_arn)
+    limit = integer(call.params, "MaxResults", 1, MAX_MOVE_TASKS) or 1
+    source = await _existing(call, source_name)
+    tasks = (await call.run(source.redrive_tasks))[:limit]
+    root = call.gateway.spool.root
+    results = []
+    for task in tasks:
+        entry: dict[str, Any] = {"Status": task["status"], "SourceArn": call.arn_of(source_name),
+                                 "ApproximateNumberOfMessagesMoved": task["moved"],
+                                 "ApproximateNumberOfMessagesToMove": task["to_move"],
+                                 "StartedTimestamp": int(task["started"] * 1000)}
+        if task["status"] == "RUNNING":
+            entry["TaskHandle"] = _task_handle(task["id"], call.arn_of(source_name))
+        destination = task["destination"]
+        if destination and os.path.dirname(destination) == root:
+            entry["DestinationArn"] = call.arn_of(os.path.basename(destination))
+        if task["per_second"]:
+            entry["MaxNumberOfMessagesPerSecond"] = task["per_second"]
+        if task["failure"]:
+            entry["FailureReason"] = task["failure"]
+        results.append(entry)
+    return {"Results": results}
+
+
+async def cancel_message_move_task(call: Call) -> dict[str, Any]:
+    handle = required_string(call.params, "TaskHandle")
+    try:
+        doc = json.loads(base64.urlsafe_b64decode(handle.encode("ascii")))
+        task_id, source_arn = doc["taskId"], doc["sourceArn"]
+        assert isinstance(task_id, str) and isinstance(source_arn, str)
+    except (ValueError, UnicodeError, KeyError, TypeError, AssertionError):
+        raise _invalid("TaskHandle", handle, "It is not a task handle this gateway gave out.") from None
+    source = await _existing(call, _queue_of_arn("TaskHandle", source_arn))
+    try:
+        task = await call.run(source.cancel_redrive, task_id)
+    except InvalidArgument:
+        task = None  # finished: Amazon knows only running tasks by their handle
+    if task is None:
+        raise SqsError("ResourceNotFoundException", "The resource that you specified for the TaskHandle "
+                       "doesn't exist.")
+    return {"ApproximateNumberOfMessagesMoved": task["moved"]}
+
+
+MANAGEMENT_ACTIONS = {
+    "TagQueue": tag_queue,
+    "UntagQueue": untag_queue,
+    "ListQueueTags": list_queue_tags,
+    "AddPermission": add_permission,
+    "RemovePermission": remove_permission,
+    "ListDeadLetterSourceQueues": list_dead_letter_source_queues,
+    "StartMessageMoveTask": start_message_move_task,
+    "ListMessageMoveTasks": list_message_move_tasks,
+    "CancelMessageMoveTask": cancel_message_move_task,
+}
