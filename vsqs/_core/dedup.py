@@ -1,6 +1,7 @@
 """De-duplication ids: publishing twice stores one message.
 
-A de-duplication id (per group, if any) is reserved by a chain of files in
+A de-duplication id (per group, if any, unless the queue's ``dedup_scope``
+is ``queue``) is reserved by a chain of files in
 the queue's ``.dedup/`` directory, ``HASH.GEN`` (GEN = 1, 2, ...), each created
 with an exclusive create and never rewritten; the newest says who holds the
 id: ``KEY`` (reserved for message KEY while it is in the queue) or

@@ -108,6 +108,27 @@ class GroupLeases:
         """Give the slot up (after delete or release)."""
         self._next(group, slot.index, slot.gen, _format.FREE_LEASE)
 
+    def free_purged(self, held: dict[str, set[int]]) -> int:
+        """Free the slots whose newest lease is one of ``held`` (group -> the
+        UNTILs of its in-flight messages a purge removed); how many were freed.
+
+        A slot holds its message's UNTIL exactly (a claim and an extend write
+        the same time into the lease and the name), so a slot taken since by
+        another receive (another UNTIL) is left alone; a holder that frees or
+        extends after this finds generation gen+1 taken: harmless."""
+        if not held or not _fs.is_private_dir(self._dir):
+            return 0
+        self.refresh()
+        freed = 0
+        for (group, index), gen in list(self._newest.items()):
+            untils = held.get(group)
+            if not untils:
+                continue
+            data = _fs.read(self._path(group, index, gen))
+            if data is not None and _format.decode_lease(data) in untils:
+                freed += self._next(group, index, gen, _format.FREE_LEASE) is not None
+        return freed
+
     def sweep(self, grace: float = SWEEP_GRACE) -> int:
         """Remove generations superseded more than ``grace`` seconds ago, oldest
         first, so the files left of a slot are its first and its newest ones."""

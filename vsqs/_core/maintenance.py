@@ -145,11 +145,19 @@ class Maintenance:
     def purge(self) -> int:
         """Delete every message, in flight and delayed included; how many.
         Entries named like messages that are no regular files are reported
-        and left alone (see Layout.files)."""
+        and left alone (see Layout.files). The group slots held by the
+        in-flight messages it removed are freed (see
+        :meth:`GroupLeases.free_purged`), so their groups go on at once."""
         removed = 0
+        held: dict[str, set[int]] = {}
         for name in self._layout.files():
             if name.state is not State.WRITING and _fs.unlink(self._layout.message_file(str(name))):
                 removed += 1
+                if name.group_hash and name.state is State.HIDDEN and name.receive_count:
+                    held.setdefault(name.group_hash, set()).add(name.until_us)
+        if held:
+            with self._lock:
+                self._groups.free_purged(held)
         return removed
 
     def requeue_expired(self) -> int:

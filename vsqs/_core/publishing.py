@@ -85,7 +85,8 @@ def prepare(item: Body | Outgoing, defaults: Defaults, settings: Mapping[str, An
         header["group"] = group
     digest = ""
     if dedup_id is not None or defaults.dedup_content or settings["content_dedup"]:
-        digest = _dedup.dedup_hash(hashlib.sha256(data).hexdigest() if dedup_id is None else dedup_id, group)
+        scope = group if settings["dedup_scope"] == "group" else None
+        digest = _dedup.dedup_hash(hashlib.sha256(data).hexdigest() if dedup_id is None else dedup_id, scope)
     return Prepared(data, header, priority, group_hash, seconds, digest)
 
 

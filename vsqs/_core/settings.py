@@ -109,6 +109,15 @@ def _flag(name: str, value: object) -> bool:
     raise InvalidArgument(f"{name} must be true or false, not {value!r}")
 
 
+def _choice(*choices: str) -> Any:
+    def check(name: str, value: object) -> str:
+        if isinstance(value, str) and value.strip().lower() in choices:
+            return value.strip().lower()
+        raise InvalidArgument(f"{name} must be one of {', '.join(choices)}, not {value!r}")
+
+    return check
+
+
 def file_mode_of(settings: Mapping[str, Any]) -> int | None:
     mode = settings.get("file_mode")
     return int(mode, 8) if mode else None
@@ -195,6 +204,10 @@ SCHEMA: dict[str, tuple[Any, Any]] = {
     "group_concurrency": (1, _count(1, 10**6)),
     "dedup_window": (0.0, _seconds(366 * 86400.0)),
     "content_dedup": (False, _flag),
+    # what a dedup id is unique in: its message group ("group") or the whole queue
+    "dedup_scope": ("group", _choice("group", "queue")),
+    # SQS's FifoThroughputLimit (perQueue / perMessageGroupId): kept and reported, no effect here
+    "throughput_limit": (None, _choice("queue", "group")),
     "receive_wait": (0.0, _seconds(20.0)),
     "throttle": (None, _throttle),
     "suspended": ([], _operations),

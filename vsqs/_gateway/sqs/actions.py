@@ -130,7 +130,9 @@ async def create_queue(call: Call) -> dict[str, Any]:
             existing = spool.queue(name)
         except QueueNotFound:
             extra = {"dedup_window": FIFO_DEDUP_WINDOW, "group_concurrency": 1} if is_fifo(name) else {}
-            call.gateway.create_queue(name, **extra, **settings, **({"tags": tags} if tags else {}))
+            if is_fifo(name):
+                extra["dedup_scope"] = "queue"  # Amazon's default DeduplicationScope
+            call.gateway.create_queue(name, **{**extra, **settings, **({"tags": tags} if tags else {})})
             return
         current = {**existing.settings}
         current.update((key, value) for key, value in REPORTED_DEFAULTS.items() if current[key] is None)

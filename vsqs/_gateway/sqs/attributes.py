@@ -85,7 +85,11 @@ _NUMERIC_ATTRIBUTES: dict[str, tuple[str, int, int]] = {
     "ReceiveMessageWaitTimeSeconds": ("receive_wait", 0, MAX_WAIT_SECONDS),
 }
 _FIFO_ATTRIBUTES = frozenset({"FifoQueue", "ContentBasedDeduplication", "DeduplicationScope", "FifoThroughputLimit"})
-_FIXED_VALUES = {"DeduplicationScope": "messageGroup", "FifoThroughputLimit": "perQueue"}
+# attribute -> (setting, {SQS value: setting value}, value reported when the setting is unset)
+_FIFO_CHOICES: dict[str, tuple[str, dict[str, str], str]] = {
+    "DeduplicationScope": ("dedup_scope", {"queue": "queue", "messageGroup": "group"}, "messageGroup"),
+    "FifoThroughputLimit": ("throughput_limit", {"perQueue": "queue", "perMessageGroupId": "group"}, "perQueue"),
+}
 _READ_ONLY = frozenset({"ApproximateNumberOfMessages", "ApproximateNumberOfMessagesNotVisible",
                         "ApproximateNumberOfMessagesDelayed", "QueueArn", "CreatedTimestamp",
                         "LastModifiedTimestamp"})
@@ -146,10 +150,11 @@ def settings_of(attributes: Mapping[str, str], queue_name: str) -> dict[str, Any
             if text.lower() not in ("true", "false"):
                 raise invalid_value(name, f"{text[:40]!r} is not true or false.")
             settings["content_dedup"] = text.lower() == "true"
-        elif name in _FIXED_VALUES:
-            if text != _FIXED_VALUES[name]:
-                raise invalid_value(name, f"vsqs supports only {_FIXED_VALUES[name]!r}, not {text[:40]!r} "
-                                     "(it de-duplicates within a message group and has no throughput limit).")
+        elif name in _FIFO_CHOICES:
+            setting, choices, _ = _FIFO_CHOICES[name]
+            if text not in choices:
+                raise invalid_value(name, f"{text[:40]!r} is not one of {', '.join(choices)}.")
+            settings[setting] = choices[text]
         elif name in _READ_ONLY:
             raise unknown_attribute(name)  # Amazon's answer to setting a read-only one
         elif name in _UNSUPPORTED:
@@ -245,9 +250,10 @@ def queue_attributes(call: Call, queue: Queue, name: str, wanted: set[str]) -> d
             out["FifoQueue"] = "true"
         if want("ContentBasedDeduplication"):
             out["ContentBasedDeduplication"] = "true" if settings["content_dedup"] else "false"
-        for attribute, value in _FIXED_VALUES.items():
+        for attribute, (setting, choices, unset) in _FIFO_CHOICES.items():
             if want(attribute):
-                out[attribute] = value
+                reported = {value: text for text, value in choices.items()}
+                out[attribute] = reported.get(settings[setting], unset)
     return out
 
 
