@@ -77,3 +77,25 @@ def test_dedup_scope_and_throughput_limit_are_checked(queue):
     assert queue.settings["throughput_limit"] is None
     queue.configure(throughput_limit="group")
     assert vsqs.Queue(queue.path).settings["throughput_limit"] == "group"
+
+
+# -- sequence numbers ---------------------------------------------------------------
+
+
+def test_sequence_numbers_increase_within_a_group_in_delivery_order(queue):
+    ids = queue.publish_batch([f"m{i}".encode() for i in range(5)], group="g")
+    ids += [queue.publish(b"late", group="g")]
+    numbers = [vsqs.Message.sequence_number_of(i) for i in ids]
+    assert all(n.isdigit() and len(n) >= 20 for n in numbers)
+    assert [int(n) for n in numbers] == sorted(int(n) for n in numbers)
+    assert len(set(numbers)) == len(numbers)
+    received = []
+    while (m := queue.receive()) is not None:
+        received.append(m.sequence_number)
+        m.delete()
+    assert received == numbers
+
+
+def test_sequence_number_of_refuses_what_is_no_id():
+    with pytest.raises(vsqs.InvalidArgument):
+        vsqs.Message.sequence_number_of("nope")

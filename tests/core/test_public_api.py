@@ -234,6 +234,8 @@ PINNED = {
         "receive_count": "attribute (slot)",
         "release": "method (self) -> None",
         "sent_at": "property -> float",
+        "sequence_number": "property -> str",
+        "sequence_number_of": "staticmethod (message_id: str) -> str",
         "settled": "property -> bool",
     },
     "Worker": {

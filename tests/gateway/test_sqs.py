@@ -602,7 +602,7 @@ def test_fifo_queues_keep_group_order_one_in_flight(sqs: Any, server: Server) ->
     assert [b for b in delivered if b.startswith("g2")] == ["g2-0", "g2-1", "g2-2"]
     attributes = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["All"])["Attributes"]
     assert attributes["FifoQueue"] == "true" and attributes["ContentBasedDeduplication"] == "false"
-    assert attributes["DeduplicationScope"] == "messageGroup" and attributes["FifoThroughputLimit"] == "perQueue"
+    assert attributes["DeduplicationScope"] == "queue" and attributes["FifoThroughputLimit"] == "perQueue"
 
 
 def test_fifo_deduplication(sqs: Any, server: Server) -> None:
@@ -659,8 +659,9 @@ def test_bad_fifo_sends(sqs: Any, server: Server, kwargs: dict[str, Any], code: 
     (".fifo", {}, None, "InvalidParameterValue"),
     ("", {"FifoQueue": "true"}, None, "InvalidParameterValue"),
     (".fifo", {"FifoQueue": "false"}, None, "InvalidParameterValue"),
-    (".fifo", {"FifoQueue": "true", "DeduplicationScope": "queue"}, "InvalidAttributeValue", "InvalidAttributeValue"),
-    (".fifo", {"FifoQueue": "true", "FifoThroughputLimit": "perMessageGroupId"}, "InvalidAttributeValue",
+    (".fifo", {"FifoQueue": "true", "DeduplicationScope": "everywhere"}, "InvalidAttributeValue",
+     "InvalidAttributeValue"),
+    (".fifo", {"FifoQueue": "true", "FifoThroughputLimit": "perGroup"}, "InvalidAttributeValue",
      "InvalidAttributeValue"),
     (".fifo", {"FifoQueue": "true", "ContentBasedDeduplication": "maybe"}, "InvalidAttributeValue",
      "InvalidAttributeValue"),

@@ -305,6 +305,16 @@ def new_key(priority: int = DEFAULT_PRIORITY) -> str:
     return f"{MAX_PRIORITY - priority}-{_clock.next():016d}-{_ids.getrandbits(64):016x}"
 
 
+def sequence_number(key: str) -> str:
+    """SQS's SequenceNumber of message ``key``: its send time (µs) and random
+    part as one decimal number, SEND_US * 2**64 + RANDOM (35 digits until the
+    year 2286). Keys of one priority (every message of a group has the same)
+    sort as these numbers do, so within a group it increases in delivery order."""
+    if not is_key(key):
+        raise InvalidArgument(f"not a message id: {key!r}")
+    return str(int(key[2:18]) * 2**64 + int(key[19:], 16))
+
+
 # -- stages: private directories whose messages a commit publishes at once --
 
 _STAGE_RE = re.compile(rf"[A-Za-z0-9_-]{{1,{limits.MAX_STAGE_NAME}}}")

@@ -159,6 +159,17 @@ class Message:
         return 9 - int(self.id[0])
 
     @property
+    def sequence_number(self) -> str:
+        """SQS's SequenceNumber: a decimal string from the id, increasing
+        within a group in delivery order (see :meth:`sequence_number_of`)."""
+        return _format.sequence_number(self.id)
+
+    @staticmethod
+    def sequence_number_of(message_id: str) -> str:
+        """The sequence number of the message ``message_id`` (e.g. one just published)."""
+        return _format.sequence_number(message_id)
+
+    @property
     def md5(self) -> str:
         """MD5 of the body in hex, as SQS reports it (a checksum, not security)."""
         return hashlib.md5(self.body, usedforsecurity=False).hexdigest()

@@ -41,6 +41,7 @@ class Prepared:
     md5_attributes: str | None
     md5_system: str | None
     size: int  # bytes as SQS counts them: body and attributes
+    fifo: bool = False  # sent to a FIFO queue: the answer has a SequenceNumber
 
 
 def prepare(entry: Mapping[str, Any], queue_name: str, limit: int) -> Prepared:
@@ -82,7 +83,7 @@ def prepare(entry: Mapping[str, Any], queue_name: str, limit: int) -> Prepared:
     message = Outgoing(body.encode("utf-8"), delay=None if delay is None else float(delay),
                        attributes=stored or None, group=group, dedup_id=dedup_id)
     return Prepared(body, message, md5_of_body(body), md5_of_attributes(attributes) if attributes else None,
-                    md5_of_attributes(system) if system else None, size)
+                    md5_of_attributes(system) if system else None, size, fifo)
 
 
 def check_dedup(prepared: Prepared, queue_name: str, settings: Mapping[str, Any]) -> None:
@@ -98,6 +99,8 @@ def send_result(message_id: str, prepared: Prepared) -> dict[str, Any]:
         result["MD5OfMessageAttributes"] = prepared.md5_attributes
     if prepared.md5_system:
         result["MD5OfMessageSystemAttributes"] = prepared.md5_system
+    if prepared.fifo:
+        result["SequenceNumber"] = Message.sequence_number_of(message_id)
     return result
 
 
@@ -124,6 +127,7 @@ def received_message(call: Call, message: Message, fifo: bool, content_dedup: bo
         "SentTimestamp": str(int(message.sent_at * 1000)),
         "ApproximateReceiveCount": str(message.receive_count),
         "MessageGroupId": message.group,
+        "SequenceNumber": message.sequence_number if fifo else None,
         "MessageDeduplicationId": dedup_id,
         "AWSTraceHeader": stored.get(TRACE_ATTRIBUTE),
     }
