@@ -44,9 +44,11 @@ Decisions (beyond SQS's own rules):
   queue gets ``dedup_window=300`` and ``group_concurrency=1``. Sends need a
   MessageGroupId, refuse a non-zero per-message DelaySeconds, and need a
   MessageDeduplicationId unless ContentBasedDeduplication is on.
-  vsqs de-duplicates per message group, so DeduplicationScope is
-  ``messageGroup`` (``queue`` is refused: vsqs cannot honour it) and
-  FifoThroughputLimit ``perQueue`` (vsqs has no throughput limit). A dedup id
+  DeduplicationScope is the setting ``dedup_scope`` (``queue``, Amazon's
+  default, for a queue made here; ``messageGroup``); FifoThroughputLimit is
+  kept in ``throughput_limit`` and reported, and changes nothing (vsqs has no
+  throughput quota). SendMessage(Batch) answers a SequenceNumber on a FIFO
+  queue (from the message id, increasing within a group). A dedup id
   is held while its message is in the queue and 300 s after it is gone
   (SQS: 300 s after the send). MessageGroupId on a standard queue also
   becomes a vsqs group, so that group is delivered in order, one in flight.
@@ -85,10 +87,11 @@ Decisions (beyond SQS's own rules):
   System attributes: SenderId (the gateway's account id), SentTimestamp,
   ApproximateReceiveCount, MessageGroupId, MessageDeduplicationId (as sent,
   or the body's SHA-256 on a content-deduplicated queue), AWSTraceHeader.
-  ApproximateFirstReceiveTimestamp, SequenceNumber and
-  DeadLetterQueueSourceArn are not reported. ReceiveRequestAttemptId is
-  ignored. ``All`` is taken in any case, message attributes also by ``.*``
-  and ``prefix.*``; unknown names are ignored, as Amazon ignores them.
+  SequenceNumber (FIFO queues). ApproximateFirstReceiveTimestamp (not on
+  disk) and DeadLetterQueueSourceArn are not reported.
+  ReceiveRequestAttemptId is ignored. ``All`` is taken in any case, message
+  attributes also by ``.*`` and ``prefix.*``; unknown names are ignored, as
+  Amazon ignores them.
 - Receipts: vsqs gives a message a new receipt when its visibility changes,
   SQS keeps the handle. The gateway remembers, per process and in memory,
   handle -> current receipt after a ChangeMessageVisibility; a handle changed
