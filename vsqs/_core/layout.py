@@ -170,9 +170,7 @@ class ShardedLayout(Layout):
             try:
                 found += self._files(directory, index)
             except QueueNotFound:
-                if not _fs.is_dir(self.path):
-                    raise
-                # a missing shard: reported by receive and made again by gc
+                self._missing_shard(index)
         return found
 
     def entries(self) -> Iterator[tuple[str, bool]]:
@@ -211,11 +209,15 @@ class ShardedLayout(Layout):
         try:
             return _fs.list_names(directory)
         except QueueNotFound:
-            if not _fs.is_dir(self.path):
-                raise
-            log.warning("queue %s: shard directory %s is missing (vsqs gc makes it again)",
-                        self.path, _format.shard_dir_name(index))
+            self._missing_shard(index)
             return []
+
+    def _missing_shard(self, index: int) -> None:
+        """Report shard ``index`` missing, unless the whole queue is gone (QueueNotFound then)."""
+        if not _fs.is_dir(self.path):
+            raise QueueNotFound(f"queue directory is gone: {self.path}")
+        log.warning("queue %s: shard directory %s is missing (vsqs gc makes it again)",
+                    self.path, _format.shard_dir_name(index))
 
     def rehome_strays(self, mode: int | None) -> int:
         """Move message files that lie outside their shard (in the queue
