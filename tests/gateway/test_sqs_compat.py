@@ -29,18 +29,6 @@ from tests.gateway.test_sqs import (
 )
 
 
-@pytest.fixture(scope="module", autouse=True)
-def no_aws_config() -> Iterator[None]:
-    """boto3 in this process reads no real AWS configuration or credentials."""
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("AWS_CONFIG_FILE", "/dev/null")
-        patch.setenv("AWS_SHARED_CREDENTIALS_FILE", "/dev/null")
-        for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE",
-                     "AWS_DEFAULT_REGION", "AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_SQS"):
-            patch.delenv(name, raising=False)
-        yield
-
-
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     spool = tmp_path_factory.mktemp("sqs-compat") / "spool"

@@ -11,7 +11,7 @@ from tests.gateway import test_sqs as _base
 from tests.gateway.test_sqs import library_queue, new_name
 
 # the servers and client of test_sqs.py (fixtures, found by name)
-no_aws_config, server, sqs = _base.no_aws_config, _base.server, _base.sqs
+server, sqs = _base.server, _base.sqs
 
 
 def fifo_queue(sqs: Any, **attributes: str) -> tuple[str, str]:

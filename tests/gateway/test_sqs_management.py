@@ -27,17 +27,6 @@ REGION = "us-east-1"
 AWS_CLI = str(Path(sys.executable).with_name("aws"))
 
 
-@pytest.fixture(scope="module", autouse=True)
-def no_aws_config() -> Iterator[None]:
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("AWS_CONFIG_FILE", "/dev/null")
-        patch.setenv("AWS_SHARED_CREDENTIALS_FILE", "/dev/null")
-        for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE",
-                     "AWS_DEFAULT_REGION", "AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_SQS"):
-            patch.delenv(name, raising=False)
-        yield
-
-
 @pytest.fixture(scope="module")
 def servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Server, Server]]:
     """Two gateway processes serving one spool."""
