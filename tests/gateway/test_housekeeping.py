@@ -62,6 +62,18 @@ def test_a_message_past_retention_disappears_without_vsqs_gc(tmp_path: Path) -> 
         assert _metric(server.url, "vsqs_gateway_gc_last_run_timestamp_seconds") > 0
 
 
+def test_workers_sweep_and_their_metrics_add_up(tmp_path: Path) -> None:
+    spool = _spool(tmp_path)
+    queue = spool.create_queue("orders", retention=0.5)
+    queue.publish_batch([b"stale"] * 3)
+    queue_dir = Path(spool.path("orders"))
+    with running_gateway(spool.root, "--gc-interval", _INTERVAL, "--workers", "2", log_dir=str(tmp_path)) as server:
+        _wait_for("the messages past retention removed", lambda: not _message_files(queue_dir))
+        _wait_for("the removals counted in /metrics",
+                  lambda: _metric(server.url, "vsqs_gateway_gc_removed_total") >= 3)
+        assert _metric(server.url, "vsqs_gateway_gc_last_run_timestamp_seconds") > 0
+
+
 def test_a_failing_queue_does_not_stop_the_sweep(tmp_path: Path) -> None:
     spool = _spool(tmp_path)
     spool.create_queue("a-broken")
