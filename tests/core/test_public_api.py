@@ -210,6 +210,7 @@ PINNED = {
         "__iter__": "method (self) -> Iterator[Queue]",
         "__reduce__": "method (self) -> Any",
         "__repr__": "method (self) -> str",
+        "claim_period": "method (self, task: str, seconds: float, *, now: float | None = None) -> bool",
         "create_queue": "method (self, name: str, *, shards: int | None = None, **settings: Any) -> Queue",
         "delete_queue": "method (self, name: str) -> int",
         "path": "method (self, name: str) -> str",

@@ -352,6 +352,24 @@ def parse_throttle_token(name: str) -> int | None:
     return int(m[1]) if m else None
 
 
+# -- spool-wide claims: one token file per task and period in .claims/ -------
+
+CLAIMS_DIR = ".claims"
+CLAIM_TASK_RE = re.compile(r"[a-z][a-z0-9_-]{0,31}")
+_CLAIM_RE = re.compile(r"([a-z][a-z0-9_-]{0,31})\.([0-9]{1,15})")
+
+
+def claim_token(task: str, period: int) -> str:
+    """The token of ``task`` for time period ``period`` (epoch seconds // period length)."""
+    return f"{task}.{period}"
+
+
+def parse_claim_token(name: str) -> tuple[str, int] | None:
+    """The task and period of a claim token name, or ``None``."""
+    m = _CLAIM_RE.fullmatch(name)
+    return (m[1], int(m[2])) if m else None
+
+
 # -- receipts ---------------------------------------------------------------
 
 

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Iterator
 from typing import Any
 
 from vsqs._core import format as _format
 from vsqs._core import fs as _fs
 from vsqs._core import settings as _settings
-from vsqs._core.errors import QueueNotFound
+from vsqs._core.errors import InvalidArgument, QueueNotFound
 from vsqs._core.queue import Queue
 from vsqs._core.rules import check_queue_name, is_queue_name
 
@@ -86,6 +87,32 @@ class Spool:
         count = _count_messages(doomed)
         _fs.remove_tree(doomed)
         return count
+
+    def claim_period(self, task: str, seconds: float, *, now: float | None = None) -> bool:
+        """Claim the current ``seconds``-long period for ``task`` among every
+        process and host sharing the spool; True for exactly one caller per
+        period.
+
+        Time is cut into periods ``floor(epoch / seconds)``; the claim is an
+        exclusive create of ``.claims/TASK.PERIOD`` in the spool's root, so the
+        first creator wins, with no lock and no broker. The winner removes the
+        task's tokens of periods before the previous one. ``task`` is 1-32
+        characters of a-z 0-9 _ -, starting with a letter (e.g. ``"gc"``).
+        """
+        if not isinstance(task, str) or not _format.CLAIM_TASK_RE.fullmatch(task):
+            raise InvalidArgument(f"bad task name {task!r}: use 1-32 characters of a-z 0-9 _ -, a letter first")
+        if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not 0 < seconds < float("inf"):
+            raise InvalidArgument(f"seconds must be a positive number, not {seconds!r}")
+        period = int((time.time() if now is None else now) // seconds)
+        directory = os.path.join(self._root, _format.CLAIMS_DIR)
+        _fs.make_dirs(directory)
+        if not _fs.create_exclusive(os.path.join(directory, _format.claim_token(task, period)), b"", durable=False):
+            return False
+        for entry in _fs.list_names(directory):
+            parsed = _format.parse_claim_token(entry)
+            if parsed is not None and parsed[0] == task and parsed[1] < period - 1:
+                _fs.unlink(os.path.join(directory, entry))
+        return True
 
 
 def _is_queue_dir(path: str) -> bool:

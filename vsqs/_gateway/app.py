@@ -26,6 +26,7 @@ from fastapi.responses import JSONResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from vsqs import QueueNotFound, VsqsError, __version__
+from vsqs._gateway import housekeeping
 from vsqs._gateway.asgi import ASGIApp
 from vsqs._gateway.auth import ApiKeyAuth, BrowserGuard
 from vsqs._gateway.config import CONFIG_FILE_ENV, SECRET_ENVS, GatewayConfig
@@ -48,6 +49,7 @@ def create_app(config: GatewayConfig) -> ASGIApp:
         title="vsqs gateway",
         version=__version__,
         summary="A vsqs spool over HTTP: the native API under /queues; the Amazon SQS JSON protocol on POST /.",
+        lifespan=housekeeping.lifespan(gateway.spool, gateway.metrics, config.gc_interval),
     )
     app.state.gateway = gateway
     _add_error_handlers(app, gateway)

@@ -55,3 +55,4 @@ MAX_SQS_JSON_VALUES = 10_000  # an SQS request (a batch of 10 with 10 attributes
 MAX_JSON_DEPTH = 32  # nesting of arrays and objects (the deepest request needs 5)
 MAX_JSON_INTEGER_DIGITS = 32  # an integer longer than this is no count, size or time
 INLINE_JSON_BYTES = 64 * 1024  # bodies up to this size are parsed on the event loop, larger ones on a thread
+GC_INTERVAL = 60.0  # seconds between the gateway's housekeeping sweeps (vsqs._gateway.housekeeping)

@@ -64,6 +64,19 @@ class GatewayMetrics:
             "vsqs_gateway_long_polls_waiting", "Receives waiting in a long poll now.",
             registry=self.registry, multiprocess_mode="livesum",
         )
+        self.gc_runs = Counter(
+            "vsqs_gateway_gc_runs", "Housekeeping sweeps of the spool this gateway ran.", registry=self.registry,
+        )
+        self.gc_removed = Counter(
+            "vsqs_gateway_gc_removed", "Files the housekeeping sweeps removed.", registry=self.registry,
+        )
+        self.gc_errors = Counter(
+            "vsqs_gateway_gc_errors", "Queues (or whole sweeps) the housekeeping failed on.", registry=self.registry,
+        )
+        self.gc_last_run = Gauge(
+            "vsqs_gateway_gc_last_run_timestamp_seconds", "When this gateway last finished a housekeeping sweep.",
+            registry=self.registry, multiprocess_mode="max",
+        )
 
     def observe(self, operation: str, outcome: str, seconds: float) -> None:
         self.requests.labels(operation, outcome).inc()
