@@ -67,7 +67,10 @@ async def run_periodically(spool: Spool, metrics: GatewayMetrics, interval: floa
         await asyncio.sleep(interval - time.time() % interval)  # to the start of the next period
         try:
             await anyio.to_thread.run_sync(sweep_if_claimed, spool, metrics, interval)
-        except Exception:  # a broken spool must not end housekeeping: logged, tried next period
+        except (VsqsError, OSError) as exc:  # the spool failed (gone, read-only...): said in one line, tried next period
+            metrics.gc_errors.inc()
+            log.warning("housekeeping: the sweep failed: %s", exc)
+        except Exception:  # a bug must not end housekeeping either: logged whole, tried next period
             metrics.gc_errors.inc()
             log.exception("housekeeping: the sweep failed")
 
