@@ -105,9 +105,10 @@ class Gateway:
 
     async def receive(
         self, name: str, max_messages: int, visibility_timeout: float | None, wait: float | None,
-        disconnected: Callable[[], Awaitable[bool]] | None = None,
+        disconnected: Callable[[], Awaitable[bool]] | None = None, group_runs: bool = False,
     ) -> list[Message]:
-        """Receive with a long poll that holds no thread while it waits.
+        """Receive with a long poll that holds no thread while it waits
+        (``group_runs``: see :meth:`vsqs.Queue.receive_batch`).
 
         Each attempt is one non-blocking ``receive_batch`` on the thread pool;
         between attempts the request sleeps on the event loop. A publish
@@ -132,7 +133,8 @@ class Gateway:
             while True:
                 waiters.attempted_at = time.monotonic()
                 got = await self.call(
-                    queue.receive_batch, max_messages, visibility_timeout=visibility_timeout, wait=0
+                    queue.receive_batch, max_messages, visibility_timeout=visibility_timeout, wait=0,
+                    group_runs=group_runs,
                 )
                 if got or deadline - time.monotonic() <= 0:
                     return got

@@ -291,11 +291,11 @@ async def receive_message(call: Call) -> dict[str, Any]:
     name = call.queue_name
     assert name is not None
     settings = await call.settings(queue)
-    messages = await call.gateway.receive(
-        name, count, None if visibility is None else float(visibility),
-        float(settings["receive_wait"] if wait is None else wait), call.request.is_disconnected,
-    )
     fifo = is_fifo(name)
+    messages = await call.gateway.receive(  # FIFO: a group's next messages together, as Amazon (group runs)
+        name, count, None if visibility is None else float(visibility),
+        float(settings["receive_wait"] if wait is None else wait), call.request.is_disconnected, group_runs=fifo,
+    )
     received = [received_message(call, m, fifo, bool(settings["content_dedup"]), system_names, attribute_names)
                 for m in messages]
     return {"Messages": received} if received else {}
