@@ -410,7 +410,7 @@ def _slot_ref(text: str) -> SlotRef | None:
     if m[3] is None:
         return SlotRef(int(m[1]), int(m[2]))
     gen, run, member, size = int(m[2]), int(m[3]), int(m[4]), int(m[5])
-    if not (run <= gen and 2 <= size <= limits.MAX_BATCH and member < size):
+    if not (run <= gen and 2 <= size <= limits.MAX_RUN and member < size):
         return None
     return SlotRef(int(m[1]), gen, run, member, size)
 

@@ -191,7 +191,7 @@ class GroupLeases:
             self._ready = True
         marks = [self._mark(group, slot, member) for member in range(slot.size)]
         _fs.create_exclusive(marks[slot.member], b"", durable=False, mode=self.mode)  # (taken already: fine)
-        if not all(_fs.exists(mark) for mark in marks):
+        if not all(_fs.exists(mark) for mark in reversed(marks)):  # (the last first: members settle in order)
             return False
         found = self._newest_from(group, slot.index, slot.gen)
         if found is None or not found[1] or _format.now_us() + skew_us >= until_us:

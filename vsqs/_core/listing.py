@@ -19,7 +19,7 @@ from vsqs._core import format as _format
 from vsqs._core.format import State
 from vsqs._core.groups import GroupLeases
 from vsqs._core.layout import Layout
-from vsqs._core.limits import DEFAULT_GC_GRACE, MAX_BATCH
+from vsqs._core.limits import DEFAULT_GC_GRACE, MAX_RUN
 
 # A cached listing is re-read when it runs out, or when older than
 # max(MAX_AGE, AGE_FACTOR x the time the last listing took), so that
@@ -154,6 +154,14 @@ class Listing:
             else:
                 heapq.heappush(self.visible, name)
 
+    def skip_buried(self, group: str) -> None:
+        """The group's candidate went to the dead-letter queue: the next name of
+        its run (as listed) is its candidate now."""
+        following = self.runs.pop(group, None)
+        if following:
+            heapq.heappush(self.grouped, (0, following[0]))
+            self.runs[group] = following[1:]
+
     def take_run(self, group: str) -> list[str]:
         """The names listed after ``group``'s candidate, in order (forgotten as
         they are taken: a run is taken from a listing once)."""
@@ -271,7 +279,7 @@ class Listing:
                     continue  # in flight, or delayed: not yet in the group's order
                 if run is not None:  # the names after a lone slot's candidate (see take_run)
                     run.append(str(m))
-                    if len(run) >= MAX_BATCH - 1 or room <= 0:
+                    if len(run) >= MAX_RUN - 1 or room <= 0:
                         break
                     room -= 1
                     continue

@@ -509,10 +509,8 @@ class Queue:
             if parsed is None or parsed.state is State.WRITING:
                 continue  # a foreign name the listing passed through unparsed
             if max_receives is not None and parsed.receive_count >= max_receives:
-                try:
-                    self._dead_letters.bury(parsed)
-                except StorageError as exc:  # e.g. a dead-letter queue on another filesystem
-                    failure = failure or exc
+                error = self._group_receiver.bury(parsed)  # (its group, if any, goes on with its next)
+                failure = failure or error
                 continue
             if throttle is not None:
                 with lock:
