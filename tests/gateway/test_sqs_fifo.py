@@ -4,6 +4,7 @@ boto3 against a real `vsqs serve` (the servers of test_sqs.py)."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from tests.gateway.server import Server
@@ -131,9 +132,9 @@ def test_a_member_made_visible_comes_back_before_the_rest_of_its_group(sqs: Any)
 
 
 def test_a_run_dead_letters_after_max_receive_count(sqs: Any) -> None:
-    dlq_name, dlq_url = fifo_queue(sqs)
+    _, dlq_url = fifo_queue(sqs)
     arn = sqs.get_queue_attributes(QueueUrl=dlq_url, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
-    policy = '{"deadLetterTargetArn": "%s", "maxReceiveCount": "2"}' % arn
+    policy = json.dumps({"deadLetterTargetArn": arn, "maxReceiveCount": "2"})
     _, url = fifo_queue(sqs, RedrivePolicy=policy)
     _send(sqs, url, "g", "g0", "g1", "g2")
     run = sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10)["Messages"]
