@@ -433,7 +433,7 @@ class Queue:
         over groups, and vsqs without runs refuses their receipts (docs/FORMAT.md, Runs)."""
         if type(max_messages) is not int or not 1 <= max_messages <= MAX_BATCH:
             check_batch_size(max_messages)
-        return self._receive(max_messages, visibility_timeout, wait, read_bodies, group_runs is True)
+        return self._receive(max_messages, visibility_timeout, wait, read_bodies, bool(group_runs))
 
     def _receive(
         self, max_messages: int, visibility_timeout: float | None, wait: float | None, read_bodies: bool,
