@@ -242,3 +242,14 @@ def test_run_receipts_are_validated(queue):
                    f"{index}.{gen}.{start}.{member}.101"):  # longer than a run can be
         with pytest.raises(InvalidReceipt):
             queue.delete(f"{head}:{forged}")
+
+
+def test_a_member_of_a_run_at_max_receives_goes_to_the_dead_letter_queue(flat_queue):
+    queue = flat_queue
+    queue.configure(max_receives=5)
+    publish(queue, "g", 3)
+    names = sorted(n for n in os.listdir(queue.path) if _format.group_of(n) == _format.group_hash("g"))
+    g1 = _format.parse_name(names[1])
+    os.rename(os.path.join(queue.path, names[1]), os.path.join(queue.path, _format.ready_name(g1.stem, 5)))
+    assert bodies(queue.receive_batch(10, group_runs=True)) == ["g0", "g2"]
+    assert bodies(queue.dead_letter_queue().receive_batch(10)) == ["g1"]

@@ -114,11 +114,11 @@ class GroupReceiver:
                 break  # (cannot happen with a listing of this queue: a guard)
             if settings["max_receives"] is not None and member.receive_count >= settings["max_receives"]:
                 try:
-                    self._dead_letters.bury(member)
+                    if self._dead_letters.bury(member):
+                        continue
                 except StorageError as exc:
                     taken.failure = taken.failure or exc
-                    break
-                continue
+                break  # not moved: the run ends before it, in order
             if settings["throttle"] is not None:
                 with lock:
                     if not self._throttle.take(*settings["throttle"], time.time()):
