@@ -34,7 +34,6 @@ import secrets
 import threading
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 from vsqs._core import limits
@@ -373,13 +372,14 @@ def parse_claim_token(name: str) -> tuple[str, int] | None:
 # -- receipts ---------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class SlotRef:
+class SlotRef(NamedTuple):
     """Which group slot lease a receipt holds: slot ``index``, lease generation ``gen``
     (the newest one its holder knows of); for a member of a run (several
     messages of a group taken by one receive, see :mod:`vsqs._core.groups`),
     the generation that took the slot for the run (``run``), the message's
-    place in it (``member``) and how many messages it has (``size``)."""
+    place in it (``member``) and how many messages it has (``size``).
+    (A named tuple: one is made on every claim, and a frozen dataclass costs
+    several times as much to make.)"""
 
     index: int
     gen: int

@@ -77,6 +77,11 @@ class GroupReceiver:
         self._dead_letters = dead_letters
         self._skew_us = skew_us
 
+    def want_runs(self) -> None:
+        """A receive asks for runs: the listing keeps them from now on (see Listing.want_runs)."""
+        with self._lock:
+            self._listing.want_runs()
+
     def claim(
         self, queue: Queue, name: str, parsed: _format.Name, lease_us: int, room: int, read_bodies: bool,
         byte_room: int, runs: bool, settings: Mapping[str, Any],

@@ -32,7 +32,6 @@ from __future__ import annotations
 import os
 import time
 from collections import defaultdict
-from dataclasses import replace
 
 from vsqs._core import format as _format
 from vsqs._core import fs as _fs
@@ -175,9 +174,9 @@ class GroupLeases:
             if lease == 0:  # freed (a purge): the member is gone with it
                 return None
             if lease is not None and lease >= new_until:
-                return replace(slot, gen=gen)
+                return slot._replace(gen=gen)
             if lease is not None and self._next(group, slot.index, gen, _format.encode_lease(new_until)):
-                return replace(slot, gen=gen + 1)
+                return slot._replace(gen=gen + 1)
             # a run-mate's raise being written, or won first: read again
         return None
 

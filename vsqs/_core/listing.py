@@ -67,6 +67,7 @@ class Listing:
         self._group_limit = group_limit  # the queue's group_concurrency now
         self.window = WINDOW if window is None else window  # (the module's, looked up now: a test seam)
         self._groups_seen = False
+        self.runs_wanted = False  # keep each group's next names (runs): once a receive asked for runs
         self._groups_swept_at = -math.inf
         self._orphans_swept_at = -math.inf
         self.reset()
@@ -161,6 +162,13 @@ class Listing:
         if following:
             heapq.heappush(self.grouped, (0, following[0]))
             self.runs[group] = following[1:]
+
+    def want_runs(self) -> None:
+        """From now on keep each group's next names at every listing, and list
+        again now, so that the receive asking for runs finds them."""
+        if not self.runs_wanted:
+            self.runs_wanted = True
+            self.stale_at = -math.inf
 
     def take_run(self, group: str) -> list[str]:
         """The names listed after ``group``'s candidate, in order (forgotten as
@@ -288,7 +296,7 @@ class Listing:
                 candidates.append((turn, str(m)))
                 turn += 1
                 free -= 1
-                if limit == 1:
+                if limit == 1 and self.runs_wanted:
                     run = self.runs[m.group_hash] = []
         return candidates
 

@@ -451,6 +451,8 @@ class Queue:
         elif type(wait) is not int or wait:  # 0 needs no check
             wait = check_seconds(wait, "wait", MAX_WAIT)
         deadline = time.monotonic() + wait if wait else 0.0
+        if group_runs:  # (the listing keeps each group's next names only once runs are asked for)
+            self._group_receiver.want_runs()
         pause = _POLL_FIRST
         while True:
             if settings["suspended"]:  # a long poll notices a suspension too
