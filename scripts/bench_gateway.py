@@ -83,10 +83,15 @@ class Row:
     messages: int
     seconds: float
     latencies: list[float]
+    cpu: float = 0.0  # the server's CPU seconds (all its threads and worker processes) for the row
 
     @property
     def rate(self) -> float:
         return self.messages / self.seconds
+
+    @property
+    def cpu_per_message(self) -> float:
+        return self.cpu / self.messages
 
     def percentile(self, p: float) -> float:
         ordered = sorted(self.latencies)
@@ -218,12 +223,28 @@ async def sqs_receive_ten(http: Connection) -> None:
         await _sqs(http, "DeleteMessageBatch", {"Entries": entries})
 
 
+def cpu_seconds(pid: int) -> float:
+    """CPU seconds (user + system) of process ``pid``, its threads and its child
+    processes (``--workers``), from /proc: what a request costs the server,
+    whatever else the machine is doing."""
+    total = 0.0
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        with open(f"/proc/{pid}/task/{pid}/children", encoding="ascii") as f:
+            children = [int(c) for c in f.read().split()]
+    except OSError:
+        return total
+    return total + sum(cpu_seconds(child) for child in children)
+
+
 # -- the floor ---------------------------------------------------------------------------
 
 
 @contextmanager
-def running_floor(spool: str, log_dir: str) -> Iterator[str]:
-    """``scripts/_gateway_floor.py`` on a free loopback port: its URL."""
+def running_floor(spool: str, log_dir: str) -> Iterator[tuple[str, int]]:
+    """``scripts/_gateway_floor.py`` on a free loopback port: its URL and process id."""
     port = free_port()
     url = f"http://127.0.0.1:{port}"
     with open(os.path.join(log_dir, f"floor-{port}.log"), "wb") as log:
@@ -239,7 +260,7 @@ def running_floor(spool: str, log_dir: str) -> Iterator[str]:
                     break
             except OSError:
                 time.sleep(0.1)
-        yield url
+        yield url, process.pid
     finally:
         process.terminate()
         try:
@@ -302,7 +323,16 @@ WORKLOADS: list[tuple[str, Callable[[Connection], Awaitable[None]], int]] = [
     ("consume", consume_one, 1), ("consume x10", consume_ten, 10),
     ("sqs send", sqs_send, 1), ("sqs send x10", sqs_send_ten, 10),
     ("sqs receive+delete", sqs_receive_one, 1), ("sqs receive+delete x10", sqs_receive_ten, 10),
-]  # in this order, each receive finds the messages the sends before it left
+]
+CONSUMING = frozenset({"consume", "consume x10", "sqs receive+delete", "sqs receive+delete x10"})
+
+
+def _top_up(queue: vsqs.Queue, count: int) -> None:
+    """Make sure ``count`` messages are visible, for a consuming row."""
+    missing = count - queue.stats().ready
+    while missing > 0:
+        queue.publish_batch([BODY] * min(100, missing))
+        missing -= 100
 
 
 def main() -> None:
@@ -310,6 +340,8 @@ def main() -> None:
     parser.add_argument("--clients", default="1,8", help="concurrencies to try, comma-separated")
     parser.add_argument("--messages", type=int, default=2000, help="messages per row")
     parser.add_argument("--workers", type=int, default=1, help="gateway worker processes")
+    parser.add_argument("--rounds", type=int, default=3,
+                        help="turns the gateway and the floor take at each row, one after the other")
     parser.add_argument("--only", default=None, help="workloads to run, comma-separated (default: all)")
     parser.add_argument("--dir", default=".bench", help="where the spool goes (removed at the end)")
     parser.add_argument("--quick", action="store_true", help="a smoke run: 1,4 clients, 400 messages")
@@ -332,16 +364,29 @@ def main() -> None:
           f"{args.messages} messages of {len(BODY)} bytes per row; durable publishes\n")
     try:
         with running_gateway(root, "--workers", str(args.workers), log_dir=args.dir) as server, \
-                running_floor(root, args.dir) as floor_url:
+                running_floor(root, args.dir) as (floor_url, floor_pid):
             direct = library_workloads(queue)
             for clients in concurrencies:
                 for name, one, per_request in workloads:
                     requests = args.messages // per_request
-                    for via, url in (("gateway", server.url), ("floor", floor_url)):
-                        QUEUE_URL[0] = f"{url}/000000000000/q"
-                        seconds, latencies = asyncio.run(_drive(clients, requests, one, url))
-                        rows.append(Row(name, via, clients, requests * per_request, seconds, latencies))
-                        _print(rows[-1])
+                    if name in CONSUMING:  # what the gateway, the floor and the library will take
+                        _top_up(queue, 3 * requests * per_request)
+                    done: dict[str, Row] = {}
+                    for _ in range(args.rounds):  # interleaved, so that the machine's load falls on both
+                        for via, url, pid in (("gateway", server.url, server.process.pid),
+                                              ("floor", floor_url, floor_pid)):
+                            QUEUE_URL[0] = f"{url}/000000000000/q"
+                            count = requests // args.rounds
+                            cpu = cpu_seconds(pid)
+                            seconds, latencies = asyncio.run(_drive(clients, count, one, url))
+                            row = done.setdefault(via, Row(name, via, clients, 0, 0.0, []))
+                            row.cpu += cpu_seconds(pid) - cpu
+                            row.messages += count * per_request
+                            row.seconds += seconds
+                            row.latencies += latencies
+                    for row in done.values():
+                        rows.append(row)
+                        _print(row)
                     if name in direct:
                         seconds, latencies = _threads(clients, requests, direct[name])
                         rows.append(Row(name, "library", clients, requests * per_request, seconds, latencies))
@@ -350,9 +395,11 @@ def main() -> None:
                     queue.purge()
     finally:
         shutil.rmtree(root, ignore_errors=True)
-    print("\ngateway / floor (time per message; the target is 1.3 at most), same run:")
+    print("\ngateway / floor, same run (server CPU per message; in brackets, wall time per message); "
+          "the target is 1.3 at most:")
     for clients in concurrencies:
-        parts = [f"{name} {_ratio(rows, name, clients, 'floor'):.2f}" for name, _, _ in workloads]
+        parts = [f"{name} {_cpu_ratio(rows, name, clients):.2f} ({_ratio(rows, name, clients, 'floor'):.2f})"
+                 for name, _, _ in workloads]
         print(f"  {clients:>3} clients: " + ", ".join(parts))
     if args.markdown:
         extra = (f"vsqs serve --workers {args.workers}, loopback; {args.messages:,} durable messages of "
@@ -371,6 +418,14 @@ def _ratio(rows: list[Row], name: str, clients: int, peer: str) -> float:
     """The gateway's time per message over ``peer``'s (their rates, inverted)."""
     gateway, other = _row(rows, name, "gateway", clients), _row(rows, name, peer, clients)
     return float("nan") if gateway is None or other is None else other.rate / gateway.rate
+
+
+def _cpu_ratio(rows: list[Row], name: str, clients: int) -> float:
+    """The gateway's server CPU per message over the floor's."""
+    gateway, floor = _row(rows, name, "gateway", clients), _row(rows, name, "floor", clients)
+    if gateway is None or floor is None or not floor.cpu:
+        return float("nan")
+    return gateway.cpu_per_message / floor.cpu_per_message
 
 
 MD_LABELS = {
@@ -393,18 +448,21 @@ def markdown(rows: list[Row], concurrencies: list[int]) -> str:
             g, floor, lib = (_row(rows, name, via, clients) for via in ("gateway", "floor", "library"))
             if g is None or floor is None:
                 continue
-            line = [label if i == 0 else "", clients, f"{g.rate:,.0f}",
-                    f"{g.percentile(50):.2f} / {g.percentile(99):.2f}", f"{floor.rate:,.0f}",
-                    f"{floor.percentile(50):.2f} / {floor.percentile(99):.2f}",
-                    f"**{_ratio(rows, name, clients, 'floor'):.2f}**",
-                    f"{lib.rate:,.0f}" if lib else "", f"{_ratio(rows, name, clients, 'library'):.2f}" if lib else ""]
+            line = [label if i == 0 else "", clients,
+                    f"{g.cpu_per_message * 1e6:,.0f}", f"{floor.cpu_per_message * 1e6:,.0f}",
+                    f"**{_cpu_ratio(rows, name, clients):.2f}**",
+                    f"{g.rate:,.0f}", f"{g.percentile(50):.2f} / {g.percentile(99):.2f}", f"{floor.rate:,.0f}",
+                    f"{_ratio(rows, name, clients, 'floor'):.2f}",
+                    f"{lib.rate:,.0f}" if lib else ""]
             lines.append(line)
-    return _report.table(["workload", "clients", "gateway msg/s", "p50 / p99 ms", "floor msg/s", "p50 / p99 ms",
-                          "gateway / floor", "library msg/s", "gateway / library"], lines, right=(1, 2, 4, 6, 7, 8))
+    return _report.table(["workload", "clients", "gateway CPU µs/msg", "floor CPU µs/msg", "gateway / floor (CPU)",
+                          "gateway msg/s", "p50 / p99 ms", "floor msg/s", "gateway / floor (wall)", "library msg/s"],
+                         lines, right=(1, 2, 3, 4, 5, 7, 8, 9))
 
 
 def _print(row: Row) -> None:
-    print(f"{row.workload:<24} {row.via:<8} {row.clients:>3} clients {row.rate:>8.0f} msg/s   "
+    cpu = f"{row.cpu_per_message * 1e6:6.0f} µs CPU/msg" if row.via != "library" else " " * 17
+    print(f"{row.workload:<24} {row.via:<8} {row.clients:>3} clients {cpu} {row.rate:>8.0f} msg/s   "
           f"p50 {row.percentile(50):6.2f} ms  p95 {row.percentile(95):6.2f} ms  p99 {row.percentile(99):6.2f} ms  "
           f"({statistics.fmean(row.latencies) * 1000:.2f} ms mean)", flush=True)
 
