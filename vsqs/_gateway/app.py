@@ -58,7 +58,9 @@ def create_app(config: GatewayConfig) -> ASGIApp:
     app.state.gateway = gateway
     _add_error_handlers(app, gateway)
     _add_operations_routes(app, gateway)
-    app.include_router(rest_router)
+    # the native routes (their paths already under /queues) straight into the app's router: the
+    # same routes and schema as include_router, without its per-request layer of matching
+    app.router.routes.extend(rest_router.routes)
     sqs_face = SqsFace(gateway)
     app.router.routes.append(sqs_route(sqs_face))
     routed = SqsDispatch(app, sqs_face)  # POST /: straight to the SQS face, past FastAPI's layers
