@@ -3,7 +3,7 @@
 floor and the library called directly on the same spool, and print
 throughput, latency percentiles and the gateway's cost against its floor.
 
-    .venv/bin/python scripts/bench_gateway.py                  # the run in docs/benchmarks.md
+    .venv/bin/python scripts/bench_gateway.py --clients 1,8 --messages 1200   # the runs in docs/benchmarks.md
     .venv/bin/python scripts/bench_gateway.py --quick          # a smoke run, a few seconds
     .venv/bin/python scripts/bench_gateway.py --clients 1,8 --workers 2
 
