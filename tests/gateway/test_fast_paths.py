@@ -232,3 +232,50 @@ def test_request_heads_are_bounded_in_size_and_time(spool: str, protocol: str) -
         with socket.create_connection(("127.0.0.1", port), timeout=WAIT) as sock:
             sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: localhost\r\n")
             assert _until_closed(sock).startswith(b"HTTP/1.1 408 ")
+
+
+# -- storage stays off the event loop ------------------------------------------------------------
+
+
+@pytest.mark.parametrize("face", ["sqs", "native"])
+def test_slow_storage_holds_up_no_other_request(monkeypatch: pytest.MonkeyPatch, spool: str, face: str) -> None:
+    """A publish held inside the library (a slow network filesystem) until
+    /healthz has answered: /healthz answers meanwhile (the action's storage
+    work runs on the thread pool, in its one hop), then the publish completes."""
+    entered, healthz_answered = threading.Event(), threading.Event()
+    waited: list[bool] = []
+    original = vsqs.Queue.publish_batch
+
+    def slow_publish(self: vsqs.Queue, *args: Any, **kwargs: Any) -> Any:
+        entered.set()
+        waited.append(healthz_answered.wait(WAIT))
+        return original(self, *args, **kwargs)
+
+    monkeypatch.setattr(vsqs.Queue, "publish_batch", slow_publish)
+    monkeypatch.setattr(vsqs.Queue, "publish", lambda self, body, **kw: slow_publish(self, [body])[0])
+    with serving(create_app(GatewayConfig(spool=spool)), protocol_factory(WAIT)) as port:
+        url = f"http://127.0.0.1:{port}"
+        answers: list[httpx.Response] = []
+
+        def publish() -> None:
+            if face == "sqs":
+                answers.append(httpx.post(url + "/", timeout=2 * WAIT,
+                                          content=b'{"QueueUrl": "q", "MessageBody": "hi"}',
+                                          headers={"X-Amz-Target": "AmazonSQS.SendMessage",
+                                                   "Content-Type": SQS_JSON}))
+            else:
+                answers.append(httpx.post(url + "/queues/q/messages", content=b"hi", timeout=2 * WAIT))
+
+        sender = threading.Thread(target=publish)
+        sender.start()
+        assert entered.wait(WAIT), "the publish never reached the library"
+        try:
+            health = httpx.get(url + "/healthz", timeout=WAIT).status_code
+        except httpx.TimeoutException:
+            health = None  # the event loop was held
+        healthz_answered.set()
+        sender.join(2 * WAIT)
+    assert health == 200
+    assert waited == [True], "the publish held the event loop until /healthz gave up"
+    assert answers[0].status_code in (200, 201)
+    assert vsqs.Spool(spool).queue("q").stats().total == 1
