@@ -4,8 +4,10 @@
 (:class:`~vsqs._gateway.sqs.endpoint.SqsDispatch`), past FastAPI; each test
 here drives the whole ASGI app and fails if one check of the middleware were
 skipped on that path: the size cap, the API key (SigV4 with it as the
-secret), the browser guard, metrics, error translation. Then the access log
-(off unless ``--access-log``), and the HTTP protocols' bound on request heads.
+secret), the browser guard, metrics, error translation. Then storage kept
+off the event loop (a slow filesystem holds up no other request), the access
+log (off unless ``--access-log``), and the HTTP protocols' bounds on request
+heads.
 """
 
 from __future__ import annotations
