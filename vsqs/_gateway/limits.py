@@ -56,3 +56,7 @@ MAX_JSON_DEPTH = 32  # nesting of arrays and objects (the deepest request needs 
 MAX_JSON_INTEGER_DIGITS = 32  # an integer longer than this is no count, size or time
 INLINE_JSON_BYTES = 64 * 1024  # bodies up to this size are parsed on the event loop, larger ones on a thread
 GC_INTERVAL = 60.0  # seconds between the gateway's housekeeping sweeps (vsqs._gateway.housekeeping)
+# a SigV4 check is made on the event loop when the body and the request head are at most these sizes
+# (tens of microseconds, less than a hop to a thread), on a thread when either is larger
+INLINE_SIGNATURE_BYTES = 64 * 1024
+INLINE_SIGNATURE_HEAD_BYTES = 8 * 1024

@@ -27,6 +27,15 @@ def refusal_response(scope: Scope, error: ApiError, config: GatewayConfig) -> Re
     return error_response(error)
 
 
+def http_refusal(scope: Scope, exc: StarletteHTTPException, config: GatewayConfig) -> Response:
+    """The answer to an HTTP exception raised while a request was read (the size
+    cap past the cap, the body deadline), in the shape of the face it was meant for."""
+    code = {404: "not_found", 405: "method_not_allowed", 408: "request_timeout",
+            413: "request_too_large"}.get(exc.status_code, "http_error")
+    error = ApiError(exc.status_code, code, str(exc.detail), headers=dict(exc.headers or {}))
+    return refusal_response(scope, error, config)
+
+
 class RequestSizeCap:
     """Refuses a malformed Content-Length (400) or one over the cap (413); past
     the cap while the app reads the body, raises the 413 HTTPException the
