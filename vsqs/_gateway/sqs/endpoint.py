@@ -1,5 +1,7 @@
-"""The SQS face's one route, ``POST /``: authenticate the request, dispatch on
-``X-Amz-Target`` to an action, answer its result or its error."""
+"""The SQS face's route, ``POST /`` (and, for the Query protocol, ``GET /``
+and the queue URLs' paths): authenticate the request, dispatch on the action
+it names to an action, answer its result or its error in the request's
+protocol (:mod:`.wire`: JSON 1.0 or Query)."""
 
 from __future__ import annotations
 
@@ -10,6 +12,7 @@ from collections.abc import Iterator, Mapping
 
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from vsqs import QueueNotFound, VsqsError
 from vsqs._gateway import sigv4 as _sigv4
@@ -18,17 +21,11 @@ from vsqs._gateway.size_cap import declared_length
 from vsqs._gateway.sqs.actions import ACTIONS, MESSAGE_ACTIONS, UNSUPPORTED_ACTIONS
 from vsqs._gateway.sqs.call import Call
 from vsqs._gateway.sqs.parameters import no_such_queue
-from vsqs._gateway.sqs.protocol import (
-    SqsError,
-    action_of,
-    error_response,
-    parse_body,
-    request_too_large,
-    result_response,
-    sqs_error_of,
-    unknown_operation,
-)
+from vsqs._gateway.sqs.protocol import SqsError, action_of, sqs_error_of, too_large
+from vsqs._gateway.sqs.query import action_of as form_action
+from vsqs._gateway.sqs.query import split_form
 from vsqs._gateway.sqs.receipts import ReceiptAliases
+from vsqs._gateway.sqs.wire import JSON, Incoming, wire_of
 from vsqs._gateway.state import Gateway, gateway_of
 
 log = logging.getLogger("vsqs.gateway.sqs")
@@ -96,30 +93,58 @@ async def _body(request: Request, limit: int) -> bytes | None:
     return b"".join(chunks)
 
 
+async def _read(request: Request, json: bool, cap: int) -> Incoming:
+    """The request's action and body. JSON 1.0: the action is X-Amz-Target's,
+    and an action that carries no message takes a small body. Query: the form
+    (a GET's is its query string) names the action and holds the parameters,
+    under the same caps. SqsError (413) over a cap."""
+    if json:
+        target = request.headers.get("x-amz-target", "")
+        action = action_of(target)
+        limit = cap if action in MESSAGE_ACTIONS else MAX_SMALL_BODY_BYTES
+        body = await _body(request, limit)  # over the face's cap: the middleware answers
+        if body is None:
+            raise too_large(limit)
+        return Incoming(action, target, body)
+    body = await _body(request, cap) if request.method == "POST" else b""
+    if body is None:
+        raise too_large(cap)
+    form = body if request.method == "POST" else request.scope.get("query_string", b"")
+    fields = split_form(form)
+    named = form_action(fields)
+    if named not in MESSAGE_ACTIONS and len(form) > MAX_SMALL_BODY_BYTES:
+        raise too_large(MAX_SMALL_BODY_BYTES)
+    return Incoming(named if named in ACTIONS else "", named, body, fields)
+
+
 def router() -> APIRouter:
-    """The SQS face: one route, ``POST /``, dispatching on X-Amz-Target."""
+    """The SQS face: ``POST /`` dispatching on X-Amz-Target (JSON 1.0) or on a
+    form's Action (Query, also on ``GET /`` and a queue URL's path)."""
     api = APIRouter()
     aliases = ReceiptAliases()
 
     async def sqs(request: Request) -> Response:
         request_id = str(uuid.uuid4())
         gateway = gateway_of(request)
-        target = request.headers.get("x-amz-target", "")
-        action = action_of(target)
+        wire = wire_of(request.scope)  # the request's protocol: reads its parameters, renders its answers
+        if wire is JSON and (request.method != "POST" or request.url.path != "/"):
+            raise StarletteHTTPException(405 if request.url.path == "/" else 404)  # as without this route
+        try:
+            incoming = await _read(request, wire is JSON, gateway.config.max_sqs_request_bytes)
+        except SqsError as exc:
+            request.scope["vsqs.operation"] = "sqs.unknown"
+            request.scope["vsqs.outcome"] = exc.name
+            return wire.error_response(exc, request_id)
+        action = incoming.action
         handler = ACTIONS.get(action)
         request.scope["vsqs.operation"] = f"sqs.{action}" if handler else "sqs.unknown"
-        limit = gateway.config.max_sqs_request_bytes if action in MESSAGE_ACTIONS else MAX_SMALL_BODY_BYTES
-        body = await _body(request, limit)  # over the face's cap: the middleware answers
-        if body is None:
-            request.scope["vsqs.outcome"] = "InvalidParameterValue"
-            return request_too_large(limit)
         try:
-            await _authenticate(request, gateway, body)
+            await _authenticate(request, gateway, incoming.body)
             if handler is None:
                 if action in UNSUPPORTED_ACTIONS:
                     raise SqsError("UnsupportedOperation", f"vsqs does not support {action}.")
-                raise unknown_operation(target, body)
-            call = Call(gateway, request, await parse_body(body), aliases)
+                raise wire.unknown_operation(incoming)
+            call = Call(gateway, request, await wire.params(incoming, request.url.path), aliases)
             try:
                 result = await handler(call)
             except VsqsError as exc:
@@ -132,14 +157,16 @@ def router() -> APIRouter:
             request.scope["vsqs.outcome"] = exc.name
             if exc.status >= 500:
                 log.warning("SQS %s failed: %s: %s", action or "request", exc.name, exc.message)
-            return error_response(exc, request_id)
+            return wire.error_response(exc, request_id)
         except Exception:
             log.exception("SQS %s failed", action or "request")
             request.scope["vsqs.outcome"] = "InternalError"
-            return error_response(SqsError("InternalError", "The gateway failed to answer; see its log."),
-                                  request_id)
+            return wire.error_response(SqsError("InternalError", "The gateway failed to answer; see its log."),
+                                       request_id)
         request.scope["vsqs.outcome"] = call.outcome
-        return result_response(result, request_id)
+        return wire.result_response(action, result, request_id)
 
-    api.add_api_route("/", sqs, methods=["POST"], include_in_schema=False, name="sqs")
+    api.add_api_route("/", sqs, methods=["POST", "GET"], include_in_schema=False, name="sqs")
+    # Query clients (the JavaScript SDK v2, the Java SDK v1) send a queue's actions to its URL
+    api.add_api_route("/{account}/{queue}", sqs, methods=["POST", "GET"], include_in_schema=False, name="sqs_queue")
     return api
