@@ -23,7 +23,8 @@ not UTF-8 is InvalidMessageContents in a message, InvalidParameterValue
 elsewhere; fields no action knows are ignored (as unknown JSON members are),
 and only fields that name a parameter of the action are kept. An unindexed
 ``AttributeName=All`` or ``Attribute.Name``/``Attribute.Value`` (as older
-clients send) is item 1.
+clients send) is item 1; a list's member name with no value (``Entries=``,
+as botocore sends an empty list) is an empty list.
 """
 
 from __future__ import annotations
@@ -130,8 +131,13 @@ def _place(node: dict[Any, Any], shape: Shape, segments: list[str], at: int, val
     of ``shape``: structures by member name, lists and maps by index. A name
     that leaves the shape names nothing the action takes: it is ignored."""
     if isinstance(shape, Struct):
-        member = shape.by_wire.get(segments[at]) if at < len(segments) else None
+        if at >= len(segments):
+            return
+        member = shape.by_wire.get(segments[at])
         if member is None:
+            member = shape.by_name.get(segments[at])
+            if member is not None and isinstance(member.shape, ListOf) and at + 1 == len(segments) and not value:
+                node.setdefault(member.name, {})  # an empty list, as botocore sends it: "Entries="
             return
         if isinstance(member.shape, Scalar):
             if at + 1 == len(segments):

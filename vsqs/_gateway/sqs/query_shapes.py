@@ -61,9 +61,11 @@ class Member:
 class Struct:
     members: tuple[Member, ...]
     by_wire: dict[str, Member] = field(init=False, compare=False, repr=False)
+    by_name: dict[str, Member] = field(init=False, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "by_wire", {member.wire: member for member in self.members})
+        object.__setattr__(self, "by_name", {member.name: member for member in self.members})
 
 
 Shape = Scalar | ListOf | MapOf | Struct

@@ -1,0 +1,116 @@
+"""A real client of SQS's Query protocol for the gateway tests: botocore
+1.34.89, the last release whose SQS model says ``"protocol": "query"``
+(1.34.90 moved SQS to JSON 1.0), installed on first use with pip into a
+directory of the project's .venv and run in a subprocess (the test venv's
+own botocore is a current one, speaking JSON 1.0).
+
+Without it (no network, no pip) the tests that need it skip, saying why,
+except where SQS_QUERY_CLIENT_REQUIRED=1 (CI's .ci/run sets it): there they fail.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+BOTOCORE_VERSION = "1.34.89"
+REQUIRED_ENV = "SQS_QUERY_CLIENT_REQUIRED"
+_ROOT = Path(__file__).resolve().parents[2]
+_TARGET = _ROOT / ".venv" / f"sqs-query-botocore-{BOTOCORE_VERSION}"
+_READY = _TARGET / ".installed"
+
+_PRELUDE = """
+import base64, json, sys
+import botocore, botocore.config, botocore.session
+from botocore import UNSIGNED
+from botocore.exceptions import ClientError
+
+assert botocore.__version__ == {version!r}, botocore.__file__
+
+def client(url={url!r}, key={key!r}, secret={secret!r}, signed=True):
+    config = botocore.config.Config(retries={{"max_attempts": 1}}, **({{}} if signed else {{"signature_version": UNSIGNED}}))
+    made = botocore.session.get_session().create_client(
+        "sqs", region_name="us-east-1", endpoint_url=url, aws_access_key_id=key, aws_secret_access_key=secret,
+        config=config)
+    assert made.meta.service_model.protocol == "query"
+    return made
+
+def error(call, **kwargs):
+    '''(the error code the client saw, the exception's class name) of a call that must fail'''
+    try:
+        call(**kwargs)
+    except ClientError as exc:
+        return [exc.response["Error"]["Code"], type(exc).__name__]
+    raise AssertionError("the call did not fail")
+
+def plain(value):
+    if isinstance(value, dict):
+        return {{k: plain(v) for k, v in value.items() if k != "ResponseMetadata"}}
+    if isinstance(value, list):
+        return [plain(v) for v in value]
+    if isinstance(value, bytes):
+        return {{"bytes": base64.b64encode(value).decode()}}
+    return value
+
+sqs = client()
+result = None
+"""
+
+
+def client_dir() -> Path:
+    """The directory holding the Query-protocol botocore, installed if missing;
+    skips the test (fails under SQS_QUERY_CLIENT_REQUIRED=1) if it cannot be."""
+    if _READY.exists():
+        return _TARGET
+    staging = _TARGET.with_name(f"{_TARGET.name}.tmp{os.getpid()}")
+    shutil.rmtree(staging, ignore_errors=True)
+    command = [sys.executable, "-m", "pip", "install", "--quiet", "--disable-pip-version-check",
+               "--no-input", "--target", str(staging), f"botocore=={BOTOCORE_VERSION}"]
+    try:
+        done = subprocess.run(command, capture_output=True, text=True, timeout=300)
+        failure = None if done.returncode == 0 else (done.stderr or done.stdout)[-2000:]
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        failure = str(exc)
+    if failure is not None:
+        shutil.rmtree(staging, ignore_errors=True)
+        reason = f"cannot install botocore=={BOTOCORE_VERSION} (the Query-protocol client): {failure}"
+        if os.environ.get(REQUIRED_ENV) == "1":
+            pytest.fail(reason)
+        pytest.skip(reason)
+    (staging / ".installed").touch()
+    try:
+        staging.rename(_TARGET)
+    except OSError:  # another process installed it meanwhile
+        shutil.rmtree(staging, ignore_errors=True)
+    return _TARGET
+
+
+def model_path() -> Path:
+    """The SQS service model of the Query-protocol botocore (the authority on Query names)."""
+    return client_dir() / "botocore" / "data" / "sqs" / "2012-11-05" / "service-2.json.gz"
+
+
+def run_client(url: str, script: str, key: str = "AKIDQUERY", secret: str = "query-secret") -> Any:
+    """Run ``script`` with ``sqs`` a Query-protocol botocore client of the gateway at
+    ``url`` (helpers: ``client()``, ``error(call, **kwargs)``, ``plain(answer)``);
+    return the JSON value it leaves in ``result``."""
+    code = (_PRELUDE.format(version=BOTOCORE_VERSION, url=url, key=key, secret=secret)
+            + textwrap.dedent(script) + "\nprint(json.dumps(result))\n")
+    env = {**os.environ, "PYTHONPATH": str(client_dir())}
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
+    if done.returncode != 0:
+        raise AssertionError(f"the Query client failed:\n{done.stderr[-4000:]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def from_bytes(value: dict[str, str]) -> bytes:
+    return base64.b64decode(value["bytes"])
