@@ -6,6 +6,7 @@ client sends."""
 from __future__ import annotations
 
 import hashlib
+import json
 import uuid
 import xml.etree.ElementTree as ET
 from collections.abc import Iterator
@@ -14,7 +15,7 @@ import httpx
 import pytest
 
 import vsqs
-from tests.gateway.query_client import from_bytes, run_client
+from tests.gateway.query_client import from_bytes, run_client, run_js
 from tests.gateway.server import Server, running_gateway
 
 API_KEY = "query-api-key"
@@ -353,6 +354,44 @@ def test_a_body_xml_cannot_carry_arrives_with_digests_that_match(server: Server)
     assert message["MessageAttributes"]["k"]["StringValue"] == "v\ufffd"
 
 
+def test_the_javascript_sdk_v2(server: Server) -> None:
+    """The JavaScript SDK v2, a Query client of another hand: it checks the MD5
+    of bodies it sends and receives itself."""
+    name, fifo = new_name("js"), new_name("js") + ".fifo"
+    body = "<b>&amp; ]]>\r\n😀"
+    got = run_js(server.url, f"""
+        const url = (await sqs.createQueue({{QueueName: "{name}", tags: {{team: "js"}}}}).promise()).QueueUrl;
+        const sent = await sqs.sendMessage({{QueueUrl: url, MessageBody: {json.dumps(body)}, MessageAttributes: {{
+            s: {{DataType: "String", StringValue: "<v>"}}, b: {{DataType: "Binary", BinaryValue: Buffer.from([0, 1, 255])}}}}
+        }}).promise();
+        const batch = await sqs.sendMessageBatch({{QueueUrl: url, Entries: [{{Id: "one", MessageBody: "1"}},
+                                                                          {{Id: "two", MessageBody: "2"}}]}}).promise();
+        const received = (await sqs.receiveMessage({{QueueUrl: url, MaxNumberOfMessages: 10, VisibilityTimeout: 600,
+                                                   MessageAttributeNames: ["All"], AttributeNames: ["All"]}}).promise()).Messages;
+        const first = received.find((m) => m.MessageId === sent.MessageId);
+        await sqs.changeMessageVisibility({{QueueUrl: url, ReceiptHandle: first.ReceiptHandle, VisibilityTimeout: 900}}).promise();
+        const deleted = await sqs.deleteMessageBatch({{QueueUrl: url, Entries: received.map((m, i) => ({{Id: "d" + i, ReceiptHandle: m.ReceiptHandle}}))}}).promise();
+        const furl = (await sqs.createQueue({{QueueName: "{fifo}", Attributes: {{FifoQueue: "true", ContentBasedDeduplication: "true"}}}}).promise()).QueueUrl;
+        const fsent = await sqs.sendMessage({{QueueUrl: furl, MessageBody: "f", MessageGroupId: "g"}}).promise();
+        return {{url, body: first.Body, md5: first.MD5OfBody === sent.MD5OfMessageBody, count: received.length,
+                 s: first.MessageAttributes.s.StringValue, b: [...first.MessageAttributes.b.BinaryValue],
+                 batch: batch.Successful.map((e) => e.Id).sort(), deleted: deleted.Successful.length,
+                 failed: deleted.Failed.length, sequence: fsent.SequenceNumber,
+                 tags: (await sqs.listQueueTags({{QueueUrl: url}}).promise()).Tags,
+                 missing: await error(sqs.getQueueUrl({{QueueName: "no-such-queue"}})),
+                 empty: await error(sqs.sendMessage({{QueueUrl: url, MessageBody: ""}})),
+                 gone: await error(sqs.receiveMessage({{QueueUrl: url + "-gone"}}))}};
+    """)
+    assert got["url"] == f"{server.url}/000000000000/{name}"
+    assert got["body"] == body and got["md5"] is True and got["count"] == 3
+    assert got["s"] == "<v>" and got["b"] == [0, 1, 255]
+    assert got["batch"] == ["one", "two"] and (got["deleted"], got["failed"]) == (3, 0)
+    assert got["sequence"] and got["tags"] == {"team": "js"}
+    assert got["missing"] == got["gone"] == "AWS.SimpleQueueService.NonExistentQueue"
+    assert got["empty"] == "MissingParameter"
+    assert vsqs.Spool(server.spool).queue(name).stats().total == 0
+
+
 # -- raw HTTP: what the protocol allows and no client sends ---------------------
 
 
@@ -364,7 +403,7 @@ def test_get_requests_and_requests_to_a_queue_url(server: Server) -> None:
     assert url == f"{server.url}/000000000000/{name}"
     found = httpx.get(server.url + "/", params={"Action": "GetQueueUrl", "QueueName": name}, timeout=30)
     assert xml_result(found, "GetQueueUrl").findtext(f"{NS}QueueUrl") == url
-    # the Java SDK v1 sends to the queue's URL without a QueueUrl; the JavaScript SDK v2 with one
+    # the Java SDK v1 sends a queue's actions to the queue's URL, without a QueueUrl; boto 2 with one
     sent = post(server, {"Action": "SendMessage", "MessageBody": "to the path"}, path=f"/000000000000/{name}")
     assert xml_result(sent, "SendMessage").findtext(f"{NS}MessageId")
     got = httpx.get(f"{url}?Action=ReceiveMessage&QueueUrl={url}", timeout=30)

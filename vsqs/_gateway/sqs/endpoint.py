@@ -167,6 +167,6 @@ def router() -> APIRouter:
         return wire.result_response(action, result, request_id)
 
     api.add_api_route("/", sqs, methods=["POST", "GET"], include_in_schema=False, name="sqs")
-    # Query clients (the JavaScript SDK v2, the Java SDK v1) send a queue's actions to its URL
+    # some Query clients (the Java SDK v1, boto 2) send a queue's actions to its URL
     api.add_api_route("/{account}/{queue}", sqs, methods=["POST", "GET"], include_in_schema=False, name="sqs_queue")
     return api

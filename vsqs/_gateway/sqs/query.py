@@ -6,8 +6,8 @@ Java v1, PHP and Go v1) speak Query: ``POST`` of a form
 (``application/x-www-form-urlencoded``: ``Action=SendMessage&Version=2012-11-05
 &QueueUrl=...&MessageBody=...``), or ``GET`` with the same form as the query
 string, to ``/`` or to a queue's URL path ``/ACCOUNT/NAME`` (where the
-JavaScript SDK v2 and the Java SDK v1 send a queue's actions; a QueueUrl
-the form leaves out is that path). The answers are XML (:mod:`.query_xml`).
+Java SDK v1 and boto 2 send a queue's actions; a QueueUrl the form leaves
+out is that path). The answers are XML (:mod:`.query_xml`).
 
 The form is read into the same parameter dicts the JSON 1.0 protocol gives
 the actions, following :mod:`.query_shapes`: ``Attribute.1.Name=A&
