@@ -43,7 +43,8 @@ from botocore.exceptions import ClientError
 assert botocore.__version__ == {version!r}, botocore.__file__
 
 def client(url={url!r}, key={key!r}, secret={secret!r}, signed=True):
-    config = botocore.config.Config(retries={{"max_attempts": 1}}, **({{}} if signed else {{"signature_version": UNSIGNED}}))
+    unsigned = {{}} if signed else {{"signature_version": UNSIGNED}}
+    config = botocore.config.Config(retries={{"max_attempts": 1}}, **unsigned)
     made = botocore.session.get_session().create_client(
         "sqs", region_name="us-east-1", endpoint_url=url, aws_access_key_id=key, aws_secret_access_key=secret,
         config=config)
@@ -82,7 +83,7 @@ def _installed(target: Path, what: str, command: list[str]) -> Path:
     shutil.rmtree(staging, ignore_errors=True)
     staging.mkdir(parents=True)
     try:
-        done = subprocess.run([*command, str(staging)], capture_output=True, text=True, timeout=600)
+        done = subprocess.run([*command, str(staging)], check=False, capture_output=True, text=True, timeout=600)
         failure = None if done.returncode == 0 else (done.stderr or done.stdout)[-2000:]
     except (OSError, subprocess.TimeoutExpired) as exc:
         failure = str(exc)
@@ -127,7 +128,8 @@ def run_client(url: str, script: str, key: str = "AKIDQUERY", secret: str = "que
     code = (_PRELUDE.format(version=BOTOCORE_VERSION, url=url, key=key, secret=secret)
             + textwrap.dedent(script) + "\nprint(json.dumps(result))\n")
     env = {**os.environ, "PYTHONPATH": str(client_dir())}
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
+    done = subprocess.run([sys.executable, "-c", code], check=False, capture_output=True, text=True, env=env,
+                          timeout=120)
     if done.returncode != 0:
         raise AssertionError(f"the Query client failed:\n{done.stderr[-4000:]}")
     return json.loads(done.stdout.strip().splitlines()[-1])
@@ -157,8 +159,9 @@ async function error(request) {{
         if os.environ.get(REQUIRED_ENV) == "1":
             pytest.fail(reason)
         pytest.skip(reason)
-    env = {**os.environ, "NODE_PATH": str(js_client_dir() / "node_modules"), "AWS_SDK_JS_SUPPRESS_MAINTENANCE_MODE_MESSAGE": "1"}
-    done = subprocess.run([node, "-e", code], capture_output=True, text=True, env=env, timeout=120)
+    env = {**os.environ, "NODE_PATH": str(js_client_dir() / "node_modules"),
+           "AWS_SDK_JS_SUPPRESS_MAINTENANCE_MODE_MESSAGE": "1"}
+    done = subprocess.run([node, "-e", code], check=False, capture_output=True, text=True, env=env, timeout=120)
     if done.returncode != 0:
         raise AssertionError(f"the JavaScript client failed:\n{done.stderr[-4000:]}")
     return json.loads(done.stdout.strip().splitlines()[-1])

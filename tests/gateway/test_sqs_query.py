@@ -158,7 +158,8 @@ def test_batches(server: Server) -> None:
                    "too_many": error(sqs.send_message_batch, QueueUrl=url,
                                      Entries=[{{"Id": str(i), "MessageBody": "x"}} for i in range(11)]),
                    "same_ids": error(sqs.delete_message_batch, QueueUrl=url,
-                                     Entries=[{{"Id": "a", "ReceiptHandle": "x"}}, {{"Id": "a", "ReceiptHandle": "y"}}]),
+                                     Entries=[{{"Id": "a", "ReceiptHandle": "x"}},
+                                              {{"Id": "a", "ReceiptHandle": "y"}}]),
                    "empty": error(sqs.send_message_batch, QueueUrl=url, Entries=[])}}
     """)
     sent = got["sent"]
@@ -244,9 +245,9 @@ def test_queue_attributes_get_and_set(server: Server) -> None:
     got = run_client(server.url, f"""
         url = sqs.create_queue(QueueName="{name}")["QueueUrl"]
         dlq = sqs.create_queue(QueueName="{dead}")["QueueUrl"]
+        redrive = '{{"deadLetterTargetArn":"arn:aws:sqs:us-east-1:000000000000:{dead}","maxReceiveCount":4}}'
         sqs.set_queue_attributes(QueueUrl=url, Attributes={{
-            "VisibilityTimeout": "45", "DelaySeconds": "3", "MaximumMessageSize": "2048",
-            "RedrivePolicy": '{{"deadLetterTargetArn":"arn:aws:sqs:us-east-1:000000000000:{dead}","maxReceiveCount":4}}'}})
+            "VisibilityTimeout": "45", "DelaySeconds": "3", "MaximumMessageSize": "2048", "RedrivePolicy": redrive}})
         some = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["VisibilityTimeout", "RedrivePolicy",
                                                                        "QueueArn"])["Attributes"]
         every = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["All"])["Attributes"]
@@ -362,16 +363,20 @@ def test_the_javascript_sdk_v2(server: Server) -> None:
     got = run_js(server.url, f"""
         const url = (await sqs.createQueue({{QueueName: "{name}", tags: {{team: "js"}}}}).promise()).QueueUrl;
         const sent = await sqs.sendMessage({{QueueUrl: url, MessageBody: {json.dumps(body)}, MessageAttributes: {{
-            s: {{DataType: "String", StringValue: "<v>"}}, b: {{DataType: "Binary", BinaryValue: Buffer.from([0, 1, 255])}}}}
-        }}).promise();
+            s: {{DataType: "String", StringValue: "<v>"}},
+            b: {{DataType: "Binary", BinaryValue: Buffer.from([0, 1, 255])}}}}}}).promise();
         const batch = await sqs.sendMessageBatch({{QueueUrl: url, Entries: [{{Id: "one", MessageBody: "1"}},
                                                                           {{Id: "two", MessageBody: "2"}}]}}).promise();
-        const received = (await sqs.receiveMessage({{QueueUrl: url, MaxNumberOfMessages: 10, VisibilityTimeout: 600,
-                                                   MessageAttributeNames: ["All"], AttributeNames: ["All"]}}).promise()).Messages;
+        const received = (await sqs.receiveMessage({{
+            QueueUrl: url, MaxNumberOfMessages: 10, VisibilityTimeout: 600, MessageAttributeNames: ["All"],
+            AttributeNames: ["All"]}}).promise()).Messages;
         const first = received.find((m) => m.MessageId === sent.MessageId);
-        await sqs.changeMessageVisibility({{QueueUrl: url, ReceiptHandle: first.ReceiptHandle, VisibilityTimeout: 900}}).promise();
-        const deleted = await sqs.deleteMessageBatch({{QueueUrl: url, Entries: received.map((m, i) => ({{Id: "d" + i, ReceiptHandle: m.ReceiptHandle}}))}}).promise();
-        const furl = (await sqs.createQueue({{QueueName: "{fifo}", Attributes: {{FifoQueue: "true", ContentBasedDeduplication: "true"}}}}).promise()).QueueUrl;
+        await sqs.changeMessageVisibility({{QueueUrl: url, ReceiptHandle: first.ReceiptHandle,
+                                           VisibilityTimeout: 900}}).promise();
+        const entries = received.map((m, i) => ({{Id: "d" + i, ReceiptHandle: m.ReceiptHandle}}));
+        const deleted = await sqs.deleteMessageBatch({{QueueUrl: url, Entries: entries}}).promise();
+        const furl = (await sqs.createQueue({{QueueName: "{fifo}", Attributes: {{
+            FifoQueue: "true", ContentBasedDeduplication: "true"}}}}).promise()).QueueUrl;
         const fsent = await sqs.sendMessage({{QueueUrl: furl, MessageBody: "f", MessageGroupId: "g"}}).promise();
         return {{url, body: first.Body, md5: first.MD5OfBody === sent.MD5OfMessageBody, count: received.length,
                  s: first.MessageAttributes.s.StringValue, b: [...first.MessageAttributes.b.BinaryValue],
