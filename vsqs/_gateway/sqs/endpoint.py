@@ -131,8 +131,9 @@ def router() -> APIRouter:
             raise StarletteHTTPException(405 if request.url.path == "/" else 404)  # as without this route
         try:
             incoming = await _read(request, wire is JSON, gateway.config.max_sqs_request_bytes)
-        except SqsError as exc:
-            request.scope["vsqs.operation"] = "sqs.unknown"
+        except SqsError as exc:  # over a size cap, or a form that cannot be read
+            named = action_of(request.headers.get("x-amz-target", "")) if wire is JSON else ""
+            request.scope["vsqs.operation"] = f"sqs.{named}" if named in ACTIONS else "sqs.unknown"
             request.scope["vsqs.outcome"] = exc.name
             return wire.error_response(exc, request_id)
         action = incoming.action
