@@ -21,6 +21,8 @@ from tests.gateway.server import Server, running_gateway
 API_KEY = "query-api-key"
 NS = "{http://queue.amazonaws.com/doc/2012-11-05/}"
 FORM = {"Content-Type": "application/x-www-form-urlencoded; charset=utf-8"}
+# the first test to run installs the Query clients (pip, npm): minutes on a loaded machine
+pytestmark = pytest.mark.timeout(900)
 
 
 @pytest.fixture(scope="module")

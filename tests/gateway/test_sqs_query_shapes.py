@@ -17,6 +17,8 @@ from vsqs._gateway.sqs.actions import ACTIONS
 # members the gateway takes beyond the Query model (documented in query_shapes): action -> names
 EXTRA_INPUTS = {"ReceiveMessage": {"MessageSystemAttributeNames"}}
 _KINDS = {"string": "string", "blob": "string", "integer": "integer", "long": "integer", "boolean": "boolean"}
+# the first test to run installs the Query clients (pip, npm): minutes on a loaded machine
+pytestmark = pytest.mark.timeout(900)
 
 
 @pytest.fixture(scope="module")
