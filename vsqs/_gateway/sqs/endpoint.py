@@ -1,7 +1,8 @@
-"""The SQS face's one route, ``POST /``: authenticate the request, dispatch on
-``X-Amz-Target`` to an action, answer its result or its error. The two steps
-where the wire format shows are :func:`read_parameters` (the body) and
-:func:`render_result` / :func:`render_error` (the answer)."""
+"""The SQS face: ``POST /`` (and, for the Query protocol, ``GET /`` and the
+queue URLs' paths): authenticate the request, dispatch on the action it
+names, answer its result or its error in the request's protocol
+(:mod:`.wire`: JSON 1.0 or Query, which reads the parameters and renders
+the answers)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,6 @@ import random
 import time
 import uuid
 from collections.abc import Iterator, Mapping
-from typing import Any
 
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import Request
@@ -30,17 +30,11 @@ from vsqs._gateway.size_cap import declared_length, http_refusal
 from vsqs._gateway.sqs.actions import ACTIONS, MESSAGE_ACTIONS, UNSUPPORTED_ACTIONS
 from vsqs._gateway.sqs.call import Call
 from vsqs._gateway.sqs.parameters import no_such_queue
-from vsqs._gateway.sqs.protocol import (
-    SqsError,
-    action_of,
-    error_response,
-    parse_body,
-    request_too_large,
-    result_response,
-    sqs_error_of,
-    unknown_operation,
-)
+from vsqs._gateway.sqs.protocol import SqsError, action_of, sqs_error_of, too_large
+from vsqs._gateway.sqs.query import action_of as form_action
+from vsqs._gateway.sqs.query import is_query_request, split_form
 from vsqs._gateway.sqs.receipts import ReceiptAliases
+from vsqs._gateway.sqs.wire import JSON, Incoming, wire_of
 from vsqs._gateway.state import Gateway
 
 log = logging.getLogger("vsqs.gateway.sqs")
@@ -128,37 +122,43 @@ async def _body(request: Request, limit: int) -> bytes | None:
     return b"".join(chunks)
 
 
-# -- the two steps where the wire format shows: reading parameters, rendering answers ------------
-
-
-async def read_parameters(request: Request, body: bytes) -> dict[str, Any]:
-    """The action's parameters, from the request's body (AWS JSON 1.0)."""
-    return await parse_body(body)
-
-
-def render_result(request: Request, result: dict[str, Any], request_id: str) -> Response:
-    """An action's answer (AWS JSON 1.0)."""
-    return result_response(result, request_id)
-
-
-def render_error(request: Request, error: SqsError, request_id: str) -> Response:
-    """An error's answer (AWS JSON 1.0, with the header botocore maps to its exception)."""
-    return error_response(error, request_id)
+async def _read(request: Request, json: bool, cap: int) -> Incoming:
+    """The request's action and body. JSON 1.0: the action is X-Amz-Target's,
+    and an action that carries no message takes a small body. Query: the form
+    (a GET's is its query string) names the action and holds the parameters,
+    under the same caps. SqsError (413) over a cap."""
+    if json:
+        target = request.headers.get("x-amz-target", "")
+        action = action_of(target)
+        limit = cap if action in MESSAGE_ACTIONS else MAX_SMALL_BODY_BYTES
+        body = await _body(request, limit)  # over the face's cap: the middleware answers
+        if body is None:
+            raise too_large(limit)
+        return Incoming(action, target, body)
+    body = await _body(request, cap) if request.method == "POST" else b""
+    if body is None:
+        raise too_large(cap)
+    form = body if request.method == "POST" else request.scope.get("query_string", b"")
+    fields = split_form(form)
+    named = form_action(fields)
+    if named not in MESSAGE_ACTIONS and len(form) > MAX_SMALL_BODY_BYTES:
+        raise too_large(MAX_SMALL_BODY_BYTES)
+    return Incoming(named if named in ACTIONS else "", named, body, fields)
 
 
 class SqsFace:
-    """The SQS face, ``POST /``, as a plain ASGI app: read the body (within the
-    action's cap), authenticate, parse, dispatch on ``X-Amz-Target`` to an
-    action, answer its result or its error.
+    """The SQS face as a plain ASGI app: read the request (within the action's
+    cap), authenticate, read its parameters, dispatch to the action it names,
+    answer its result or its error, all in the request's protocol (JSON 1.0 or
+    Query: :func:`.wire.wire_of`).
 
-    The gateway calls it straight from its middleware for ``POST /``
-    (:class:`SqsDispatch`), past FastAPI's router and its layers, which the SQS
-    face does not use; it is also the router's route for ``POST /``, so the
-    answer is the same either way. Every check of the middleware applies
-    before it (metrics, browser guard, body deadline, size cap); what the
-    middleware raises while the body is read (the size cap past the cap, the
-    body deadline) is answered here, in the face's shape, as the app's error
-    handler would answer it.
+    The gateway calls it straight from its middleware (:class:`SqsDispatch`),
+    past FastAPI's router and its layers, which the SQS face does not use; it
+    is also the router's route for ``POST /``, so the answer is the same either
+    way. Every check of the middleware applies before it (metrics, browser
+    guard, body deadline, size cap, API key); what the middleware raises while
+    the body is read (the size cap past the cap, the body deadline) is
+    answered here, in the face's shape, as the app's error handler would.
     """
 
     def __init__(self, gateway: Gateway) -> None:
@@ -178,22 +178,24 @@ class SqsFace:
         request_id = _request_id()
         gateway = self.gateway
         scope = request.scope
-        target = request.headers.get("x-amz-target", "")
-        action = action_of(target)
+        wire = wire_of(scope)  # the request's protocol: reads its parameters, renders its answers
+        try:
+            incoming = await _read(request, wire is JSON, gateway.config.max_sqs_request_bytes)
+        except SqsError as exc:  # over a size cap, or a form that cannot be read
+            named = action_of(request.headers.get("x-amz-target", "")) if wire is JSON else ""
+            scope["vsqs.operation"] = f"sqs.{named}" if named in ACTIONS else "sqs.unknown"
+            scope["vsqs.outcome"] = exc.name
+            return wire.error_response(exc, request_id)
+        action = incoming.action
         handler = ACTIONS.get(action)
         scope["vsqs.operation"] = f"sqs.{action}" if handler else "sqs.unknown"
-        limit = gateway.config.max_sqs_request_bytes if action in MESSAGE_ACTIONS else MAX_SMALL_BODY_BYTES
-        body = await _body(request, limit)  # over the face's cap: the middleware answers
-        if body is None:
-            scope["vsqs.outcome"] = "InvalidParameterValue"
-            return request_too_large(limit)
         try:
-            await _authenticate(request, gateway, body)
+            await _authenticate(request, gateway, incoming.body)
             if handler is None:
                 if action in UNSUPPORTED_ACTIONS:
                     raise SqsError("UnsupportedOperation", f"vsqs does not support {action}.")
-                raise unknown_operation(target, body)
-            call = Call(gateway, request, await read_parameters(request, body), self.aliases)
+                raise wire.unknown_operation(incoming)
+            call = Call(gateway, request, await wire.params(incoming, request.url.path), self.aliases)
             try:
                 result = await handler(call)
             except VsqsError as exc:
@@ -206,28 +208,30 @@ class SqsFace:
             scope["vsqs.outcome"] = exc.name
             if exc.status >= 500:
                 log.warning("SQS %s failed: %s: %s", action or "request", exc.name, exc.message)
-            return render_error(request, exc, request_id)
+            return wire.error_response(exc, request_id)
         except Exception:
             log.exception("SQS %s failed", action or "request")
             scope["vsqs.outcome"] = "InternalError"
-            return render_error(request, SqsError("InternalError", "The gateway failed to answer; see its log."),
-                                request_id)
+            return wire.error_response(SqsError("InternalError", "The gateway failed to answer; see its log."),
+                                       request_id)
         scope["vsqs.outcome"] = call.outcome
-        return render_result(request, result, request_id)
+        return wire.result_response(action, result, request_id)
 
 
 def route(face: SqsFace) -> Route:
-    """The router's route for the SQS face: ``POST /`` (so ``GET /`` is a 405)."""
+    """The router's route for the SQS face: ``POST /`` (so ``GET /`` without a
+    Query form is a 405)."""
     return Route("/", face, methods=["POST"], name="sqs", include_in_schema=False)
 
 
 def is_sqs_route(scope: Scope) -> bool:
-    """Whether the request is for the SQS face's route, ``POST /``."""
-    return scope["path"] == "/" and scope["method"] == "POST"
+    """Whether the request is for the SQS face: ``POST /`` (JSON 1.0, or a Query
+    form), or a Query request by ``GET /`` or to a queue URL's path."""
+    return (scope["path"] == "/" and scope["method"] == "POST") or is_query_request(scope)
 
 
 class SqsDispatch:
-    """The innermost middleware: sends ``POST /`` straight to the SQS face, past
+    """The innermost middleware: sends the SQS face's requests straight to it, past
     FastAPI's router (the face's route would be the last of all its routes to
     match) and its middleware and exception layers; everything else to ``app``."""
 
