@@ -122,18 +122,36 @@ def create_exclusive(path: str, data: bytes, *, durable: bool, mode: int | None 
     partial file is removed and the error raised, so no half-written file
     survives.
     """
+    fd = create_open(path, data, mode)
+    if fd is None:
+        return False
+    if durable:
+        sync_and_close(fd, path)
+        return True
+    try:
+        os.close(fd)  # NFS reports deferred write errors at close
+    except OSError as exc:
+        _unlink_quietly(path)
+        raise storage_error(exc, "cannot write message file") from exc
+    return True
+
+
+def create_open(path: str, data: bytes, mode: int | None = None) -> int | None:
+    """Create ``path`` holding ``data`` (not yet synced) and return its open
+    descriptor, for :func:`sync_and_close`; ``None`` if the name was taken.
+    ``mode`` and failures as in :func:`create_exclusive`."""
     # _CREATE_FLAGS: O_CREAT|O_EXCL, see above; the creation mode: 0o666 less the
     # umask, or only bits of ``mode`` (we never touch the process-wide umask)
     try:
         fd = os.open(path, _CREATE_FLAGS, 0o666 if mode is None else mode & 0o777)
     except OSError as exc:
         if exc.errno == errno.EEXIST or (exc.errno in _CREATE_LOST and exists(path)):
-            return False  # taken (even if gone again since: someone else's race)
+            return None  # taken (even if gone again since: someone else's race)
         if exc.errno in (errno.EPERM, errno.EIO) and _can_create_beside(path):
             # sshfs answers a lost O_EXCL race with EPERM, the HDFS gateway with EIO,
             # and a stale negative cache may still say the name is free: if a fresh
             # name beside it can be created, the directory is fine and the race was lost
-            return False
+            return None
         if exc.errno == errno.ENOENT and not exists(os.path.dirname(path)):
             raise QueueNotFound(f"queue directory is gone: {os.path.dirname(path)}") from exc
         if exc.errno in (errno.ENOSPC, errno.EDQUOT):
@@ -147,8 +165,20 @@ def create_exclusive(path: str, data: bytes, *, durable: bool, mode: int | None 
             view = memoryview(data)[written:]
             while view:
                 view = view[os.write(fd, view) :]
-        if durable:
-            os.fsync(fd)
+    except OSError as exc:
+        os.close(fd)
+        _unlink_quietly(path)
+        raise storage_error(exc, "cannot write message file") from exc
+    return fd
+
+
+def sync_and_close(fd: int, path: str) -> None:
+    """fsync and close the descriptor :func:`create_open` returned for ``path``;
+    on a failure the file is removed and the error raised. Thread-safe: many
+    may run at once, so that their flushes share the filesystem's journal
+    commits (or an NFS server's)."""
+    try:
+        os.fsync(fd)
     except OSError as exc:
         os.close(fd)
         _unlink_quietly(path)
@@ -158,7 +188,6 @@ def create_exclusive(path: str, data: bytes, *, durable: bool, mode: int | None 
     except OSError as exc:
         _unlink_quietly(path)
         raise storage_error(exc, "cannot write message file") from exc
-    return True
 
 
 def rename(src: str, dst: str) -> bool:

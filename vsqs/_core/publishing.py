@@ -25,6 +25,7 @@ from vsqs._core.layout import Layout
 from vsqs._core.limits import DEFAULT_PRIORITY, MAX_DELAY, MAX_PRIORITY
 from vsqs._core.message import Body, Outgoing, to_bytes, to_us
 from vsqs._core.rules import check_attributes, check_priority, check_seconds
+from vsqs._core.synced import SyncedFiles
 
 COUNT_TTL = 1.0  # max_messages is checked against a count at most this old
 
@@ -109,17 +110,26 @@ def final_name(stem: str, delay: float) -> str:
 
 
 def write_new(
-    layout: Layout, entry: Prepared, durable: bool, mode: int | None, stage: str | None = None
+    layout: Layout,
+    entry: Prepared,
+    durable: bool,
+    mode: int | None,
+    stage: str | None = None,
+    files: SyncedFiles | None = None,
 ) -> tuple[str, str]:
     """Write ``STEM.new`` under a fresh key, where the message will live (or
-    in the directory ``stage``, ending in a separator); return (stem, path)."""
+    in the directory ``stage``, ending in a separator); return (stem, path).
+    With ``files`` its fsync is left to them (``durable`` is then ignored)."""
     content = _envelope.encode_envelope(entry.header, entry.body) if entry.header else entry.body
     for _attempt in range(8):
         key = _format.new_key(entry.priority)
         stem = _format.make_stem(key, group_hash=entry.group_hash, envelope=bool(entry.header))
         name = _format.writing_name(stem)
         temp = stage + name if stage is not None else layout.message_file(name)
-        if _fs.create_exclusive(temp, content, durable=durable, mode=mode):
+        if files is not None:
+            if files.create(temp, content, mode):
+                return stem, temp
+        elif _fs.create_exclusive(temp, content, durable=durable, mode=mode):
             return stem, temp
     raise StorageError(17, "no free message name after 8 tries", stage or layout.path)
 
