@@ -75,6 +75,7 @@ def staged(path: str, count: int, body: bytes) -> float:
 
 def round_worker(args: argparse.Namespace) -> None:
     """One round in this process: prints one JSON line."""
+    args.repo = args.repo[0]
     sys.path.insert(0, args.repo)
     os.environ["PYTHONPATH"] = args.repo + os.pathsep + os.environ.get("PYTHONPATH", "")  # the executors'
     os.environ["PYSPARK_PYTHON"] = sys.executable
@@ -142,6 +143,7 @@ def main() -> int:
         round_worker(args)
         return 0
     repos = [os.path.realpath(r) for r in (args.repo or [REPO])]
+    args.dir = os.path.abspath(args.dir)
     os.makedirs(args.dir, exist_ok=True)
     print(f"{args.count:,} messages of {args.body_size} bytes, {args.master}; disk: {_report.machine(args.dir)}")
     rows: list[list[str]] = []
@@ -151,7 +153,8 @@ def main() -> int:
             cmd = [sys.executable, os.path.abspath(__file__), "--worker", "--repo", repo, "--count", str(args.count),
                    "--body-size", str(args.body_size), "--master", args.master,
                    "--partitions", str(args.partitions), "--dir", args.dir]
-            done = subprocess.run(cmd, capture_output=True, text=True, check=False)
+            # cwd: not a checkout, whose vsqs the Python workers would import first
+            done = subprocess.run(cmd, capture_output=True, text=True, check=False, cwd=args.dir)
             if done.returncode:
                 sys.stderr.write(done.stderr[-4000:])
                 raise SystemExit(f"round {round_} of {repo} failed")

@@ -14,7 +14,7 @@ from vsqs._core import format as _format
 from vsqs._core import fs as _fs
 from vsqs._core import publishing
 from vsqs._core.dedup import Reservations
-from vsqs._core.errors import StorageError
+from vsqs._core.errors import QueueNotFound, StorageError
 from vsqs._core.format import State
 from vsqs._core.layout import Layout, move_into
 from vsqs._core.message import Body, Outgoing
@@ -118,6 +118,20 @@ class Stages:
         dropped = sum(1 for name in names if _format.parse_name(name) is not None)
         _fs.remove_tree_quietly(directory, names)  # all of it: the directory is ours
         return dropped
+
+    def count(self) -> int:
+        """How many messages the stages hold (staged, not yet published): one
+        listing of the queue and one of each stage."""
+        total = 0
+        for stage in self.names():
+            directory = self._layout.file(_format.stage_dir_name(stage))
+            try:
+                names = _fs.list_names(directory)
+            except QueueNotFound:
+                continue  # committed or dropped since the listing
+            parsed = (_format.parse_name(name) for name in names)
+            total += sum(1 for name in parsed if name is not None and name.state is not State.WRITING)
+        return total
 
     def names(self) -> list[str]:
         """The names of the stages not yet committed or aborted."""
