@@ -301,7 +301,8 @@ SPARK_PINNED = {
     "ProcessResult": {
         "@dataclass": "frozen",
         "__add__": "method (self, other: ProcessResult) -> ProcessResult",
-        "__init__": "constructor (processed: int = 0, failed: int = 0, redelivered: int = 0, lost: int = 0, published: int = 0, tasks: int = 0) -> None",
+        "__init__": "constructor (processed: int = 0, failed: int = 0, redelivered: int = 0, lost: int = 0, published: int = 0, tasks: int = 0, died: int = 0) -> None",
+        "died": "field: int = 0",
         "failed": "field: int = 0",
         "lost": "field: int = 0",
         "processed": "field: int = 0",
