@@ -7,13 +7,13 @@ root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
 python="${PYTHON:-python3}"
 if [ ! -x .venv/bin/python ]; then
-    echo "creating .venv with $("$python" --version)" >&2
+    echo "creating .venv with $("$python" --version) (and pip in it)" >&2
     "$python" -m venv .venv
 fi
 
 # pip's output, whole, to the log; its progress (one line a package) to stderr
 _vsqs_pip() {
-    .venv/bin/python -m pip --disable-pip-version-check --progress-bar off "$@" 2>&1 |
+    .venv/bin/python -m pip --disable-pip-version-check "$@" 2>&1 |
         while IFS= read -r line; do
             printf '%s\n' "$line" >> .venv/install.log
             case "$line" in
@@ -28,7 +28,8 @@ stamp=".venv/.vsqs-installed-${VSQS_EXTRAS//,/-}"
 if [ ! -f "$stamp" ] || [ setup.cfg -nt "$stamp" ]; then
     echo "installing vsqs[$VSQS_EXTRAS] into .venv (the first time takes a minute or two; pyspark is 300 MB)" >&2
     : > .venv/install.log
-    if ! { _vsqs_pip install --upgrade pip && _vsqs_pip install -e ".[$VSQS_EXTRAS]"; }; then
+    if ! { _vsqs_pip install --progress-bar off --upgrade pip &&
+           _vsqs_pip install --progress-bar off -e ".[$VSQS_EXTRAS]"; }; then
         tail -n 40 .venv/install.log >&2
         echo "pip install failed; the whole log is in .venv/install.log" >&2
         exit 1
