@@ -424,9 +424,11 @@ def test_staged_publish(monkeypatch, fresh, small_sync_batches):
     assert steps >= 5 * 5 + 1  # open, write, fsync, close, rename each; one directory fsync
 
 
-def test_staged_publish_is_durable_before_it_is_named(monkeypatch, fresh, small_sync_batches):
-    """The order of the steps: every file is fsynced before any is renamed to
-    its staged name, and the stage directory is fsynced after the last rename."""
+@pytest.mark.parametrize("publish", ["staged", "batch"])
+def test_many_messages_are_durable_before_they_are_named(monkeypatch, fresh, small_sync_batches, publish):
+    """The order of the steps of a staged publish and a durable batch publish:
+    every file is fsynced before any is renamed to its name, and the
+    directory is fsynced after the last rename."""
     q = fresh()
     calls: list[str] = []
 
@@ -443,7 +445,10 @@ def test_staged_publish_is_durable_before_it_is_named(monkeypatch, fresh, small_
             return call
 
     monkeypatch.setattr(_fs, "os", Recording())
-    q.publish_staged(STAGED, stage="s")
+    if publish == "staged":
+        q.publish_staged(STAGED, stage="s")
+    else:
+        q.publish_batch(STAGED)
     monkeypatch.setattr(_fs, "os", os)
     assert calls.count("fsync") == len(STAGED) + 1
     first_rename = calls.index("rename")

@@ -205,20 +205,24 @@ def write_batch(
 ) -> Written:
     """Write each entry's ``.new`` file, reserving its dedup id if it has one
     (the body first, so a reservation always has its message, or the .new
-    file of its publisher, behind it). If anything fails, nothing stays."""
+    file of its publisher, behind it). Durable files are fsynced together
+    (:class:`SyncedFiles`) and all are on disk when this returns. If
+    anything fails, nothing stays."""
     written = Written([], {}, {})
     presence = Presence(layout) if any(entry.digest for entry in entries) else None
     try:
-        for position, entry in enumerate(entries):
-            stem, temp = write_new(layout, entry, durable, mode)
-            written.files.append((entry, stem, temp))  # before the reservation: undone if it fails
-            if entry.digest:
-                assert presence is not None
-                holder = reserve(reservations, entry.digest, stem, settings, written.reserved, presence)
-                if holder is not None:
-                    written.files.pop()
-                    _fs.unlink(temp)
-                    written.duplicates[position] = holder
+        with SyncedFiles() as files:
+            for position, entry in enumerate(entries):
+                stem, temp = write_new(layout, entry, durable, mode, files=files if durable else None)
+                written.files.append((entry, stem, temp))  # before the reservation: undone if it fails
+                if entry.digest:
+                    assert presence is not None
+                    holder = reserve(reservations, entry.digest, stem, settings, written.reserved, presence)
+                    if holder is not None:
+                        written.files.pop()
+                        _fs.unlink(temp)
+                        written.duplicates[position] = holder
+            files.wait()
     except BaseException:
         for _, _, temp in written.files:
             with contextlib.suppress(StorageError):
