@@ -133,9 +133,17 @@ def _attempt() -> str:
 
 def _run_task(spec: _TaskSpec, attempt: str = "") -> ProcessResult:
     """One task attempt: drain the queue (burst), calling fn; runs on an executor."""
-    queue, output = spec.queue, spec.output
     reporter = ProgressReporter(spec.progress, attempt) if spec.progress is not None else None
-    counts = _Counts(reporter)
+    try:
+        result = _drain(spec, _Counts(reporter))
+    finally:
+        if reporter is not None:
+            reporter.close()  # after finish(): an attempt that raised reports no end
+    return result
+
+
+def _drain(spec: _TaskSpec, counts: _Counts) -> ProcessResult:
+    queue, output = spec.queue, spec.output
     if spec.batch_size is None:
 
         def handle(message: Message) -> None:
@@ -164,8 +172,8 @@ def _run_task(spec: _TaskSpec, attempt: str = "") -> ProcessResult:
             counts.processed, counts.failed, counts.lost = stats.processed, stats.failed, stats.lost
     else:
         _BatchLoop(queue, output, spec, counts).run()
-    if reporter is not None:
-        reporter.finish()
+    if counts.reporter is not None:
+        counts.reporter.finish()
     return ProcessResult(
         processed=counts.processed,
         failed=counts.failed,

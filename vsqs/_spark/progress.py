@@ -169,6 +169,10 @@ class ProgressReporter:
     def finish(self) -> None:
         """The attempt returns: its result carries the same counts."""
         self._send("end\n")
+        self.close()
+
+    def close(self) -> None:
+        """Hang up (without the last line, the driver takes the attempt for dead)."""
         with self._lock:
             self._drop()
 
