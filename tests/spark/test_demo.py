@@ -35,8 +35,10 @@ def test_demo_on_local_2_with_its_crash_then_kept(tmp_path):
     # local[2] gives a failed task no retry: the demo says so in one line and adds retries
     assert "--master local[2] would not retry" in output and "running on local[2,4]" in output
     assert re.search(r"^   ! task \d+ \(attempt 0\) died after processing \d+", output, re.MULTILINE)
-    # what the killed attempt did is counted: one result per processed order
-    assert _figure(output, "processed") == _figure(output, "out")
+    # what the killed attempt did is counted: every order with a result, once
+    # (or twice, if the kill fell between a result's publish and its order's delete)
+    distinct = int(re.search(r"messages for ([\d,]+) distinct orders", output).group(1).replace(",", ""))
+    assert distinct <= _figure(output, "processed") <= _figure(output, "out")
     assert "OK: every order of this run" in output
     # a second run on the kept spool checks its own orders, not the first run's
     again = _demo(tmp_path / "spool", "--keep", "--no-crash")
