@@ -12,6 +12,7 @@ import pytest
 from tests.conftest import ROOT
 
 pytest.importorskip("pyspark", reason="the demo needs pyspark: pip install 'vsqs[spark]'")
+pytestmark = pytest.mark.timeout(1200)  # two runs of the demo, each starting its own Spark
 
 
 def _figure(output: str, name: str) -> int:
