@@ -1,11 +1,20 @@
 #!/usr/bin/env python3
-"""Load the HTTP gateway with N concurrent clients on loopback, beside the
-library called directly on the same spool, and print throughput and latency
-percentiles.
+"""Load the HTTP gateway with N concurrent clients on loopback, beside its
+floor and the library called directly on the same spool, and print
+throughput, latency percentiles and the gateway's cost against its floor.
 
-    .venv/bin/python scripts/bench_gateway.py                  # the run in docs/benchmarks.md (~2 min)
+    .venv/bin/python scripts/bench_gateway.py --clients 1,8 --messages 1200   # the runs in docs/benchmarks.md
     .venv/bin/python scripts/bench_gateway.py --quick          # a smoke run, a few seconds
     .venv/bin/python scripts/bench_gateway.py --clients 1,8 --workers 2
+
+The floor (``scripts/_gateway_floor.py``) is a bare ASGI app under the same
+server (uvicorn with the gateway's protocol, event loop and options) that
+answers the same requests with the same library call in one hop to the
+thread pool, and does nothing else. It runs in the same run, on the same
+spool, each of its rows right after the gateway's: ``gateway / floor`` is the
+gateway's time per message over the floor's, the figure the gateway is held
+to (at most 1.3); on a loaded machine it is the figure to trust, not the
+rates.
 
 Each row is one workload at one concurrency: ``--messages`` messages split
 between the clients. The clients are asyncio tasks, each on its own keep-alive
@@ -25,10 +34,12 @@ Workloads:
   library: ``receive()`` then ``delete()``.
 * ``consume x10``: ``POST .../receive`` for 10 then ``POST .../delete`` for
   10; library: ``receive_batch(10)`` then ``delete_batch``.
-* ``sqs send``/``sqs receive+delete x10``: the same through the SQS face
-  (``AmazonSQS.SendMessage``; ``ReceiveMessage`` for 10 then
-  ``DeleteMessageBatch``), with raw HTTP rather than boto3 so the client's
-  cost stays small (the gateway runs without credentials here).
+* ``sqs send``, ``sqs send x10``, ``sqs receive+delete``, ``sqs
+  receive+delete x10``: the same through the SQS face (``SendMessage``;
+  ``SendMessageBatch`` of 10; ``ReceiveMessage`` then ``DeleteMessage``;
+  ``ReceiveMessage`` for 10 then ``DeleteMessageBatch``), with raw HTTP
+  rather than boto3 so the client's cost stays small (the gateway runs
+  without credentials here).
 
 Latency is per request (for the library: per call), in milliseconds.
 All publishes are durable (fsync), as the gateway's are.
@@ -42,12 +53,15 @@ import json
 import os
 import platform
 import shutil
+import socket
 import statistics
+import subprocess
 import sys
 import tempfile
 import threading
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -56,7 +70,7 @@ sys.path.insert(0, REPO)
 import _report
 
 import vsqs
-from tests.gateway.server import running_gateway
+from tests.gateway.server import free_port, running_gateway
 
 BODY = b"x" * 100
 
@@ -69,10 +83,15 @@ class Row:
     messages: int
     seconds: float
     latencies: list[float]
+    cpu: float = 0.0  # the server's CPU seconds (all its threads and worker processes) for the row
 
     @property
     def rate(self) -> float:
         return self.messages / self.seconds
+
+    @property
+    def cpu_per_message(self) -> float:
+        return self.cpu / self.messages
 
     def percentile(self, p: float) -> float:
         ordered = sorted(self.latencies)
@@ -183,6 +202,18 @@ async def sqs_send(http: Connection) -> None:
     await _sqs(http, "SendMessage", {"MessageBody": BODY.decode()})
 
 
+async def sqs_send_ten(http: Connection) -> None:
+    await _sqs(http, "SendMessageBatch", {"Entries": [{"Id": str(i), "MessageBody": BODY.decode()}
+                                                      for i in range(10)]})
+
+
+async def sqs_receive_one(http: Connection) -> None:
+    got = await _sqs(http, "ReceiveMessage", {})
+    messages = got.get("Messages", [])
+    assert isinstance(messages, list) and messages, "the queue ran dry"
+    await _sqs(http, "DeleteMessage", {"ReceiptHandle": messages[0]["ReceiptHandle"]})
+
+
 async def sqs_receive_ten(http: Connection) -> None:
     got = await _sqs(http, "ReceiveMessage", {"MaxNumberOfMessages": 10})
     messages = got.get("Messages", [])
@@ -190,6 +221,53 @@ async def sqs_receive_ten(http: Connection) -> None:
     entries = [{"Id": str(i), "ReceiptHandle": m["ReceiptHandle"]} for i, m in enumerate(messages)]
     if entries:
         await _sqs(http, "DeleteMessageBatch", {"Entries": entries})
+
+
+def cpu_seconds(pid: int) -> float:
+    """CPU seconds (user + system) of process ``pid``, its threads and its child
+    processes (``--workers``), from /proc: what a request costs the server,
+    whatever else the machine is doing."""
+    total = 0.0
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        with open(f"/proc/{pid}/task/{pid}/children", encoding="ascii") as f:
+            children = [int(c) for c in f.read().split()]
+    except OSError:
+        return total
+    return total + sum(cpu_seconds(child) for child in children)
+
+
+# -- the floor ---------------------------------------------------------------------------
+
+
+@contextmanager
+def running_floor(spool: str, log_dir: str) -> Iterator[tuple[str, int]]:
+    """``scripts/_gateway_floor.py`` on a free loopback port: its URL and process id."""
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    with open(os.path.join(log_dir, f"floor-{port}.log"), "wb") as log:
+        process = subprocess.Popen([sys.executable, os.path.join(REPO, "scripts", "_gateway_floor.py"), spool,
+                                    str(port)], stdout=log, stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            if process.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"the floor did not start (see {log.name})")
+            try:
+                with socket.create_connection(("127.0.0.1", port), timeout=1):
+                    break
+            except OSError:
+                time.sleep(0.1)
+        yield url, process.pid
+    finally:
+        process.terminate()
+        try:
+            process.wait(10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
 
 
 # -- the library, directly ---------------------------------------------------------------
@@ -240,11 +318,31 @@ def library_workloads(queue: vsqs.Queue) -> dict[str, Callable[[], None]]:
 # -- the run ------------------------------------------------------------------------------------
 
 
+WORKLOADS: list[tuple[str, Callable[[Connection], Awaitable[None]], int]] = [
+    ("publish", publish_one, 1), ("publish x10", publish_ten, 10),
+    ("consume", consume_one, 1), ("consume x10", consume_ten, 10),
+    ("sqs send", sqs_send, 1), ("sqs send x10", sqs_send_ten, 10),
+    ("sqs receive+delete", sqs_receive_one, 1), ("sqs receive+delete x10", sqs_receive_ten, 10),
+]
+CONSUMING = frozenset({"consume", "consume x10", "sqs receive+delete", "sqs receive+delete x10"})
+
+
+def _top_up(queue: vsqs.Queue, count: int) -> None:
+    """Make sure ``count`` messages are visible, for a consuming row."""
+    missing = count - queue.stats().ready
+    while missing > 0:
+        queue.publish_batch([BODY] * min(100, missing))
+        missing -= 100
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--clients", default="1,4,16,64", help="concurrencies to try, comma-separated")
-    parser.add_argument("--messages", type=int, default=4000, help="messages per row")
+    parser.add_argument("--clients", default="1,8", help="concurrencies to try, comma-separated")
+    parser.add_argument("--messages", type=int, default=2000, help="messages per row")
     parser.add_argument("--workers", type=int, default=1, help="gateway worker processes")
+    parser.add_argument("--rounds", type=int, default=3,
+                        help="turns the gateway and the floor take at each row, one after the other")
+    parser.add_argument("--only", default=None, help="workloads to run, comma-separated (default: all)")
     parser.add_argument("--dir", default=".bench", help="where the spool goes (removed at the end)")
     parser.add_argument("--quick", action="store_true", help="a smoke run: 1,4 clients, 400 messages")
     parser.add_argument("--json", action="store_true", help="print the rows as JSON too")
@@ -253,6 +351,8 @@ def main() -> None:
     if args.quick:
         args.clients, args.messages = "1,4", 400
     concurrencies = [int(c) for c in args.clients.split(",")]
+    wanted = set(args.only.split(",")) if args.only else {name for name, _, _ in WORKLOADS}
+    workloads = [w for w in WORKLOADS if w[0] in wanted]
     os.makedirs(args.dir, exist_ok=True)
     root = tempfile.mkdtemp(prefix="gateway-", dir=args.dir)
     spool = vsqs.Spool(root)
@@ -260,23 +360,33 @@ def main() -> None:
     rows: list[Row] = []
     print(f"vsqs {vsqs.__version__}, Python {platform.python_version()}, {platform.system()} "
           f"{platform.release()}, {os.cpu_count()} cores; spool on {os.path.abspath(root)}")
-    print(f"gateway: vsqs serve --workers {args.workers}, loopback; {args.messages} messages of "
-          f"{len(BODY)} bytes per row; durable publishes\n")
+    print(f"gateway: vsqs serve --workers {args.workers}, loopback; floor: scripts/_gateway_floor.py; "
+          f"{args.messages} messages of {len(BODY)} bytes per row; durable publishes\n")
     try:
-        with running_gateway(root, "--workers", str(args.workers), log_dir=args.dir) as server:
-            QUEUE_URL[0] = f"{server.url}/000000000000/q"
-            http_workloads: list[tuple[str, Callable[[Connection], Awaitable[None]], int]] = [
-                ("publish", publish_one, 1), ("publish x10", publish_ten, 10),
-                ("consume", consume_one, 1), ("consume x10", consume_ten, 10),
-                ("sqs send", sqs_send, 1), ("sqs receive+delete x10", sqs_receive_ten, 10),
-            ]
+        with running_gateway(root, "--workers", str(args.workers), log_dir=args.dir) as server, \
+                running_floor(root, args.dir) as (floor_url, floor_pid):
             direct = library_workloads(queue)
             for clients in concurrencies:
-                for name, one, per_request in http_workloads:
+                for name, one, per_request in workloads:
                     requests = args.messages // per_request
-                    seconds, latencies = asyncio.run(_drive(clients, requests, one, server.url))
-                    rows.append(Row(name, "gateway", clients, requests * per_request, seconds, latencies))
-                    _print(rows[-1])
+                    if name in CONSUMING:  # what the gateway, the floor and the library will take
+                        _top_up(queue, 3 * requests * per_request)
+                    done: dict[str, Row] = {}
+                    for _ in range(args.rounds):  # interleaved, so that the machine's load falls on both
+                        for via, url, pid in (("gateway", server.url, server.process.pid),
+                                              ("floor", floor_url, floor_pid)):
+                            QUEUE_URL[0] = f"{url}/000000000000/q"
+                            count = requests // args.rounds
+                            cpu = cpu_seconds(pid)
+                            seconds, latencies = asyncio.run(_drive(clients, count, one, url))
+                            row = done.setdefault(via, Row(name, via, clients, 0, 0.0, []))
+                            row.cpu += cpu_seconds(pid) - cpu
+                            row.messages += count * per_request
+                            row.seconds += seconds
+                            row.latencies += latencies
+                    for row in done.values():
+                        rows.append(row)
+                        _print(row)
                     if name in direct:
                         seconds, latencies = _threads(clients, requests, direct[name])
                         rows.append(Row(name, "library", clients, requests * per_request, seconds, latencies))
@@ -285,13 +395,11 @@ def main() -> None:
                     queue.purge()
     finally:
         shutil.rmtree(root, ignore_errors=True)
-    print("\nratios, gateway / library (msg/s), same run:")
+    print("\ngateway / floor, same run (server CPU per message; in brackets, wall time per message); "
+          "the target is 1.3 at most:")
     for clients in concurrencies:
-        parts = []
-        for name in ("publish", "publish x10", "consume", "consume x10"):
-            g = next(r for r in rows if r.workload == name and r.via == "gateway" and r.clients == clients)
-            lib = next(r for r in rows if r.workload == name and r.via == "library" and r.clients == clients)
-            parts.append(f"{name} {g.rate / lib.rate:.2f}")
+        parts = [f"{name} {_cpu_ratio(rows, name, clients):.2f} ({_ratio(rows, name, clients, 'floor'):.2f})"
+                 for name, _, _ in workloads]
         print(f"  {clients:>3} clients: " + ", ".join(parts))
     if args.markdown:
         extra = (f"vsqs serve --workers {args.workers}, loopback; {args.messages:,} durable messages of "
@@ -302,39 +410,59 @@ def main() -> None:
                            "p95_ms": r.percentile(95), "p99_ms": r.percentile(99)} for r in rows]))
 
 
+def _row(rows: list[Row], name: str, via: str, clients: int) -> Row | None:
+    return next((r for r in rows if r.workload == name and r.via == via and r.clients == clients), None)
+
+
+def _ratio(rows: list[Row], name: str, clients: int, peer: str) -> float:
+    """The gateway's time per message over ``peer``'s (their rates, inverted)."""
+    gateway, other = _row(rows, name, "gateway", clients), _row(rows, name, peer, clients)
+    return float("nan") if gateway is None or other is None else other.rate / gateway.rate
+
+
+def _cpu_ratio(rows: list[Row], name: str, clients: int) -> float:
+    """The gateway's server CPU per message over the floor's."""
+    gateway, floor = _row(rows, name, "gateway", clients), _row(rows, name, "floor", clients)
+    if gateway is None or floor is None or not floor.cpu:
+        return float("nan")
+    return gateway.cpu_per_message / floor.cpu_per_message
+
+
 MD_LABELS = {
     "publish": "publish, one per request",
     "publish x10": "publish, batches of 10",
     "consume": "receive + delete, one per request (2 requests a message)",
     "consume x10": "receive 10 + delete 10",
-    "sqs send": "SQS face: SendMessage",
-    "sqs receive+delete x10": "SQS face: ReceiveMessage 10 + DeleteMessageBatch",
+    "sqs send": "SQS: SendMessage",
+    "sqs send x10": "SQS: SendMessageBatch of 10",
+    "sqs receive+delete": "SQS: ReceiveMessage + DeleteMessage",
+    "sqs receive+delete x10": "SQS: ReceiveMessage 10 + DeleteMessageBatch",
 }
 
 
 def markdown(rows: list[Row], concurrencies: list[int]) -> str:
-    """One line per workload and concurrency: the gateway beside the library, same run."""
+    """One line per workload and concurrency: the gateway, its floor and the library, same run."""
     lines = []
     for name, label in MD_LABELS.items():
         for i, clients in enumerate(concurrencies):
-            g = next((r for r in rows if r.workload == name and r.via == "gateway" and r.clients == clients), None)
-            lib = next((r for r in rows if r.workload == name and r.via == "library" and r.clients == clients), None)
-            if g is None:
+            g, floor, lib = (_row(rows, name, via, clients) for via in ("gateway", "floor", "library"))
+            if g is None or floor is None:
                 continue
-            line = [label if i == 0 else "", clients, f"{g.rate:,.0f}",
-                    f"{g.percentile(50):.2f} / {g.percentile(99):.2f}"]
-            if lib is not None:
-                line += [f"{lib.rate:,.0f}", f"{lib.percentile(50):.2f} / {lib.percentile(99):.2f}",
-                         f"{g.rate / lib.rate:.2f}"]
-            else:
-                line += ["", "", ""]
+            line = [label if i == 0 else "", clients,
+                    f"{g.cpu_per_message * 1e6:,.0f}", f"{floor.cpu_per_message * 1e6:,.0f}",
+                    f"**{_cpu_ratio(rows, name, clients):.2f}**",
+                    f"{g.rate:,.0f}", f"{g.percentile(50):.2f} / {g.percentile(99):.2f}", f"{floor.rate:,.0f}",
+                    f"{_ratio(rows, name, clients, 'floor'):.2f}",
+                    f"{lib.rate:,.0f}" if lib else ""]
             lines.append(line)
-    return _report.table(["workload", "clients", "gateway msg/s", "p50 / p99 ms", "library msg/s", "p50 / p99 ms",
-                          "gateway / library"], lines, right=(1, 2, 4, 6))
+    return _report.table(["workload", "clients", "gateway CPU µs/msg", "floor CPU µs/msg", "gateway / floor (CPU)",
+                          "gateway msg/s", "p50 / p99 ms", "floor msg/s", "gateway / floor (wall)", "library msg/s"],
+                         lines, right=(1, 2, 3, 4, 5, 7, 8, 9))
 
 
 def _print(row: Row) -> None:
-    print(f"{row.workload:<24} {row.via:<8} {row.clients:>3} clients {row.rate:>8.0f} msg/s   "
+    cpu = f"{row.cpu_per_message * 1e6:6.0f} µs CPU/msg" if row.via != "library" else " " * 17
+    print(f"{row.workload:<24} {row.via:<8} {row.clients:>3} clients {cpu} {row.rate:>8.0f} msg/s   "
           f"p50 {row.percentile(50):6.2f} ms  p95 {row.percentile(95):6.2f} ms  p99 {row.percentile(99):6.2f} ms  "
           f"({statistics.fmean(row.latencies) * 1000:.2f} ms mean)", flush=True)
 

@@ -191,3 +191,48 @@ def test_the_scope_date_must_be_the_request_date() -> None:
 def test_header_map_joins_repeated_headers() -> None:
     headers = _sigv4.header_map([(b"X-A", b"1"), (b"x-a", b"2"), (b"Host", b"h")])
     assert headers == {"x-a": "1,2", "host": "h"}
+
+
+# -- presigned requests: the signature in the query string (Query-protocol GETs) ----
+
+
+def presigned(*, expires: int = 300, secret: str = SECRET,
+              url: str = URL + "?Action=ListQueues&Version=2012-11-05") -> dict[str, str]:
+    """A GET presigned by botocore's query signer (now), as the gateway sees it."""
+    from botocore.auth import SigV4QueryAuth
+
+    request = AWSRequest(method="GET", url=url)
+    SigV4QueryAuth(Credentials(KEY, secret), "sqs", "us-east-1", expires=expires).add_auth(request)
+    parts = urlsplit(request.url)
+    return {"method": "GET", "raw_path": parts.path or "/", "raw_query": parts.query,
+            "headers": {"host": parts.netloc}, "body": b""}
+
+
+def test_a_presigned_request_is_accepted_until_it_expires() -> None:
+    request = presigned(expires=300)
+    assert "X-Amz-Signature=" in request["raw_query"]
+    assert verify(request) == KEY
+    assert verify(request, now=time.time() + 290) == KEY
+    assert refused(request, now=time.time() + 400).code == "RequestExpired"
+    assert refused(request, now=time.time() - 3600).code == "RequestExpired"  # signed far ahead of our clock
+
+
+def test_a_presigned_request_signs_its_query_and_has_no_body() -> None:
+    request = presigned()
+    assert refused({**request, "raw_query": request["raw_query"].replace("ListQueues", "DeleteQueue")}).code == \
+        "SignatureDoesNotMatch"
+    assert refused({**request, "body": b"Action=DeleteQueue"}).code == "SignatureDoesNotMatch"
+    assert refused(presigned(secret="wrong")).code == "SignatureDoesNotMatch"
+
+
+@pytest.mark.parametrize("drop", ["X-Amz-Expires", "X-Amz-Credential", "X-Amz-Date"])
+def test_a_presigned_request_lacking_a_part_is_incomplete(drop: str) -> None:
+    request = presigned()
+    query = "&".join(pair for pair in request["raw_query"].split("&") if not pair.startswith(drop + "="))
+    assert refused({**request, "raw_query": query}).code == "IncompleteSignature"
+
+
+def test_a_presigned_request_lives_a_week_at_most() -> None:
+    request = presigned()
+    query = request["raw_query"].replace("X-Amz-Expires=300", "X-Amz-Expires=604801")
+    assert refused({**request, "raw_query": query}).code == "IncompleteSignature"

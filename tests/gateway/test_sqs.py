@@ -819,12 +819,6 @@ def test_unsupported_and_unknown_operations(sqs: Any, server: Server) -> None:
     assert raw_error(response)[1] == "UnknownOperationException"
 
 
-def test_a_query_protocol_client_is_told_to_upgrade(open_server: Server) -> None:
-    response = httpx.post(open_server.url, content=b"Action=ListQueues&Version=2012-11-05",
-                          headers={"Content-Type": "application/x-www-form-urlencoded"})
-    assert response.status_code == 400 and "query protocol" in response.json()["message"]
-
-
 def test_a_full_queue_is_over_limit(sqs: Any, server: Server) -> None:
     name = new_name("full")
     url = sqs.create_queue(QueueName=name)["QueueUrl"]

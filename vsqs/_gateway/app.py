@@ -9,9 +9,12 @@ Two faces share one port: the native JSON/raw API under ``/queues``
 :class:`~vsqs._gateway.metrics.RequestMetrics`,
 :class:`~vsqs._gateway.auth.BrowserGuard`,
 :class:`~vsqs._gateway.timeouts.BodyDeadline`,
-:class:`~vsqs._gateway.size_cap.RequestSizeCap` and
-:class:`~vsqs._gateway.auth.ApiKeyAuth`; under them uvicorn runs the
-protocol of :mod:`vsqs._gateway.timeouts` (a deadline for request heads).
+:class:`~vsqs._gateway.size_cap.RequestSizeCap`,
+:class:`~vsqs._gateway.auth.ApiKeyAuth` and
+:class:`~vsqs._gateway.sqs.endpoint.SqsDispatch` (``POST /`` to the SQS face
+past FastAPI's router: every check above applies to both faces); under them
+uvicorn runs the protocol of :mod:`vsqs._gateway.timeouts` (a deadline for
+request heads).
 """
 
 from __future__ import annotations
@@ -34,8 +37,9 @@ from vsqs._gateway.errors import ApiError, api_error_of, error_response, without
 from vsqs._gateway.limits import KEEP_ALIVE_TIMEOUT, MAX_REQUEST_HEAD_BYTES
 from vsqs._gateway.metrics import RequestMetrics
 from vsqs._gateway.rest.routes import router as rest_router
-from vsqs._gateway.size_cap import RequestSizeCap, refusal_response
-from vsqs._gateway.sqs.endpoint import router as sqs_router
+from vsqs._gateway.size_cap import RequestSizeCap, http_refusal
+from vsqs._gateway.sqs.endpoint import SqsDispatch, SqsFace
+from vsqs._gateway.sqs.endpoint import route as sqs_route
 from vsqs._gateway.state import Gateway
 from vsqs._gateway.timeouts import BodyDeadline, protocol_factory
 
@@ -54,9 +58,13 @@ def create_app(config: GatewayConfig) -> ASGIApp:
     app.state.gateway = gateway
     _add_error_handlers(app, gateway)
     _add_operations_routes(app, gateway)
-    app.include_router(rest_router)
-    app.include_router(sqs_router())
-    capped = RequestSizeCap(ApiKeyAuth(app, config.api_key), config)
+    # the native routes (their paths already under /queues) straight into the app's router: the
+    # same routes and schema as include_router, without its per-request layer of matching
+    app.router.routes.extend(rest_router.routes)
+    sqs_face = SqsFace(gateway)
+    app.router.routes.append(sqs_route(sqs_face))
+    routed = SqsDispatch(app, sqs_face)  # POST /: straight to the SQS face, past FastAPI's layers
+    capped = RequestSizeCap(ApiKeyAuth(routed, config.api_key), config)
     guarded = BrowserGuard(BodyDeadline(capped, config.body_timeout), config)  # headers first, then the body
     return RequestMetrics(guarded, gateway.metrics)
 
@@ -80,10 +88,7 @@ def _add_error_handlers(app: FastAPI, gateway: Gateway) -> None:
 
     @app.exception_handler(StarletteHTTPException)
     async def _http_error(request: Request, exc: StarletteHTTPException) -> Response:
-        code = {404: "not_found", 405: "method_not_allowed", 408: "request_timeout",
-                413: "request_too_large"}.get(exc.status_code, "http_error")
-        error = ApiError(exc.status_code, code, str(exc.detail), headers=dict(exc.headers or {}))
-        return refusal_response(request.scope, error, config)
+        return http_refusal(request.scope, exc, config)
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(request: Request, exc: RequestValidationError) -> Response:
@@ -136,9 +141,11 @@ def uvicorn_options(config: GatewayConfig, limit_concurrency: int | None = None)
 
 
 def serve(config: GatewayConfig, *, host: str, port: int, workers: int, log_level: str,
-          limit_concurrency: int | None = None) -> None:
+          limit_concurrency: int | None = None, access_log: bool = False) -> None:
     """Run the gateway under uvicorn until interrupted; past ``limit_concurrency``
-    open connections and requests per worker, uvicorn answers 503."""
+    open connections and requests per worker, uvicorn answers 503. The access
+    log (a line per request) only when asked for: it costs more CPU than many
+    requests' own work."""
     import tempfile
 
     import uvicorn
@@ -155,7 +162,7 @@ def serve(config: GatewayConfig, *, host: str, port: int, workers: int, log_leve
         log.warning("no API key configured: the native API (/queues) is open to anyone who can connect")
     if host not in ("127.0.0.1", "::1", "localhost"):
         log.warning("listening on %s beyond loopback; put TLS in front (a reverse proxy)", host)
-    options = uvicorn_options(config, limit_concurrency)
+    options = {**uvicorn_options(config, limit_concurrency), "access_log": access_log}
     if workers == 1:
         uvicorn.run(create_app(config), host=host, port=port, log_level=log_level, **options)
         return

@@ -22,9 +22,9 @@ from fastapi.responses import Response
 from vsqs._gateway.asgi import ASGIApp, Receive, Scope, Send
 from vsqs._gateway.config import GatewayConfig, check_host_name, host_name, is_ip_literal
 from vsqs._gateway.errors import ApiError, error_response
-from vsqs._gateway.sqs.protocol import CONTENT_TYPE as SQS_CONTENT_TYPE
-from vsqs._gateway.sqs.protocol import SqsError, is_sqs_request
-from vsqs._gateway.sqs.protocol import error_response as sqs_error_response
+from vsqs._gateway.sqs.protocol import SqsError
+from vsqs._gateway.sqs.wire import content_type as sqs_content_type
+from vsqs._gateway.sqs.wire import is_sqs_request, refusal
 
 OPEN_PATHS = frozenset({"/healthz", "/openapi.json", "/docs", "/docs/oauth2-redirect", "/redoc"})
 
@@ -54,9 +54,14 @@ class BrowserGuard:
       which change nothing, is let through, so a link to /docs works);
     * on the native face, a ``Content-Type`` other than ``application/json``
       (or a body without one) on a JSON route, and on the SQS face one other
-      than ``application/x-amz-json-1.0`` (415). (The raw publish takes any
-      type, as documented; the SQS face's X-Amz-Target alone already needs
-      a CORS preflight, which the gateway never grants.)
+      than its protocol's (415): ``application/x-amz-json-1.0``, or
+      ``application/x-www-form-urlencoded`` for the Query protocol. (The raw
+      publish takes any type, as documented; the SQS face's X-Amz-Target
+      alone already needs a CORS preflight, which the gateway never grants.
+      A Query form needs none, as any HTML form: what keeps a page's form
+      out is the ``Origin`` and ``Sec-Fetch-Site`` check above, since
+      browsers send them with every cross-origin POST and ``Sec-Fetch-Site``
+      with every GET.)
 
     Each answer is in the shape of the face the request was meant for.
     Clients that are no browsers (SDKs, the AWS CLI, curl) send no
@@ -116,7 +121,7 @@ class BrowserGuard:
     def _content_type(scope: Scope) -> str | None:
         """The media type the request's route takes (None: any, or no body)."""
         if is_sqs_request(scope):
-            return SQS_CONTENT_TYPE
+            return sqs_content_type(scope)
         method, path = scope["method"], scope["path"]
         if method in _BODYLESS_METHODS or not path.startswith("/queues/"):
             return None
@@ -169,7 +174,7 @@ def _is_type(content_type: str | None, wanted: str) -> bool:
 
 def _answer(scope: Scope, status: int, code: str, sqs_name: str, message: str) -> Response:
     if is_sqs_request(scope):
-        return sqs_error_response(SqsError(sqs_name, message, status))
+        return refusal(scope, SqsError(sqs_name, message, status))
     return error_response(ApiError(status, code, message))
 
 

@@ -117,11 +117,14 @@ def _public_url(url: str | None) -> str | None:
 @click.option("--create", is_flag=True, help="Create SPOOL if it does not exist.")
 @click.option("--log-level", type=click.Choice(["critical", "error", "warning", "info", "debug"]),
               default="info", show_default=True)
+@click.option("--access-log", is_flag=True,
+              help="Log one line per request (uvicorn's access log, at level info); off by default: it costs "
+              "0.1-0.35 ms of CPU a request, and /metrics counts requests by operation and outcome.")
 def serve(
     spool: str, host: str, port: int, workers: int, api_key_file: str | None, aws_credentials_file: str | None,
     region: str, max_message_bytes: int, file_mode: str | None, limit_concurrency: int | None,
     public_hosts: tuple[str, ...], public_url: str | None, header_timeout: float, body_timeout: float,
-    gc_interval: float, create: bool, log_level: str,
+    gc_interval: float, create: bool, log_level: str, access_log: bool,
 ) -> None:
     """Serve SPOOL over HTTP: the native API under /queues and the Amazon SQS
     protocol on POST / (needs the extra: pip install 'vsqs[server]').
@@ -149,4 +152,5 @@ def serve(
         header_timeout=header_timeout, body_timeout=body_timeout, gc_interval=gc_interval,
     )
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(name)s %(levelname)s %(message)s")
-    run(config, host=host, port=port, workers=workers, log_level=log_level, limit_concurrency=limit_concurrency)
+    run(config, host=host, port=port, workers=workers, log_level=log_level, limit_concurrency=limit_concurrency,
+        access_log=access_log)

@@ -54,5 +54,11 @@ MAX_BATCH_JSON_VALUES = MAX_JSON_BATCH * 2 * (8 + _engine.MAX_ATTRIBUTES + 2)
 MAX_SQS_JSON_VALUES = 10_000  # an SQS request (a batch of 10 with 10 attributes each is ~2000)
 MAX_JSON_DEPTH = 32  # nesting of arrays and objects (the deepest request needs 5)
 MAX_JSON_INTEGER_DIGITS = 32  # an integer longer than this is no count, size or time
+# a Query-protocol form (vsqs._gateway.sqs.query): a batch of 10 with 10 attributes each is ~500 fields
+MAX_QUERY_FIELDS = 2048
 INLINE_JSON_BYTES = 64 * 1024  # bodies up to this size are parsed on the event loop, larger ones on a thread
 GC_INTERVAL = 60.0  # seconds between the gateway's housekeeping sweeps (vsqs._gateway.housekeeping)
+# a SigV4 check is made on the event loop when the body and the request head are at most these sizes
+# (tens of microseconds, less than a hop to a thread), on a thread when either is larger
+INLINE_SIGNATURE_BYTES = 64 * 1024
+INLINE_SIGNATURE_HEAD_BYTES = 8 * 1024

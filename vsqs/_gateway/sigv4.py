@@ -28,8 +28,17 @@ A request that went through a reverse proxy may arrive with another ``Host``
 than the client signed: when the signature does not match with ``Host``, it
 is tried with the first host named by ``X-Forwarded-Host`` and the first
 named by ``Forwarded: host=`` (the host the client addressed, as the proxy
-nearest it wrote it). Presigned URLs (signature in the query string) are not
-supported.
+nearest it wrote it).
+
+A request without an ``Authorization`` header may carry its signature in the
+query string instead (a presigned URL: ``X-Amz-Algorithm``,
+``X-Amz-Credential``, ``X-Amz-Date``, ``X-Amz-Expires``,
+``X-Amz-SignedHeaders``, ``X-Amz-Signature``; SQS's Query protocol allows a
+GET signed so). It is checked the same way, its time against
+``X-Amz-Expires`` (at most 7 days; ``RequestExpired`` after), the query
+string but the signature itself signed, and it must have no body (a body
+it carried would be unsigned): its payload is the empty one, hashed, or
+``UNSIGNED-PAYLOAD``.
 
 Cost. The gateway verifies before it knows who is asking, so verification
 costs the same small, bounded work whatever the request holds: the
@@ -57,6 +66,8 @@ MAX_SKEW_SECONDS = 15 * 60
 AMZ_DATE_FORMAT = "%Y%m%dT%H%M%SZ"
 UNSIGNED_PAYLOAD = "UNSIGNED-PAYLOAD"
 MAX_CANDIDATE_HOSTS = 3  # Host, the first X-Forwarded-Host, the first Forwarded host=
+MAX_PRESIGNED_EXPIRES = 7 * 24 * 3600  # X-Amz-Expires: a presigned URL lives a week at most
+_EMPTY_PAYLOAD_HASH = hashlib.sha256(b"").hexdigest()
 
 _CREDENTIAL_RE = re.compile(r"([^/]+)/([0-9]{8})/([^/]+)/([^/]+)/aws4_request")
 _SIGNATURE_RE = re.compile(r"[0-9a-f]{64}")
@@ -156,6 +167,43 @@ def canonical_query(raw_query: str) -> str:
         name, _, value = pair.partition("=")
         pairs.append((quote(unquote(name), safe="-_.~"), quote(unquote(value), safe="-_.~")))
     return "&".join(f"{name}={value}" for name, value in sorted(pairs))
+
+
+@dataclass(frozen=True)
+class Presigned:
+    """The signature a presigned URL carries in its query string."""
+
+    auth: Authorization
+    amz_date: str
+    expires: int
+    raw_query: str  # the query string without X-Amz-Signature: what was signed
+
+
+def parse_presigned(raw_query: str) -> Presigned | None:
+    """The signature in a query string (None: it has no ``X-Amz-Signature``);
+    ``IncompleteSignature`` if it is not a whole SigV4 one."""
+    fields: dict[str, str] = {}
+    kept: list[str] = []
+    for pair in raw_query.split("&") if raw_query else ():
+        name, _, value = pair.partition("=")
+        name = unquote(name)
+        if name.startswith("X-Amz-"):
+            fields[name] = unquote(value)
+        if name != "X-Amz-Signature":
+            kept.append(pair)
+    if "X-Amz-Signature" not in fields:
+        return None
+    missing = [name for name in ("X-Amz-Algorithm", "X-Amz-Credential", "X-Amz-Date", "X-Amz-Expires",
+                                 "X-Amz-SignedHeaders") if not fields.get(name)]
+    if missing:
+        raise _incomplete(f"a presigned request lacks {', '.join(missing)}")
+    header = (f"{fields['X-Amz-Algorithm']} Credential={fields['X-Amz-Credential']}, "
+              f"SignedHeaders={fields['X-Amz-SignedHeaders']}, Signature={fields['X-Amz-Signature']}")
+    expires = fields["X-Amz-Expires"]
+    if not expires.isdigit() or not 1 <= int(expires) <= MAX_PRESIGNED_EXPIRES:
+        raise _incomplete(f"X-Amz-Expires must be a number of seconds 1..{MAX_PRESIGNED_EXPIRES}")
+    _, amz_date = request_time({"x-amz-date": fields["X-Amz-Date"]})
+    return Presigned(parse_authorization(header), amz_date, int(expires), "&".join(kept))
 
 
 @dataclass(frozen=True)
@@ -262,10 +310,16 @@ def verify(
     is epoch seconds.
     """
     header = headers.get("authorization")
-    if header is None:
+    presigned = parse_presigned(raw_query) if header is None else None
+    if header is None and presigned is None:
         raise SigV4Error("MissingAuthenticationToken",
                          "the request must be signed (AWS Signature Version 4): no Authorization header")
-    auth = parse_authorization(header)
+    if presigned is not None:
+        auth, amz_date = presigned.auth, presigned.amz_date
+    else:
+        assert header is not None
+        auth = parse_authorization(header)
+        amz_date = request_time(headers)[1]
     if "x-amz-target" in headers and "x-amz-target" not in auth.signed_headers:
         # the action is in this header: unsigned, a captured SendMessage could be replayed as DeleteQueue
         raise SigV4Error("IncompleteSignature", "X-Amz-Target must be among the signed headers", 400)
@@ -273,28 +327,54 @@ def verify(
     if secret is None:
         raise SigV4Error("InvalidClientTokenId",
                          f"the access key id {auth.access_key[:40]!r} is not one this gateway accepts")
-    when, amz_date = request_time(headers)
-    skew = when.timestamp() - now
-    if abs(skew) > MAX_SKEW_SECONDS:
-        raise SigV4Error("RequestExpired",
-                         f"the request was signed at {amz_date}, {abs(skew):.0f} s from the gateway's "
-                         f"clock (at most {MAX_SKEW_SECONDS} s allowed): check the clocks")
+    _check_time(amz_date, now, presigned.expires if presigned is not None else None)
     if amz_date[:8] != auth.date:
         raise SigV4Error("SignatureDoesNotMatch",
                          f"the credential scope's date {auth.date} is not the request's date {amz_date[:8]}")
     if auth.service != SERVICE:
         raise SigV4Error("SignatureDoesNotMatch",
                          f"the credential must be scoped to service {SERVICE!r}, not {auth.service[:40]!r}")
+    if presigned is not None:
+        if body:
+            raise SigV4Error("SignatureDoesNotMatch", "a request signed in its query string carries no body")
+        return _check_signature(auth, secret, amz_date, headers,
+                                canonical_parts(method, raw_path, presigned.raw_query, headers, auth.signed_headers,
+                                                _EMPTY_PAYLOAD_HASH),
+                                canonical_parts(method, raw_path, presigned.raw_query, headers, auth.signed_headers,
+                                                UNSIGNED_PAYLOAD))
     payload_hash = hashlib.sha256(body).hexdigest()
     claimed = headers.get("x-amz-content-sha256")
     if claimed is not None and claimed.strip().lower() != payload_hash:
         raise SigV4Error("SignatureDoesNotMatch",
                          "X-Amz-Content-SHA256 is not the SHA-256 of the body"
                          + (" (unsigned payloads are not accepted)" if claimed.strip() == UNSIGNED_PAYLOAD else ""))
-    parts = canonical_parts(method, raw_path, raw_query, headers, auth.signed_headers, payload_hash)
+    return _check_signature(auth, secret, amz_date, headers,
+                            canonical_parts(method, raw_path, raw_query, headers, auth.signed_headers, payload_hash))
+
+
+def _check_time(amz_date: str, now: float, expires: int | None) -> None:
+    """A signed request is good within MAX_SKEW_SECONDS of its date; a presigned one
+    (``expires`` seconds) from its date (give or take the skew) until it expires."""
+    skew = datetime.strptime(amz_date, AMZ_DATE_FORMAT).replace(tzinfo=UTC).timestamp() - now
+    if expires is not None and -expires <= skew <= MAX_SKEW_SECONDS:
+        return
+    if expires is not None and skew < 0:
+        raise SigV4Error("RequestExpired", f"the presigned request (signed at {amz_date}) expired "
+                         f"{-skew - expires:.0f} s ago")
+    if abs(skew) > MAX_SKEW_SECONDS:
+        raise SigV4Error("RequestExpired",
+                         f"the request was signed at {amz_date}, {abs(skew):.0f} s from the gateway's "
+                         f"clock (at most {MAX_SKEW_SECONDS} s allowed): check the clocks")
+
+
+def _check_signature(auth: Authorization, secret: str, amz_date: str, headers: Mapping[str, str],
+                     *candidates: CanonicalRequest) -> str:
+    """The access key id if the signature is that of one of the canonical requests
+    with one of the candidate hosts (at most two requests, so six signatures)."""
     key = signing_key(secret, auth.date, auth.region, auth.service)
-    for host in candidate_hosts(headers):
-        if hmac.compare_digest(signature(key, auth, amz_date, parts.with_host(host)), auth.signature):
-            return auth.access_key
+    for parts in candidates:
+        for host in candidate_hosts(headers):
+            if hmac.compare_digest(signature(key, auth, amz_date, parts.with_host(host)), auth.signature):
+                return auth.access_key
     raise SigV4Error("SignatureDoesNotMatch",
                      "the request signature does not match: check the secret access key and the signing method")

@@ -15,16 +15,25 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from vsqs._gateway.asgi import ASGIApp, Message, Receive, Scope, Send
 from vsqs._gateway.config import GatewayConfig
 from vsqs._gateway.errors import ApiError, error_response
-from vsqs._gateway.sqs.protocol import is_sqs_request, request_timeout, request_too_large
+from vsqs._gateway.sqs.wire import is_sqs_request, request_timeout, request_too_large
 
 
 def refusal_response(scope: Scope, error: ApiError, config: GatewayConfig) -> Response:
     """The answer to a refused request, in the shape of the face it was meant for."""
     if is_sqs_request(scope) and error.status == 413:
-        return request_too_large(config.max_sqs_request_bytes)
+        return request_too_large(scope, config.max_sqs_request_bytes)
     if is_sqs_request(scope) and error.status == 408:
-        return request_timeout(error.message)
+        return request_timeout(scope, error.message)
     return error_response(error)
+
+
+def http_refusal(scope: Scope, exc: StarletteHTTPException, config: GatewayConfig) -> Response:
+    """The answer to an HTTP exception raised while a request was read (the size
+    cap past the cap, the body deadline), in the shape of the face it was meant for."""
+    code = {404: "not_found", 405: "method_not_allowed", 408: "request_timeout",
+            413: "request_too_large"}.get(exc.status_code, "http_error")
+    error = ApiError(exc.status_code, code, str(exc.detail), headers=dict(exc.headers or {}))
+    return refusal_response(scope, error, config)
 
 
 class RequestSizeCap:

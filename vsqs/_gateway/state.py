@@ -107,22 +107,38 @@ class Gateway:
         self, name: str, max_messages: int, visibility_timeout: float | None, wait: float | None,
         disconnected: Callable[[], Awaitable[bool]] | None = None,
     ) -> list[Message]:
-        """Receive with a long poll that holds no thread while it waits.
+        """Receive with a long poll that holds no thread while it waits; the
+        messages come with their bodies read (on the thread pool).
 
-        Each attempt is one non-blocking ``receive_batch`` on the thread pool;
-        between attempts the request sleeps on the event loop. A publish
-        through this process wakes one sleeper per message. Otherwise a
-        sleeper wakes after its pause (10 ms doubling to 0.5 s) and tries again
-        only if no waiter on the queue tried in the last 0.1 s, so idle long
-        polls cost a few listings a second per queue, however many there are.
-        A client that went away stops its poll before the next attempt, so
-        no message is hidden for nobody.
+        The first attempt is one hop to the thread pool: the queue opened, its
+        ``receive_wait`` read (``wait`` None), one non-blocking ``receive_batch``.
+        When it finds nothing and there is a wait, the request sleeps on the
+        event loop between attempts (one hop each). A publish through this
+        process wakes one sleeper per message. Otherwise a sleeper wakes after
+        its pause (10 ms doubling to 0.5 s) and tries again only if no waiter on
+        the queue tried in the last 0.1 s, so idle long polls cost a few
+        listings a second per queue, however many there are. A client that
+        went away stops its poll before the next attempt, so no message is
+        hidden for nobody.
         """
-        queue = await self.handle(name)
-        if wait is None:
-            wait = float(await self.call(lambda: queue.settings["receive_wait"]))
-        if not 0 <= wait <= MAX_WAIT:
-            raise InvalidArgument(f"wait must be 0..{MAX_WAIT:g} seconds, not {wait!r}")
+        def first_attempt(queue: Queue) -> tuple[float, list[Message]]:
+            waits = float(queue.settings["receive_wait"]) if wait is None else wait
+            if not 0 <= waits <= MAX_WAIT:  # before the receive: a refused request takes no message
+                raise InvalidArgument(f"wait must be 0..{MAX_WAIT:g} seconds, not {waits!r}")
+            return waits, queue.receive_batch(max_messages, visibility_timeout=visibility_timeout, wait=0)
+
+        self._waiters.setdefault(name, _Waiters()).attempted_at = time.monotonic()
+        waits, got = await self.on(name, first_attempt)
+        if got or waits <= 0:
+            return got
+        return await self.long_poll(name, max_messages, visibility_timeout, waits, disconnected)
+
+    async def long_poll(
+        self, name: str, max_messages: int, visibility_timeout: float | None, wait: float,
+        disconnected: Callable[[], Awaitable[bool]] | None = None,
+    ) -> list[Message]:
+        """The rest of a receive whose first attempt found nothing (see :meth:`receive`):
+        sleep until woken or until it is our turn to poll, try again, for ``wait`` seconds."""
         deadline = time.monotonic() + wait
         waiters = self._waiters.setdefault(name, _Waiters())
         loop = asyncio.get_running_loop()
@@ -130,12 +146,6 @@ class Gateway:
         self.metrics.long_polls.inc()
         try:
             while True:
-                waiters.attempted_at = time.monotonic()
-                got = await self.call(
-                    queue.receive_batch, max_messages, visibility_timeout=visibility_timeout, wait=0
-                )
-                if got or deadline - time.monotonic() <= 0:
-                    return got
                 while True:  # sleep until woken, or until it is our turn to poll
                     left = deadline - time.monotonic()
                     if left <= 0:
@@ -158,6 +168,11 @@ class Gateway:
                         break
                     if time.monotonic() - waiters.attempted_at >= _MIN_REPOLL:
                         break
+                waiters.attempted_at = time.monotonic()
+                got = await self.on(name, lambda queue: queue.receive_batch(
+                    max_messages, visibility_timeout=visibility_timeout, wait=0))
+                if got or deadline - time.monotonic() <= 0:
+                    return got
         finally:
             self.metrics.long_polls.dec()
 

@@ -6,11 +6,13 @@ any byte received cancels even that: a connection that never finishes its
 request head, new or kept alive, stays open for ever and holds a slot of
 ``--limit-concurrency``. So:
 
-* :class:`HeadDeadlineProtocol` is uvicorn's h11 protocol with a deadline for
-  each request head, armed when the connection opens and after each response,
-  and not moved by the bytes that trickle in; past it the connection is
-  closed (with a 408 if part of a head had come). Its head is at most
-  ``MAX_REQUEST_HEAD_BYTES`` (h11 answers 400 past it).
+* :class:`HttpToolsHeadDeadlineProtocol` (httptools installed) and
+  :class:`HeadDeadlineProtocol` (h11) are uvicorn's protocols with a deadline
+  for each request head, armed when the connection opens and after each
+  response, and not moved by the bytes that trickle in; past it the
+  connection is closed (with a 408 if part of a head had come). A head is at
+  most ``MAX_REQUEST_HEAD_BYTES`` (h11 answers 400 past it, the httptools one
+  431).
 * :class:`BodyDeadline` is the ASGI half: once a request has started, its
   body must have come in full within ``body_timeout`` seconds, else the app's
   read fails with a 408 (``Connection: close``) in the face's format.
@@ -26,56 +28,63 @@ import asyncio
 import functools
 from typing import Any
 
-import anyio
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from vsqs._gateway.asgi import ASGIApp, Message, Receive, Scope, Send
+from vsqs._gateway.limits import MAX_REQUEST_HEAD_BYTES
+
+try:
+    from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+except ImportError:  # httptools is not installed: h11
+    HttpToolsProtocol = None  # type: ignore[assignment,misc]
 
 _TIMED_OUT = b"HTTP/1.1 408 Request Timeout\r\ncontent-length: 0\r\nconnection: close\r\n\r\n"
+_HEAD_TOO_LARGE = (b"HTTP/1.1 431 Request Header Fields Too Large\r\ncontent-length: 0\r\n"
+                   b"connection: close\r\n\r\n")
 
 
-class HeadDeadlineProtocol(H11Protocol):
-    """uvicorn's h11 protocol, with a deadline for each request head."""
+class _HeadDeadline:
+    """The deadline for each request head, for either of uvicorn's HTTP protocols
+    (a mixin before the protocol class): armed when the connection opens and
+    after each response, not moved by the bytes that trickle in; past it the
+    connection is closed, with a 408 if part of a head had come."""
 
-    def __init__(self, *args: Any, header_timeout: float, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
+    header_timeout: float
+    loop: asyncio.AbstractEventLoop
+    transport: asyncio.Transport
+
+    def _init_deadline(self, header_timeout: float) -> None:
         self.header_timeout = header_timeout
         self._head_timer: asyncio.TimerHandle | None = None
-        self._cycle_awaited: object = None  # the request cycle before the head awaited
         self._head_started = False
+        self._head_bytes = 0  # received since the head was awaited
 
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:  # type: ignore[override]
-        super().connection_made(transport)  # type: ignore[arg-type]
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        super().connection_made(transport)  # type: ignore[misc]
         self._await_head()
 
     def data_received(self, data: bytes) -> None:
         if self._head_timer is not None and data:
             self._head_started = True
-        super().data_received(data)
-
-    def handle_events(self) -> None:
-        super().handle_events()
-        if self._head_timer is not None and self.cycle is not self._cycle_awaited:
-            self._head_timer.cancel()  # a new request's head has come
-            self._head_timer = None
-
-    def on_response_complete(self) -> None:
-        self._await_head()  # first: the super call may parse a pipelined head at once
-        super().on_response_complete()
+            self._head_bytes += len(data)
+        super().data_received(data)  # type: ignore[misc]
 
     def connection_lost(self, exc: Exception | None) -> None:
-        if self._head_timer is not None:
-            self._head_timer.cancel()
-            self._head_timer = None
-        super().connection_lost(exc)
+        self._head_came()
+        super().connection_lost(exc)  # type: ignore[misc]
 
     def _await_head(self) -> None:
         if self._head_timer is not None:
             self._head_timer.cancel()
-        self._cycle_awaited = self.cycle
         self._head_started = False
+        self._head_bytes = 0
         self._head_timer = self.loop.call_later(self.header_timeout, self._head_timed_out)
+
+    def _head_came(self) -> None:
+        if self._head_timer is not None:
+            self._head_timer.cancel()
+            self._head_timer = None
 
     def _head_timed_out(self) -> None:
         self._head_timer = None
@@ -86,9 +95,63 @@ class HeadDeadlineProtocol(H11Protocol):
         self.transport.close()
 
 
-def protocol_factory(header_timeout: float) -> functools.partial[HeadDeadlineProtocol]:
+class HeadDeadlineProtocol(_HeadDeadline, H11Protocol):
+    """uvicorn's h11 protocol, with a deadline for each request head (h11 bounds
+    the head's size: ``h11_max_incomplete_event_size``)."""
+
+    def __init__(self, *args: Any, header_timeout: float, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._init_deadline(header_timeout)
+        self._cycle_awaited: object = None  # the request cycle before the head awaited
+
+    def handle_events(self) -> None:
+        super().handle_events()
+        if self._head_timer is not None and self.cycle is not self._cycle_awaited:
+            self._head_came()  # a new request's head has come
+
+    def on_response_complete(self) -> None:
+        self._cycle_awaited = self.cycle
+        self._await_head()  # first: the super call may parse a pipelined head at once
+        super().on_response_complete()
+
+
+if HttpToolsProtocol is not None:
+
+    class HttpToolsHeadDeadlineProtocol(_HeadDeadline, HttpToolsProtocol):
+        """uvicorn's httptools protocol (several times cheaper than h11), with a
+        deadline for each request head and a bound on its size: past
+        ``MAX_REQUEST_HEAD_BYTES`` without a whole head, a 431 and the
+        connection closed (h11 has the bound built in; httptools has none)."""
+
+        def __init__(self, *args: Any, header_timeout: float, **kwargs: Any) -> None:
+            super().__init__(*args, **kwargs)
+            self._init_deadline(header_timeout)
+
+        def data_received(self, data: bytes) -> None:
+            super().data_received(data)
+            if self._head_timer is not None and self._head_bytes > MAX_REQUEST_HEAD_BYTES:
+                self._head_came()
+                if not self.transport.is_closing():
+                    self.transport.write(_HEAD_TOO_LARGE)
+                    self.transport.close()
+
+        def on_headers_complete(self) -> None:
+            self._head_came()
+            super().on_headers_complete()
+
+        def on_response_complete(self) -> None:
+            if not self.pipeline:  # a pipelined request's head has come already
+                self._await_head()
+            super().on_response_complete()
+
+
+def protocol_factory(header_timeout: float) -> functools.partial[asyncio.Protocol]:
     """What uvicorn's ``http`` takes: a callable that makes the protocol (a partial
-    of a module-level class, so it travels to ``--workers`` processes)."""
+    of a module-level class, so it travels to ``--workers`` processes). The
+    httptools one when httptools is installed (the ``server`` extra has it),
+    else the h11 one."""
+    if HttpToolsProtocol is not None:
+        return functools.partial(HttpToolsHeadDeadlineProtocol, header_timeout=header_timeout)
     return functools.partial(HeadDeadlineProtocol, header_timeout=header_timeout)
 
 
@@ -104,16 +167,16 @@ class BodyDeadline:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        deadline = anyio.current_time() + self.seconds
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.seconds
         complete = False
 
         async def timed() -> Message:
             nonlocal complete
             if complete:  # the body is in: reads now wait for a disconnect (long polls)
                 return await receive()
-            with anyio.move_on_after(max(0.0, deadline - anyio.current_time())) as waiting:
-                message = await receive()
-            if waiting.cancelled_caught:
+            message = await _before(loop, deadline, receive)
+            if message is None:
                 raise StarletteHTTPException(
                     408, f"the request body did not come in full within {self.seconds:g} s",
                     headers={"Connection": "close"})
@@ -122,3 +185,30 @@ class BodyDeadline:
             return message
 
         await self.app(scope, timed, send)
+
+
+async def _before(loop: asyncio.AbstractEventLoop, deadline: float, receive: Receive) -> Message | None:
+    """``await receive()``, or None once ``deadline`` (the loop's time) has passed: a
+    timer that cancels the reading task, several times cheaper than a cancel
+    scope (this runs for every request, and the body is most often in already)."""
+    task = asyncio.current_task()
+    assert task is not None
+    expired = False
+
+    def expire() -> None:
+        nonlocal expired
+        expired = True
+        task.cancel()
+
+    timer = loop.call_at(deadline, expire)
+    try:
+        return await receive()
+    except asyncio.CancelledError:
+        if not expired:
+            raise
+        uncancel = getattr(task, "uncancel", None)  # Python 3.11+ counts cancellations
+        if uncancel is not None:
+            uncancel()  # the cancellation was this deadline's, and it is answered
+        return None
+    finally:
+        timer.cancel()

@@ -1,4 +1,7 @@
-"""The Amazon SQS face of the gateway: the AWS JSON 1.0 protocol on ``POST /``.
+"""The Amazon SQS face of the gateway: the AWS JSON 1.0 protocol on ``POST /``,
+and beside it SQS's Query protocol (a form, ``POST`` or ``GET``, on ``/`` or
+a queue URL's path, answered in XML: ``query``, ``query_xml``), the same
+actions, checks and errors in each (``wire`` tells them apart).
 
 An unmodified SQS client (boto3, the ``aws sqs`` command, any SDK that speaks
 JSON 1.0) pointed at the gateway's URL works on the spool's queues, beside
@@ -26,11 +29,12 @@ ListMessageMoveTasks, CancelMessageMoveTask. An unknown target is
 
 Decisions (beyond SQS's own rules):
 
-- Auth: SigV4 against the configured key pairs (``vsqs._gateway.sigv4``). With none but
-  an API key, SigV4 with the API key as the secret and any access key id (a
-  key closes both faces); with neither, every request is accepted, signed or
-  not. The region in the
-  signature's scope is not checked (it only names the key derivation).
+- Auth: SigV4 against the configured key pairs (``vsqs._gateway.sigv4``; in
+  the Query protocol the form is the signed body, or a ``GET`` is
+  presigned). With none but an API key, SigV4 with the API key as the
+  secret and any access key id (a key closes both faces); with neither,
+  every request is accepted, signed or not. The region in the signature's
+  scope is not checked (it only names the key derivation).
 - Queue URL ``{scheme}://{Host}/{account_id}/{name}`` (``--public-url`` gives
   its start instead; the Host is one the gateway serves). A QueueUrl is
   accepted with any host and account; its last segment is the queue name.
@@ -115,7 +119,7 @@ Decisions (beyond SQS's own rules):
   ``ServiceUnavailable``; IncompatibleFormat -> UnsupportedOperation.
 - PurgeQueue purges at once (no 60 s PurgeQueueInProgress window).
 - A request over the gateway's size cap is refused by the gateway's
-  middleware before it reaches this package (:func:`.protocol.request_too_large`
+  middleware before it reaches this package (:func:`.wire.request_too_large`
   gives the SQS-shaped answer for it); actions that carry no message take
   128 KiB at most (``endpoint``), refused before the body is read in full.
   The body is parsed with bounded cost (``vsqs._gateway.json_body``): too many
@@ -127,7 +131,9 @@ Decisions (beyond SQS's own rules):
   the error's name.
 
 The package, one concern a module: ``protocol`` (the JSON 1.0 wire format,
-errors), ``parameters`` (reading and checking parameters), ``attributes``
+errors), ``query_shapes``, ``query`` and ``query_xml`` (the Query protocol:
+its names, its forms read, its XML), ``wire`` (a request's protocol),
+``parameters`` (reading and checking parameters), ``attributes``
 (queue attributes as settings, message attributes, digests), ``messages``
 (sends and receives), ``receipts`` (handles across visibility changes),
 ``call`` (one request), ``actions`` (one function per action),

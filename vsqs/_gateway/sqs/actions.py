@@ -190,9 +190,8 @@ async def get_queue_attributes(call: Call) -> dict[str, Any]:
     unknown = unknown_queue_attributes(wanted)
     if unknown:
         raise unknown_attribute(unknown[0])
-    queue = await call.queue()
-    assert call.queue_name is not None
-    attributes = await call.run(queue_attributes, call, queue, call.queue_name, wanted) if wanted else {}
+    name = queue_name_of_url(call.params)
+    attributes = await call.on_queue(lambda queue: queue_attributes(call, queue, name, wanted) if wanted else {})
     return {"Attributes": attributes} if attributes else {}
 
 
@@ -203,73 +202,63 @@ async def set_queue_attributes(call: Call) -> dict[str, Any]:
     if not attributes:
         raise SqsError("MissingParameter", "The request must contain the parameter Attributes.")
     settings = settings_of(attributes, name)
-    queue = await call.queue()
 
-    def configure() -> None:
+    def configure(queue: Queue) -> None:
         check_dead_letter_exists(call.gateway.spool.queues(), settings)
         if settings:
             queue.configure(**settings)
 
     try:
-        await call.run(configure)
+        await call.on_queue(configure)
     except InvalidArgument as exc:
         raise SqsError("InvalidAttributeValue", str(exc)) from None
     return {}
 
 
 async def send_message(call: Call) -> dict[str, Any]:
-    queue = await call.queue()
-    name = call.queue_name
-    assert name is not None
-    settings = await call.settings(queue)
-    prepared = prepare(call.params, name, call.message_limit(settings))
-    check_dedup(prepared, name, settings)
-    message_id = (await call.run(queue.publish_batch, [prepared.message]))[0]
+    def send(queue: Queue) -> tuple[Prepared, str]:
+        settings = call.settings_now(queue)
+        prepared = prepare(call.params, name, call.message_limit(settings))
+        check_dedup(prepared, name, settings)
+        return prepared, queue.publish_batch([prepared.message])[0]
+
+    name = queue_name_of_url(call.params)
+    prepared, message_id = await call.on_queue(send)  # one hop: the queue, its settings, the publish
     call.gateway.published(name)
     return send_result(message_id, prepared)
 
 
 async def send_message_batch(call: Call) -> dict[str, Any]:
-    queue = await call.queue()
-    name = call.queue_name
-    assert name is not None
+    name = queue_name_of_url(call.params)
     entries = batch_entries(call.params, "SendMessageBatch")
-    settings = await call.settings(queue)
-    limit = call.message_limit(settings)
-    failed: list[dict[str, Any]] = []
-    ready: list[tuple[str, Prepared]] = []
-    total = 0
-    for entry in entries:
-        try:
-            prepared = prepare(entry, name, limit)
-            check_dedup(prepared, name, settings)
-            total += prepared.size
-            ready.append((entry["Id"], prepared))
-        except SqsError as exc:
-            failed.append(_failed(entry["Id"], exc))
-            total += len(str(entry.get("MessageBody", "")).encode("utf-8", "replace"))  # SQS counts it too
     batch_limit = call.gateway.config.max_message_bytes  # SQS: a batch may be as large as one message can
-    if total > batch_limit:
-        raise SqsError("BatchRequestTooLong", f"Batch requests cannot be longer than {batch_limit} bytes. "
-                       f"You have sent {total} bytes.")
 
-    def send() -> list[str | SqsError]:
-        messages = [prepared.message for _, prepared in ready]
-        try:
-            return list(queue.publish_batch(messages))
-        except (InvalidArgument, MessageTooLarge):
-            pass  # nothing was published: find the culprits one by one
-        outcomes: list[str | SqsError] = []
-        for message in messages:
+    def send(queue: Queue) -> tuple[list[dict[str, Any]], list[tuple[str, Prepared]], list[str | SqsError]]:
+        """Check the entries (against the queue's settings), then publish the good
+        ones together (one hop: the queue, its settings, the publish)."""
+        settings = call.settings_now(queue)
+        limit = call.message_limit(settings)
+        failed: list[dict[str, Any]] = []
+        ready: list[tuple[str, Prepared]] = []
+        total = 0
+        for entry in entries:
             try:
-                outcomes.append(queue.publish_batch([message])[0])
-            except (InvalidArgument, MessageTooLarge) as exc:
-                outcomes.append(sqs_error_of(exc))
-        return outcomes
+                prepared = prepare(entry, name, limit)
+                check_dedup(prepared, name, settings)
+                total += prepared.size
+                ready.append((entry["Id"], prepared))
+            except SqsError as exc:
+                failed.append(_failed(entry["Id"], exc))
+                total += len(str(entry.get("MessageBody", "")).encode("utf-8", "replace"))  # SQS counts it too
+        if total > batch_limit:
+            raise SqsError("BatchRequestTooLong", f"Batch requests cannot be longer than {batch_limit} bytes. "
+                           f"You have sent {total} bytes.")
+        return failed, ready, _publish_each(queue, [prepared.message for _, prepared in ready]) if ready else []
 
+    failed, ready, outcomes = await call.on_queue(send)
     successful: list[dict[str, Any]] = []
     if ready:
-        for (entry_id, prepared), outcome in zip(ready, await call.run(send), strict=True):
+        for (entry_id, prepared), outcome in zip(ready, outcomes, strict=True):
             if isinstance(outcome, SqsError):
                 failed.append(_failed(entry_id, outcome))
             else:
@@ -277,6 +266,22 @@ async def send_message_batch(call: Call) -> dict[str, Any]:
         call.gateway.published(name, len(successful))
     _batch_outcome(call, failed)
     return {"Successful": successful, "Failed": failed}
+
+
+def _publish_each(queue: Queue, messages: list[Any]) -> list[str | SqsError]:
+    """Publish ``messages`` together; if the batch is refused, nothing was published:
+    then one by one, to find the culprits (each one's id or error)."""
+    try:
+        return list(queue.publish_batch(messages))
+    except (InvalidArgument, MessageTooLarge):
+        pass
+    outcomes: list[str | SqsError] = []
+    for message in messages:
+        try:
+            outcomes.append(queue.publish_batch([message])[0])
+        except (InvalidArgument, MessageTooLarge) as exc:
+            outcomes.append(sqs_error_of(exc))
+    return outcomes
 
 
 async def receive_message(call: Call) -> dict[str, Any]:
@@ -287,14 +292,18 @@ async def receive_message(call: Call) -> dict[str, Any]:
     # Amazon ignores names it does not know here, and takes All in any case (see received_message)
     system_names = set(string_list(params, "AttributeNames")) | set(string_list(params, "MessageSystemAttributeNames"))
     attribute_names = string_list(params, "MessageAttributeNames")
-    queue = await call.queue()
+    timeout = None if visibility is None else float(visibility)
+
+    def first_attempt(queue: Queue) -> tuple[dict[str, Any], list[Any]]:
+        """The queue's settings and what a receive finds now (one hop)."""
+        return call.settings_now(queue), queue.receive_batch(count, visibility_timeout=timeout, wait=0)
+
+    settings, messages = await call.on_queue(first_attempt)
     name = call.queue_name
     assert name is not None
-    settings = await call.settings(queue)
-    messages = await call.gateway.receive(
-        name, count, None if visibility is None else float(visibility),
-        float(settings["receive_wait"] if wait is None else wait), call.request.is_disconnected,
-    )
+    waits = float(settings["receive_wait"] if wait is None else wait)
+    if not messages and waits > 0:
+        messages = await call.gateway.long_poll(name, count, timeout, waits, call.request.is_disconnected)
     fifo = is_fifo(name)
     received = [received_message(call, m, fifo, bool(settings["content_dedup"]), system_names, attribute_names)
                 for m in messages]
@@ -303,9 +312,8 @@ async def receive_message(call: Call) -> dict[str, Any]:
 
 async def delete_message(call: Call) -> dict[str, Any]:
     handle = required_string(call.params, "ReceiptHandle")
-    queue = await call.queue()
     try:
-        await call.run(call.aliases.follow, queue, handle, queue.delete)
+        await call.on_queue(lambda queue: call.aliases.follow(queue, handle, queue.delete))
     except InvalidReceipt:
         raise _invalid_handle(handle) from None
     except StaleReceipt:
@@ -316,7 +324,6 @@ async def delete_message(call: Call) -> dict[str, Any]:
 
 
 async def delete_message_batch(call: Call) -> dict[str, Any]:
-    queue = await call.queue()
     entries = batch_entries(call.params, "DeleteMessageBatch")
     failed: list[dict[str, Any]] = []
     todo: list[tuple[str, str]] = []
@@ -327,8 +334,8 @@ async def delete_message_batch(call: Call) -> dict[str, Any]:
                                                         "The request must contain the parameter ReceiptHandle.")))
         else:
             todo.append((entry["Id"], handle))
-    outcomes = await call.run(lambda: [_outcome_of(call.aliases.follow, queue, handle, queue.delete)
-                                       for _, handle in todo])
+    outcomes = await call.on_queue(lambda queue: [_outcome_of(call.aliases.follow, queue, handle, queue.delete)
+                                                  for _, handle in todo])
     successful: list[dict[str, Any]] = []
     stale = False
     for (entry_id, handle), outcome in zip(todo, outcomes, strict=True):
@@ -347,8 +354,7 @@ async def change_message_visibility(call: Call) -> dict[str, Any]:
     if call.params.get("VisibilityTimeout") is None:
         raise SqsError("MissingParameter", "The request must contain the parameter VisibilityTimeout.")
     timeout = integer(call.params, "VisibilityTimeout", 0, MAX_VISIBILITY_TIMEOUT)
-    queue = await call.queue()
-    receipt = await call.run(_change_visibility, call, queue, handle, float(timeout or 0))
+    receipt = await call.on_queue(lambda queue: _change_visibility(call, queue, handle, float(timeout or 0)))
     if receipt is None:
         call.outcome = "stale"
     else:
@@ -357,7 +363,6 @@ async def change_message_visibility(call: Call) -> dict[str, Any]:
 
 
 async def change_message_visibility_batch(call: Call) -> dict[str, Any]:
-    queue = await call.queue()
     entries = batch_entries(call.params, "ChangeMessageVisibilityBatch")
     failed: list[dict[str, Any]] = []
     todo: list[tuple[str, str, float]] = []
@@ -370,7 +375,8 @@ async def change_message_visibility_batch(call: Call) -> dict[str, Any]:
             todo.append((entry["Id"], handle, float(timeout or 0)))
         except SqsError as exc:
             failed.append(_failed(entry["Id"], exc))
-    def change_all() -> list[str | None | SqsError | VsqsError]:
+
+    def change_all(queue: Queue) -> list[str | None | SqsError | VsqsError]:
         outcomes: list[str | None | SqsError | VsqsError] = []
         for _, handle, timeout in todo:
             try:
@@ -381,7 +387,7 @@ async def change_message_visibility_batch(call: Call) -> dict[str, Any]:
 
     successful: list[dict[str, Any]] = []
     stale = False
-    for (entry_id, handle, _), outcome in zip(todo, await call.run(change_all), strict=True):
+    for (entry_id, handle, _), outcome in zip(todo, await call.on_queue(change_all), strict=True):
         if isinstance(outcome, (SqsError, VsqsError)):
             failed.append(_failed(entry_id, outcome if isinstance(outcome, SqsError) else sqs_error_of(outcome)))
         elif outcome is None:
@@ -395,8 +401,7 @@ async def change_message_visibility_batch(call: Call) -> dict[str, Any]:
 
 
 async def purge_queue(call: Call) -> dict[str, Any]:
-    queue = await call.queue()
-    await call.run(queue.purge)
+    await call.on_queue(lambda queue: queue.purge())
     return {}
 
 

@@ -4,14 +4,16 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
-from fastapi import Request
+from starlette.requests import Request
 
 from vsqs import Queue
 from vsqs._gateway.sqs.parameters import queue_name_of_url
 from vsqs._gateway.sqs.receipts import ReceiptAliases
 from vsqs._gateway.state import Gateway
+
+T = TypeVar("T")
 
 
 @dataclass
@@ -27,6 +29,13 @@ class Call:
 
     async def run(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         return await self.gateway.call(fn, *args, **kwargs)
+
+    async def on_queue(self, fn: Callable[[Queue], T]) -> T:
+        """``fn(queue)`` for the queue named by QueueUrl, in one hop to the thread pool
+        that opens the queue too: an action's whole storage work in one hop."""
+        name = self.queue_name or queue_name_of_url(self.params)
+        self.queue_name = name
+        return await self.gateway.on(name, fn)
 
     async def queue(self) -> Queue:
         """The queue named by QueueUrl (the handle is opened on the thread pool)."""
@@ -49,6 +58,11 @@ class Call:
     async def settings(self, queue: Queue) -> dict[str, Any]:
         """The queue's settings (read on the thread pool: they may come from disk)."""
         return await self.run(lambda: dict(queue.settings))
+
+    @staticmethod
+    def settings_now(queue: Queue) -> dict[str, Any]:
+        """The queue's settings, on the thread already (they may come from disk)."""
+        return dict(queue.settings)
 
     def message_limit(self, settings: Mapping[str, Any]) -> int:
         return int(settings["max_message_bytes"] or self.gateway.config.max_message_bytes)

@@ -1,35 +1,41 @@
-"""The SQS face's one route, ``POST /``: authenticate the request, dispatch on
-``X-Amz-Target`` to an action, answer its result or its error."""
+"""The SQS face: ``POST /`` (and, for the Query protocol, ``GET /`` and the
+queue URLs' paths): authenticate the request, dispatch on the action it
+names, answer its result or its error in the request's protocol
+(:mod:`.wire`: JSON 1.0 or Query, which reads the parameters and renders
+the answers)."""
 
 from __future__ import annotations
 
+import functools
 import logging
+import random
 import time
 import uuid
 from collections.abc import Iterator, Mapping
 
-from fastapi import APIRouter, Request
-from fastapi.responses import Response
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
 
 from vsqs import QueueNotFound, VsqsError
 from vsqs._gateway import sigv4 as _sigv4
-from vsqs._gateway.limits import MAX_SMALL_BODY_BYTES
-from vsqs._gateway.size_cap import declared_length
+from vsqs._gateway.asgi import ASGIApp, Receive, Scope, Send
+from vsqs._gateway.limits import (
+    INLINE_SIGNATURE_BYTES,
+    INLINE_SIGNATURE_HEAD_BYTES,
+    MAX_SMALL_BODY_BYTES,
+)
+from vsqs._gateway.size_cap import declared_length, http_refusal
 from vsqs._gateway.sqs.actions import ACTIONS, MESSAGE_ACTIONS, UNSUPPORTED_ACTIONS
 from vsqs._gateway.sqs.call import Call
 from vsqs._gateway.sqs.parameters import no_such_queue
-from vsqs._gateway.sqs.protocol import (
-    SqsError,
-    action_of,
-    error_response,
-    parse_body,
-    request_too_large,
-    result_response,
-    sqs_error_of,
-    unknown_operation,
-)
+from vsqs._gateway.sqs.protocol import SqsError, action_of, sqs_error_of, too_large
+from vsqs._gateway.sqs.query import action_of as form_action
+from vsqs._gateway.sqs.query import is_query_request, split_form
 from vsqs._gateway.sqs.receipts import ReceiptAliases
-from vsqs._gateway.state import Gateway, gateway_of
+from vsqs._gateway.sqs.wire import JSON, Incoming, wire_of
+from vsqs._gateway.state import Gateway
 
 log = logging.getLogger("vsqs.gateway.sqs")
 
@@ -53,8 +59,10 @@ class _AnyAccessKey(Mapping[str, str]):
 async def _authenticate(request: Request, gateway: Gateway, body: bytes) -> None:
     """SigV4 against the AWS key pairs; with none but an API key, against the API key
     as the secret (any access key id), so that a key closes both faces. The check
-    runs on the thread pool: it hashes the body and the canonical request, work
-    that must not hold up the event loop (its cost is bounded: see
+    hashes the body and the canonical request: in place for a small body and a
+    small head (a few tens of microseconds, less than a hop to a thread), on the
+    thread pool when either is large (a head of thousands of hosts or query
+    pairs), so that it never holds up the event loop (its cost is bounded: see
     :mod:`vsqs._gateway.sigv4`)."""
     config = gateway.config
     credentials: Mapping[str, str] = config.aws_credentials
@@ -62,19 +70,37 @@ async def _authenticate(request: Request, gateway: Gateway, body: bytes) -> None
         if not config.api_key:
             return  # none configured: every signature is accepted (the gateway warned at start-up)
         credentials = _AnyAccessKey(config.api_key)
+    check = functools.partial(
+        _sigv4.verify,
+        method=request.method,
+        raw_path=request.scope.get("raw_path", request.url.path.encode()).decode("latin-1"),
+        raw_query=request.scope.get("query_string", b"").decode("latin-1"),
+        headers=_sigv4.header_map(request.scope["headers"]),
+        body=body,
+        credentials=credentials,
+        now=time.time(),
+    )
     try:
-        await gateway.call(
-            _sigv4.verify,
-            method=request.method,
-            raw_path=request.scope.get("raw_path", request.url.path.encode()).decode("latin-1"),
-            raw_query=request.scope.get("query_string", b"").decode("latin-1"),
-            headers=_sigv4.header_map(request.scope["headers"]),
-            body=body,
-            credentials=credentials,
-            now=time.time(),
-        )
+        if len(body) <= INLINE_SIGNATURE_BYTES and _head_bytes(request.scope) <= INLINE_SIGNATURE_HEAD_BYTES:
+            check()
+        else:
+            await gateway.call(check)
     except _sigv4.SigV4Error as exc:
         raise SqsError(exc.code, exc.message, exc.status) from None
+
+
+def _request_id() -> str:
+    """A random UUID for ``x-amzn-RequestId`` (it only tells requests apart, in logs:
+    Python's generator, without the system call of :func:`uuid.uuid4`)."""
+    return str(uuid.UUID(int=random.getrandbits(128), version=4))
+
+
+def _head_bytes(scope: Scope) -> int:
+    """The size of what a signature check reads beside the body: the headers, the path and query."""
+    size = len(scope.get("raw_path") or b"") + len(scope.get("query_string") or b"")
+    for key, value in scope["headers"]:
+        size += len(key) + len(value) + 4
+    return size
 
 
 async def _body(request: Request, limit: int) -> bytes | None:
@@ -96,30 +122,80 @@ async def _body(request: Request, limit: int) -> bytes | None:
     return b"".join(chunks)
 
 
-def router() -> APIRouter:
-    """The SQS face: one route, ``POST /``, dispatching on X-Amz-Target."""
-    api = APIRouter()
-    aliases = ReceiptAliases()
-
-    async def sqs(request: Request) -> Response:
-        request_id = str(uuid.uuid4())
-        gateway = gateway_of(request)
+async def _read(request: Request, json: bool, cap: int) -> Incoming:
+    """The request's action and body. JSON 1.0: the action is X-Amz-Target's,
+    and an action that carries no message takes a small body. Query: the form
+    (a GET's is its query string) names the action and holds the parameters,
+    under the same caps. SqsError (413) over a cap."""
+    if json:
         target = request.headers.get("x-amz-target", "")
         action = action_of(target)
-        handler = ACTIONS.get(action)
-        request.scope["vsqs.operation"] = f"sqs.{action}" if handler else "sqs.unknown"
-        limit = gateway.config.max_sqs_request_bytes if action in MESSAGE_ACTIONS else MAX_SMALL_BODY_BYTES
+        limit = cap if action in MESSAGE_ACTIONS else MAX_SMALL_BODY_BYTES
         body = await _body(request, limit)  # over the face's cap: the middleware answers
         if body is None:
-            request.scope["vsqs.outcome"] = "InvalidParameterValue"
-            return request_too_large(limit)
+            raise too_large(limit)
+        return Incoming(action, target, body)
+    body = await _body(request, cap) if request.method == "POST" else b""
+    if body is None:
+        raise too_large(cap)
+    form = body if request.method == "POST" else request.scope.get("query_string", b"")
+    fields = split_form(form)
+    named = form_action(fields)
+    if named not in MESSAGE_ACTIONS and len(form) > MAX_SMALL_BODY_BYTES:
+        raise too_large(MAX_SMALL_BODY_BYTES)
+    return Incoming(named if named in ACTIONS else "", named, body, fields)
+
+
+class SqsFace:
+    """The SQS face as a plain ASGI app: read the request (within the action's
+    cap), authenticate, read its parameters, dispatch to the action it names,
+    answer its result or its error, all in the request's protocol (JSON 1.0 or
+    Query: :func:`.wire.wire_of`).
+
+    The gateway calls it straight from its middleware (:class:`SqsDispatch`),
+    past FastAPI's router and its layers, which the SQS face does not use; it
+    is also the router's route for ``POST /``, so the answer is the same either
+    way. Every check of the middleware applies before it (metrics, browser
+    guard, body deadline, size cap, API key); what the middleware raises while
+    the body is read (the size cap past the cap, the body deadline) is
+    answered here, in the face's shape, as the app's error handler would.
+    """
+
+    def __init__(self, gateway: Gateway) -> None:
+        self.gateway = gateway
+        self.aliases = ReceiptAliases()
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        request = Request(scope, receive)
         try:
-            await _authenticate(request, gateway, body)
+            response = await self.answer(request)
+        except StarletteHTTPException as exc:
+            response = http_refusal(scope, exc, self.gateway.config)
+        await response(scope, receive, send)
+
+    async def answer(self, request: Request) -> Response:
+        """The answer to one SQS request."""
+        request_id = _request_id()
+        gateway = self.gateway
+        scope = request.scope
+        wire = wire_of(scope)  # the request's protocol: reads its parameters, renders its answers
+        try:
+            incoming = await _read(request, wire is JSON, gateway.config.max_sqs_request_bytes)
+        except SqsError as exc:  # over a size cap, or a form that cannot be read
+            named = action_of(request.headers.get("x-amz-target", "")) if wire is JSON else ""
+            scope["vsqs.operation"] = f"sqs.{named}" if named in ACTIONS else "sqs.unknown"
+            scope["vsqs.outcome"] = exc.name
+            return wire.error_response(exc, request_id)
+        action = incoming.action
+        handler = ACTIONS.get(action)
+        scope["vsqs.operation"] = f"sqs.{action}" if handler else "sqs.unknown"
+        try:
+            await _authenticate(request, gateway, incoming.body)
             if handler is None:
                 if action in UNSUPPORTED_ACTIONS:
                     raise SqsError("UnsupportedOperation", f"vsqs does not support {action}.")
-                raise unknown_operation(target, body)
-            call = Call(gateway, request, await parse_body(body), aliases)
+                raise wire.unknown_operation(incoming)
+            call = Call(gateway, request, await wire.params(incoming, request.url.path), self.aliases)
             try:
                 result = await handler(call)
             except VsqsError as exc:
@@ -129,17 +205,42 @@ def router() -> APIRouter:
                     raise no_such_queue() from None  # Amazon's wording, no path
                 raise sqs_error_of(exc, gateway.spool.root) from None
         except SqsError as exc:
-            request.scope["vsqs.outcome"] = exc.name
+            scope["vsqs.outcome"] = exc.name
             if exc.status >= 500:
                 log.warning("SQS %s failed: %s: %s", action or "request", exc.name, exc.message)
-            return error_response(exc, request_id)
+            return wire.error_response(exc, request_id)
         except Exception:
             log.exception("SQS %s failed", action or "request")
-            request.scope["vsqs.outcome"] = "InternalError"
-            return error_response(SqsError("InternalError", "The gateway failed to answer; see its log."),
-                                  request_id)
-        request.scope["vsqs.outcome"] = call.outcome
-        return result_response(result, request_id)
+            scope["vsqs.outcome"] = "InternalError"
+            return wire.error_response(SqsError("InternalError", "The gateway failed to answer; see its log."),
+                                       request_id)
+        scope["vsqs.outcome"] = call.outcome
+        return wire.result_response(action, result, request_id)
 
-    api.add_api_route("/", sqs, methods=["POST"], include_in_schema=False, name="sqs")
-    return api
+
+def route(face: SqsFace) -> Route:
+    """The router's route for the SQS face: ``POST /`` (so ``GET /`` without a
+    Query form is a 405)."""
+    return Route("/", face, methods=["POST"], name="sqs", include_in_schema=False)
+
+
+def is_sqs_route(scope: Scope) -> bool:
+    """Whether the request is for the SQS face: ``POST /`` (JSON 1.0, or a Query
+    form), or a Query request by ``GET /`` or to a queue URL's path."""
+    return (scope["path"] == "/" and scope["method"] == "POST") or is_query_request(scope)
+
+
+class SqsDispatch:
+    """The innermost middleware: sends the SQS face's requests straight to it, past
+    FastAPI's router (the face's route would be the last of all its routes to
+    match) and its middleware and exception layers; everything else to ``app``."""
+
+    def __init__(self, app: ASGIApp, face: SqsFace) -> None:
+        self.app = app
+        self.face = face
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and is_sqs_route(scope):
+            await self.face(scope, receive, send)
+        else:
+            await self.app(scope, receive, send)

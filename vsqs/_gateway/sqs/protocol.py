@@ -8,8 +8,8 @@ signature, 500/503 for the gateway's own trouble) with the body
 ``x-amzn-query-error: <query code>;Sender`` (``Receiver`` for 5xx), which
 botocore maps to ``client.exceptions.<Name>``. This module reads requests,
 renders answers and errors, and holds the one translation of vsqs errors
-for this face. (The older query protocol, form-encoded with XML answers, is
-not spoken: such a request is told so.)
+for this face. (The Query protocol, form-encoded with XML answers, is
+:mod:`.query`; :mod:`.wire` picks one of the two for each request.)
 """
 
 from __future__ import annotations
@@ -131,13 +131,16 @@ def sqs_error_of_refusal(refused: BodyRefused) -> SqsError:
 
 def unknown_operation(target: str, body: bytes) -> SqsError:
     """The answer to a target that names no SQS action, saying what this face speaks."""
-    if not target and b"Action=" in body[:4096]:  # the older query protocol
+    if not target and b"Action=" in body[:4096]:  # a Query form without its Content-Type
         return SqsError("UnknownOperationException",
-                        "this gateway speaks SQS's AWS JSON 1.0 protocol, not the query protocol: "
-                        "use an SDK from after April 2024 (boto3/botocore 1.34.90 or later)")
+                        "a request in SQS's Query protocol needs Content-Type: application/x-www-form-urlencoded")
     return SqsError("UnknownOperationException",
                     f"Unknown operation {target[:100]!r}: send X-Amz-Target: AmazonSQS.<Action> "
                     "(the AWS JSON 1.0 protocol)")
+
+
+def new_request_id() -> str:
+    return str(uuid.uuid4())
 
 
 def result_response(result: dict[str, Any], request_id: str) -> Response:
@@ -150,24 +153,16 @@ def error_response(error: SqsError, request_id: str | None = None) -> Response:
     """The JSON 1.0 error answer botocore turns into ``client.exceptions.<name>``."""
     namespace = "com.amazon.coral.service" if error.name in _FRAMEWORK_ERRORS else "com.amazonaws.sqs"
     body = json.dumps({"__type": f"{namespace}#{error.name}", "message": error.message})
-    headers = {"x-amzn-RequestId": request_id or str(uuid.uuid4()),
+    headers = {"x-amzn-RequestId": request_id or new_request_id(),
                "x-amzn-query-error": f"{error.query_code};{error.fault}"}
     if error.status == 503:
         headers["Retry-After"] = "5"
     return Response(body, status_code=error.status, media_type=CONTENT_TYPE, headers=headers)
 
 
-def request_too_large(limit: int) -> Response:
-    """The SQS-shaped answer to a request over the gateway's size cap (HTTP 413)."""
-    return error_response(SqsError("InvalidParameterValue", f"The request body is over {limit} bytes.", 413))
-
-
-def request_timeout(message: str) -> Response:
-    """The SQS-shaped answer to a request whose body came too slowly (HTTP 408;
-    SDKs retry ``RequestTimeout``); the connection is closed after it."""
-    response = error_response(SqsError("RequestTimeout", message, 408))
-    response.headers["Connection"] = "close"
-    return response
+def too_large(limit: int) -> SqsError:
+    """The error of a request over a size cap (HTTP 413)."""
+    return SqsError("InvalidParameterValue", f"The request body is over {limit} bytes.", 413)
 
 
 def sqs_error_of(exc: VsqsError, spool_root: str | None = None) -> SqsError:

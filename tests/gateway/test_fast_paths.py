@@ -1,0 +1,283 @@
+"""The gateway's fast paths keep every check (issue 12, performance).
+
+``POST /`` goes to the SQS face straight from the middleware
+(:class:`~vsqs._gateway.sqs.endpoint.SqsDispatch`), past FastAPI; each test
+here drives the whole ASGI app and fails if one check of the middleware were
+skipped on that path: the size cap, the API key (SigV4 with it as the
+secret), the browser guard, metrics, error translation. Then storage kept
+off the event loop (a slow filesystem holds up no other request), the access
+log (off unless ``--access-log``), and the HTTP protocols' bounds on request
+heads.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import json
+import socket
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any
+
+import pytest
+
+pytest.importorskip("fastapi", reason="the gateway needs the server extra: pip install 'vsqs[server]'")
+import httpx
+import uvicorn
+
+import vsqs
+from tests.gateway.server import free_port, running_gateway
+from vsqs._gateway.app import create_app
+from vsqs._gateway.config import GatewayConfig
+from vsqs._gateway.limits import MAX_REQUEST_HEAD_BYTES
+from vsqs._gateway.sqs import endpoint
+from vsqs._gateway.timeouts import HeadDeadlineProtocol, protocol_factory
+
+WAIT = 30.0
+SQS_JSON = "application/x-amz-json-1.0"
+
+
+def sqs_headers(action: str, **more: str) -> list[tuple[bytes, bytes]]:
+    headers = {"host": "localhost", "x-amz-target": f"AmazonSQS.{action}", "content-type": SQS_JSON, **more}
+    return [(k.encode(), v.encode()) for k, v in headers.items()]
+
+
+def call(app: Any, method: str, path: str, headers: list[tuple[bytes, bytes]],
+         chunks: Sequence[bytes] = (b"",)) -> tuple[int, dict[str, str], bytes]:
+    """One request through the ASGI app, its body sent in ``chunks``; (status, headers, body)."""
+    sent: list[dict[str, Any]] = []
+    pending = list(chunks)
+
+    async def receive() -> dict[str, Any]:
+        if pending:
+            chunk = pending.pop(0)
+            return {"type": "http.request", "body": chunk, "more_body": bool(pending)}
+        await asyncio.sleep(3600)  # no disconnect: the app must not read past the body
+        raise AssertionError("unreachable")
+
+    async def send(message: dict[str, Any]) -> None:
+        sent.append(message)
+
+    scope = {"type": "http", "http_version": "1.1", "method": method, "path": path, "raw_path": path.encode(),
+             "query_string": b"", "headers": headers, "scheme": "http", "server": ("127.0.0.1", 8080),
+             "client": ("127.0.0.1", 40000), "root_path": ""}
+    asyncio.run(app(scope, receive, send))
+    start = next(m for m in sent if m["type"] == "http.response.start")
+    body = b"".join(m.get("body", b"") for m in sent if m["type"] == "http.response.body")
+    return start["status"], {k.decode().lower(): v.decode() for k, v in start["headers"]}, body
+
+
+@pytest.fixture
+def spool(tmp_path: Any) -> str:
+    path = str(tmp_path / "spool")
+    vsqs.Spool(path, create=True).create_queue("q")
+    return path
+
+
+def sqs_type(body: bytes) -> str:
+    return str(json.loads(body)["__type"]).split("#")[1]
+
+
+def test_sqs_requests_skip_fastapi(monkeypatch: pytest.MonkeyPatch, spool: str) -> None:
+    """POST / reaches the SQS face without FastAPI's router; other requests go to FastAPI."""
+    seen: list[str] = []
+    original = endpoint.SqsDispatch.__init__
+
+    def spying_init(self: Any, app: Any, face: Any) -> None:
+        async def fastapi(scope: Any, receive: Any, send: Any) -> None:
+            seen.append(scope["path"])
+            await app(scope, receive, send)
+        original(self, fastapi, face)
+
+    monkeypatch.setattr(endpoint.SqsDispatch, "__init__", spying_init)
+    app = create_app(GatewayConfig(spool=spool))
+    status, _, body = call(app, "POST", "/", sqs_headers("ListQueues"), [b"{}"])
+    assert status == 200 and json.loads(body)["QueueUrls"] == ["http://localhost/000000000000/q"]
+    assert seen == []
+    status, _, _ = call(app, "GET", "/", [(b"host", b"localhost")])
+    assert status == 405 and seen == ["/"]  # FastAPI's router: POST only
+
+
+def test_the_size_cap_applies_to_sqs_requests(spool: str) -> None:
+    """Over the face's cap, declared (refused before the body is read) or streamed
+    without a length (refused as it grows): 413, in SQS's shape."""
+    config = GatewayConfig(spool=spool, max_message_bytes=1024)
+    app = create_app(config)
+    over = config.max_sqs_request_bytes + 1
+    status, headers, body = call(app, "POST", "/", sqs_headers("SendMessage", **{"content-length": str(over)}),
+                                 [b"x" * over])
+    assert status == 413 and sqs_type(body) == "InvalidParameterValue" and headers["x-amzn-query-error"]
+    chunk = b" " * 65536
+    chunks = [chunk] * (over // len(chunk) + 2)
+    status, _, body = call(app, "POST", "/", sqs_headers("SendMessage", **{"transfer-encoding": "chunked"}), chunks)
+    assert status == 413 and sqs_type(body) == "InvalidParameterValue"
+    doc = b'{"QueueUrl": "q", "MessageBody": "hi"}'
+    status, _, body = call(app, "POST", "/", sqs_headers("SendMessage", **{"content-length": "12x"}), [doc])
+    assert status == 400 and b"Content-Length is not a number" in body  # the middleware's check alone
+    assert vsqs.Spool(spool).queue("q").stats().total == 0
+
+
+def test_the_api_key_closes_the_sqs_face(spool: str) -> None:
+    """With an API key and no AWS key pairs, an unsigned SQS request is refused."""
+    app = create_app(GatewayConfig(spool=spool, api_key="k" * 32))
+    doc = json.dumps({"QueueUrl": "q", "MessageBody": "hi"}).encode()
+    status, _, body = call(app, "POST", "/", sqs_headers("SendMessage", **{"content-length": str(len(doc))}), [doc])
+    assert status == 403 and sqs_type(body) == "MissingAuthenticationToken"
+    status, _, body = call(app, "POST", "/", sqs_headers("SendMessage", authorization="Bearer " + "k" * 32), [doc])
+    assert status == 400 and sqs_type(body) == "IncompleteSignature"  # a bearer token is no signature
+    assert vsqs.Spool(spool).queue("q").stats().total == 0
+
+
+@pytest.mark.parametrize(("header", "value", "status", "name"), [
+    ("origin", "http://evil.example", 403, "AccessDenied"),
+    ("sec-fetch-site", "cross-site", 403, "AccessDenied"),
+    ("host", "evil.example", 421, "MisdirectedRequest"),
+    ("content-type", "text/plain", 415, "UnsupportedMediaType"),
+])
+def test_the_browser_guard_applies_to_sqs_requests(spool: str, header: str, value: str, status: int,
+                                                   name: str) -> None:
+    app = create_app(GatewayConfig(spool=spool))
+    doc = json.dumps({"QueueUrl": "q", "MessageBody": "hi"}).encode()
+    headers = [h for h in sqs_headers("SendMessage") if h[0] != header.encode()] + [(header.encode(), value.encode())]
+    got, _, body = call(app, "POST", "/", headers, [doc])
+    assert (got, sqs_type(body)) == (status, name)
+    assert vsqs.Spool(spool).queue("q").stats().total == 0
+
+
+def test_sqs_requests_are_counted_and_their_errors_translated(monkeypatch: pytest.MonkeyPatch, spool: str) -> None:
+    """Metrics count the fast path's requests; vsqs errors and failures come back in SQS's terms."""
+    app = create_app(GatewayConfig(spool=spool))
+    status, _, body = call(app, "POST", "/", sqs_headers("GetQueueUrl"), [b'{"QueueName": "nope"}'])
+    assert status == 400 and sqs_type(body) == "QueueDoesNotExist"
+
+    def broken(*args: Any, **kwargs: Any) -> Any:
+        raise RuntimeError("broken on purpose")
+
+    monkeypatch.setattr(vsqs.Queue, "purge", broken)
+    status, _, body = call(app, "POST", "/", sqs_headers("PurgeQueue"), [b'{"QueueUrl": "q"}'])
+    assert status == 500 and sqs_type(body) == "InternalError" and b"broken" not in body
+    status, _, metrics = call(app, "GET", "/metrics", [(b"host", b"localhost")])
+    text = metrics.decode()
+    assert 'vsqs_gateway_requests_total{operation="sqs.GetQueueUrl",outcome="QueueDoesNotExist"} 1.0' in text
+    assert 'vsqs_gateway_requests_total{operation="sqs.PurgeQueue",outcome="InternalError"} 1.0' in text
+
+
+# -- the access log -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("flag", [False, True])
+def test_the_access_log_is_off_unless_asked_for(tmp_path: Any, flag: bool) -> None:
+    spool = tmp_path / "spool"
+    spool.mkdir()
+    args = ["--log-level", "info", *(["--access-log"] if flag else [])]
+    with running_gateway(str(spool), *args) as server:
+        assert httpx.get(server.url + "/queues", timeout=WAIT).status_code == 200
+        server.process.terminate()
+        server.process.wait(WAIT)
+        log = server.log()
+    assert "Application startup complete" in log  # the log is at level info
+    assert ('"GET /queues HTTP/1.1" 200' in log) is flag
+
+
+# -- request heads, with either HTTP protocol -----------------------------------------------------
+
+
+@contextmanager
+def serving(app: Any, http: Any) -> Iterator[int]:
+    port = free_port()
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", http=http,
+                                          h11_max_incomplete_event_size=MAX_REQUEST_HEAD_BYTES))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    try:
+        for _ in range(int(WAIT * 10)):
+            if server.started:
+                break
+            time.sleep(0.1)
+        assert server.started
+        yield port
+    finally:
+        server.should_exit = True
+        thread.join(WAIT)
+
+
+def _until_closed(sock: socket.socket) -> bytes:
+    received = b""
+    while chunk := sock.recv(65536):
+        received += chunk
+    return received
+
+
+PROTOCOLS = {"default": protocol_factory(0.5), "h11": functools.partial(HeadDeadlineProtocol, header_timeout=0.5)}
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+def test_request_heads_are_bounded_in_size_and_time(spool: str, protocol: str) -> None:
+    """A head past MAX_REQUEST_HEAD_BYTES is refused (4xx, closed), a head that
+    never ends is closed with a 408 after the header timeout; a whole one is answered."""
+    with serving(create_app(GatewayConfig(spool=spool)), PROTOCOLS[protocol]) as port:
+        with socket.create_connection(("127.0.0.1", port), timeout=WAIT) as sock:
+            sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: localhost\r\n\r\n")
+            assert sock.recv(65536).startswith(b"HTTP/1.1 200")
+        with socket.create_connection(("127.0.0.1", port), timeout=WAIT) as sock:
+            sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: localhost\r\n")
+            for i in range(MAX_REQUEST_HEAD_BYTES // 1000 + 2):
+                try:
+                    sock.sendall(b"X-Padding-%d: %s\r\n" % (i, b"p" * 1000))
+                except (BrokenPipeError, ConnectionResetError):
+                    break
+            answer = _until_closed(sock)
+        assert answer.split(b" ")[1] in (b"400", b"431")
+        with socket.create_connection(("127.0.0.1", port), timeout=WAIT) as sock:
+            sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: localhost\r\n")
+            assert _until_closed(sock).startswith(b"HTTP/1.1 408 ")
+
+
+# -- storage stays off the event loop ------------------------------------------------------------
+
+
+@pytest.mark.parametrize("face", ["sqs", "native"])
+def test_slow_storage_holds_up_no_other_request(monkeypatch: pytest.MonkeyPatch, spool: str, face: str) -> None:
+    """A publish held inside the library (a slow network filesystem) until
+    /healthz has answered: /healthz answers meanwhile (the action's storage
+    work runs on the thread pool, in its one hop), then the publish completes."""
+    entered, healthz_answered = threading.Event(), threading.Event()
+    waited: list[bool] = []
+    original = vsqs.Queue.publish_batch
+
+    def slow_publish(self: vsqs.Queue, *args: Any, **kwargs: Any) -> Any:
+        entered.set()
+        waited.append(healthz_answered.wait(WAIT))
+        return original(self, *args, **kwargs)
+
+    monkeypatch.setattr(vsqs.Queue, "publish_batch", slow_publish)
+    monkeypatch.setattr(vsqs.Queue, "publish", lambda self, body, **kw: slow_publish(self, [body])[0])
+    with serving(create_app(GatewayConfig(spool=spool)), protocol_factory(WAIT)) as port:
+        url = f"http://127.0.0.1:{port}"
+        answers: list[httpx.Response] = []
+
+        def publish() -> None:
+            if face == "sqs":
+                answers.append(httpx.post(url + "/", timeout=2 * WAIT,
+                                          content=b'{"QueueUrl": "q", "MessageBody": "hi"}',
+                                          headers={"X-Amz-Target": "AmazonSQS.SendMessage",
+                                                   "Content-Type": SQS_JSON}))
+            else:
+                answers.append(httpx.post(url + "/queues/q/messages", content=b"hi", timeout=2 * WAIT))
+
+        sender = threading.Thread(target=publish)
+        sender.start()
+        assert entered.wait(WAIT), "the publish never reached the library"
+        try:
+            health = httpx.get(url + "/healthz", timeout=WAIT).status_code
+        except httpx.TimeoutException:
+            health = None  # the event loop was held
+        healthz_answered.set()
+        sender.join(2 * WAIT)
+    assert health == 200
+    assert waited == [True], "the publish held the event loop until /healthz gave up"
+    assert answers[0].status_code in (200, 201)
+    assert vsqs.Spool(spool).queue("q").stats().total == 1
