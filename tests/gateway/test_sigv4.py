@@ -236,3 +236,19 @@ def test_a_presigned_request_lives_a_week_at_most() -> None:
     request = presigned()
     query = request["raw_query"].replace("X-Amz-Expires=300", "X-Amz-Expires=604801")
     assert refused({**request, "raw_query": query}).code == "IncompleteSignature"
+
+
+@pytest.mark.parametrize("make", [signed, presigned], ids=["header", "presigned"])
+def test_a_plus_the_form_reads_as_a_space_is_not_what_was_signed(make: object) -> None:
+    """The Query form reader takes ``+`` for a space: a query signed with ``%2B``
+    (a plus) must not verify when sent with ``+`` (which the gateway would read
+    as a space), and a ``+`` sent for a space verifies as ``%20`` signed."""
+    url = URL + "?Action=SendMessage&QueueUrl=q&MessageBody=a%2Bb"
+    request = signed(url=url, method="GET", body=b"") if make is signed else presigned(url=url)
+    assert verify(request) == KEY
+    assert "MessageBody=a%2Bb" in request["raw_query"]
+    tampered = {**request, "raw_query": request["raw_query"].replace("MessageBody=a%2Bb", "MessageBody=a+b")}
+    assert refused(tampered).code == "SignatureDoesNotMatch"
+    spaced = signed(url=url.replace("a%2Bb", "a%20b"), method="GET", body=b"") if make is signed else \
+        presigned(url=url.replace("a%2Bb", "a%20b"))
+    assert verify({**spaced, "raw_query": spaced["raw_query"].replace("MessageBody=a%20b", "MessageBody=a+b")}) == KEY

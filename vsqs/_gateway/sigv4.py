@@ -58,7 +58,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
-from urllib.parse import quote, unquote
+from urllib.parse import quote, unquote, unquote_plus
 
 ALGORITHM = "AWS4-HMAC-SHA256"
 SERVICE = "sqs"
@@ -161,11 +161,15 @@ def canonical_uri(raw_path: str) -> str:
 
 
 def canonical_query(raw_query: str) -> str:
-    """Each name and value decoded then URI-encoded the SigV4 way, sorted."""
+    """Each name and value decoded then URI-encoded the SigV4 way, sorted. A ``+``
+    is decoded as a space, as the Query protocol's form reader
+    (:func:`vsqs._gateway.sqs.query.split_form`) reads it: the signature must
+    cover what the gateway acts on, or ``%2B`` (signed) could be sent as ``+``
+    (read as a space) under the same signature."""
     pairs = []
     for pair in raw_query.split("&") if raw_query else ():
         name, _, value = pair.partition("=")
-        pairs.append((quote(unquote(name), safe="-_.~"), quote(unquote(value), safe="-_.~")))
+        pairs.append((quote(unquote_plus(name), safe="-_.~"), quote(unquote_plus(value), safe="-_.~")))
     return "&".join(f"{name}={value}" for name, value in sorted(pairs))
 
 
