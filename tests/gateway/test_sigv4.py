@@ -252,3 +252,11 @@ def test_a_plus_the_form_reads_as_a_space_is_not_what_was_signed(make: object) -
     spaced = signed(url=url.replace("a%2Bb", "a%20b"), method="GET", body=b"") if make is signed else \
         presigned(url=url.replace("a%2Bb", "a%20b"))
     assert verify({**spaced, "raw_query": spaced["raw_query"].replace("MessageBody=a%20b", "MessageBody=a+b")}) == KEY
+
+
+@pytest.mark.parametrize("expires", ["%C2%B2", "%D9%A3", "-5", "1e3", ""])
+def test_a_presigned_expiry_that_is_no_ascii_number_is_incomplete(expires: str) -> None:
+    """``²`` passes str.isdigit() but not int(): it must be refused, not fail the request (500)."""
+    request = presigned()
+    query = request["raw_query"].replace("X-Amz-Expires=300", f"X-Amz-Expires={expires}")
+    assert refused({**request, "raw_query": query}).code == "IncompleteSignature"

@@ -71,6 +71,7 @@ _EMPTY_PAYLOAD_HASH = hashlib.sha256(b"").hexdigest()
 
 _CREDENTIAL_RE = re.compile(r"([^/]+)/([0-9]{8})/([^/]+)/([^/]+)/aws4_request")
 _SIGNATURE_RE = re.compile(r"[0-9a-f]{64}")
+_EXPIRES_RE = re.compile(r"[0-9]{1,7}")  # ASCII digits: str.isdigit() takes "²", which int() refuses
 _HEADER_NAME_RE = re.compile(r"[a-z0-9!#$%&'*+.^_`|~-]+")
 
 
@@ -204,7 +205,7 @@ def parse_presigned(raw_query: str) -> Presigned | None:
     header = (f"{fields['X-Amz-Algorithm']} Credential={fields['X-Amz-Credential']}, "
               f"SignedHeaders={fields['X-Amz-SignedHeaders']}, Signature={fields['X-Amz-Signature']}")
     expires = fields["X-Amz-Expires"]
-    if not expires.isdigit() or not 1 <= int(expires) <= MAX_PRESIGNED_EXPIRES:
+    if not _EXPIRES_RE.fullmatch(expires) or not 1 <= int(expires) <= MAX_PRESIGNED_EXPIRES:
         raise _incomplete(f"X-Amz-Expires must be a number of seconds 1..{MAX_PRESIGNED_EXPIRES}")
     _, amz_date = request_time({"x-amz-date": fields["X-Amz-Date"]})
     return Presigned(parse_authorization(header), amz_date, int(expires), "&".join(kept))
