@@ -27,7 +27,12 @@ from vsqs._gateway.limits import (
     MAX_SMALL_BODY_BYTES,
 )
 from vsqs._gateway.size_cap import declared_length, http_refusal
-from vsqs._gateway.sqs.actions import ACTIONS, MESSAGE_ACTIONS, UNSUPPORTED_ACTIONS
+from vsqs._gateway.sqs.actions import (
+    ACTIONS,
+    MESSAGE_ACTIONS,
+    READ_ONLY_ACTIONS,
+    UNSUPPORTED_ACTIONS,
+)
 from vsqs._gateway.sqs.call import Call
 from vsqs._gateway.sqs.parameters import no_such_queue
 from vsqs._gateway.sqs.protocol import SqsError, action_of, sqs_error_of, too_large
@@ -56,7 +61,25 @@ class _AnyAccessKey(Mapping[str, str]):
         return 0
 
 
-async def _authenticate(request: Request, gateway: Gateway, body: bytes) -> None:
+def _check_unkeyed_get(request: Request, action: str) -> None:
+    """On a gateway with no keys, a Query ``GET`` of an action that changes something
+    must carry a SigV4 ``Authorization`` header: a web page can make a visitor's
+    browser send any GET (a link, an image), and a browser too old to send
+    ``Sec-Fetch-Site``, or a link opened from another application
+    (``Sec-Fetch-Site: none``), passes the browser guard; but no page can add an
+    ``Authorization`` header without a CORS preflight, which the gateway never
+    grants. (A presigned URL proves nothing here: with no keys, no signature is
+    checked.) Clients POST their forms, or sign in the headers (boto 2's GETs)."""
+    if request.method != "GET" or action not in ACTIONS or action in READ_ONLY_ACTIONS:
+        return
+    if request.headers.get("authorization", "").strip().startswith(_sigv4.ALGORITHM + " "):
+        return
+    raise SqsError("AccessDenied", f"this gateway has no keys: a GET of {action}, which changes the spool, must be "
+                   "signed in an Authorization header (a web page could make a browser send it otherwise); "
+                   "POST the form instead, or configure keys", 403)
+
+
+async def _authenticate(request: Request, gateway: Gateway, body: bytes, action: str) -> None:
     """SigV4 against the AWS key pairs; with none but an API key, against the API key
     as the secret (any access key id), so that a key closes both faces. The check
     hashes the body and the canonical request: in place for a small body and a
@@ -68,6 +91,7 @@ async def _authenticate(request: Request, gateway: Gateway, body: bytes) -> None
     credentials: Mapping[str, str] = config.aws_credentials
     if not credentials:
         if not config.api_key:
+            _check_unkeyed_get(request, action)
             return  # none configured: every signature is accepted (the gateway warned at start-up)
         credentials = _AnyAccessKey(config.api_key)
     check = functools.partial(
@@ -190,7 +214,7 @@ class SqsFace:
         handler = ACTIONS.get(action)
         scope["vsqs.operation"] = f"sqs.{action}" if handler else "sqs.unknown"
         try:
-            await _authenticate(request, gateway, incoming.body)
+            await _authenticate(request, gateway, incoming.body, action)
             if handler is None:
                 if action in UNSUPPORTED_ACTIONS:
                     raise SqsError("UnsupportedOperation", f"vsqs does not support {action}.")
