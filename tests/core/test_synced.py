@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import errno
 import os
+import subprocess
+import sys
 import threading
 
 import pytest
@@ -79,3 +81,25 @@ def test_a_failed_staged_publish_leaves_nothing_in_its_stage(tmp_path, monkeypat
     monkeypatch.setattr(_fs, "os", os)
     assert queue.commit_stage("s") == 0  # not one of the ten was staged
     assert queue.stats().total == 0
+
+
+LOW_FD_LIMIT = """
+import resource, sys
+import vsqs
+resource.setrlimit(resource.RLIMIT_NOFILE, (64, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
+queue = vsqs.Queue(sys.argv[1], create=True)
+assert len(queue.publish_batch([b"m"] * 600)) == 600
+assert len(queue.publish_staged([b"s"] * 600, stage="s")) == 600
+assert queue.commit_stage("s") == 600
+print(queue.stats().ready)
+"""
+
+
+def test_a_low_descriptor_limit_only_slows_a_batch(tmp_path):
+    # up to three batches of open files, more than ulimit -n 64: once, the
+    # batch failed with EMFILE although one file at a time would do
+    done = subprocess.run(
+        [sys.executable, "-c", LOW_FD_LIMIT, str(tmp_path / "q")], capture_output=True, text=True, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["1200"]

@@ -2,14 +2,24 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import socket
 import subprocess
 import sys
 import threading
 
+import pytest
+
 from vsqs._spark import process as _process
 from vsqs._spark.process import ProcessResult
-from vsqs._spark.progress import Address, AttemptReport, ProgressReporter, ProgressServer
+from vsqs._spark.progress import (
+    _MAX_UNKNOWN,
+    Address,
+    AttemptReport,
+    ProgressReporter,
+    ProgressServer,
+)
 
 DYING_ATTEMPT = """
 import os, sys
@@ -74,3 +84,74 @@ def test_the_total_adds_the_attempts_that_never_returned():
     # 0.1.5 returned: its result counts (not its report, again); 0.0.2 died;
     # 1.0.3 finished, but Spark kept another copy's result (a speculative race)
     assert total == ProcessResult(processed=16, failed=1, published=16, tasks=3, died=1)
+
+
+def _hung_up(connection: socket.socket) -> bool:
+    """Whether the server closed ``connection`` (read to its end; the timeout
+    only keeps a broken server from hanging the test)."""
+    connection.settimeout(60)
+    try:
+        while connection.recv(4096):
+            pass
+    except TimeoutError:
+        return False
+    finally:
+        connection.close()
+    return True
+
+
+def _counted_after(server: ProgressServer) -> dict[str, AttemptReport]:
+    """A genuine attempt reports after the intruders: the server still counts it."""
+    reporter = ProgressReporter(server.address, "0.0.1")
+    reporter.report({"processed": 3, "failed": 0, "redelivered": 0, "lost": 0, "published": 0})
+    reporter.finish()
+    return server.close_and_report()
+
+
+@pytest.mark.parametrize("first_line", [b"\xff x\n", "\u00e9".encode() * 16 + b" x\n", b"\x00" * 300 + b"\n"])
+def test_a_first_line_of_any_bytes_drops_only_its_connection(first_line):
+    server = ProgressServer("127.0.0.1")
+    intruder = socket.create_connection((server.address.host, server.address.port))
+    intruder.sendall(first_line)
+    assert _hung_up(intruder)  # (a non-ASCII token once killed the server's thread)
+    assert _counted_after(server)["0.0.1"].counts["processed"] == 3
+
+
+@pytest.mark.parametrize("line", [b"9" * 5000 + b" 0 0 0 0\n", b"1 2 3 4 5 6\n", b"\n", b"x" * 300 + b"\n"])
+def test_a_report_not_ours_drops_its_connection(line):
+    server = ProgressServer("127.0.0.1")
+    sender = socket.create_connection((server.address.host, server.address.port))
+    sender.sendall(f"{server.address.token} 9.0.9\n".encode() + line)
+    assert _hung_up(sender)  # (5000 digits once raised in int(): the server's thread died)
+    reports = _counted_after(server)
+    assert reports["0.0.1"].counts["processed"] == 3
+    assert reports["9.0.9"].counts["processed"] == 0
+
+
+def test_connections_without_the_token_are_bounded():
+    server = ProgressServer("127.0.0.1")
+    silent = [socket.create_connection((server.address.host, server.address.port)) for _ in range(_MAX_UNKNOWN + 5)]
+    assert all(_hung_up(connection) for connection in silent[:5])  # the oldest make room
+    assert _counted_after(server)["0.0.1"].finished
+    for connection in silent[5:]:
+        connection.close()
+
+
+def test_new_connections_cannot_keep_close_waiting():
+    server = ProgressServer("127.0.0.1")
+    done = threading.Event()
+
+    def knock() -> None:  # a new connection, a byte, again and again, until close returned
+        while not done.is_set():
+            with contextlib.suppress(OSError), socket.create_connection(
+                (server.address.host, server.address.port), timeout=5
+            ) as connection:
+                connection.sendall(b"x")
+
+    knocker = threading.Thread(target=knock, daemon=True)
+    knocker.start()
+    try:
+        assert _counted_after(server)["0.0.1"].finished  # (returns: once hung until the knocking stopped)
+    finally:
+        done.set()
+        knocker.join()

@@ -15,6 +15,7 @@ All system calls go through :mod:`vsqs._core.fs` (its crash-injection patch poin
 from __future__ import annotations
 
 import contextlib
+import errno
 from collections import deque
 from concurrent.futures import Future, ThreadPoolExecutor
 from types import TracebackType
@@ -46,8 +47,18 @@ class SyncedFiles:
 
     def create(self, path: str, data: bytes, mode: int | None = None) -> bool:
         """Create ``path`` holding ``data`` (as :func:`fs.create_exclusive`);
-        its fsync follows in the background. ``False`` if the name was taken."""
-        fd = _fs.create_open(path, data, mode)
+        its fsync follows in the background. ``False`` if the name was taken.
+
+        If the process has no descriptor left (up to three batches are open
+        at once: more than a low ``ulimit -n`` shared by many threads), the
+        files in flight are synced and closed first, and the create tried again."""
+        try:
+            fd = _fs.create_open(path, data, mode)
+        except StorageError as exc:
+            if exc.errno not in (errno.EMFILE, errno.ENFILE) or not (self._written or self._pending):
+                raise
+            self._settle_all()  # their descriptors closed (a failure is kept for wait())
+            fd = _fs.create_open(path, data, mode)
         if fd is None:
             return False
         self._written.append((fd, path))
@@ -64,6 +75,13 @@ class SyncedFiles:
             self._pool = ThreadPoolExecutor(self._threads, thread_name_prefix="vsqs-fsync")
         slices = [files[i :: self._threads] for i in range(min(self._threads, len(files)))]
         self._pending.append([self._pool.submit(_sync_all, part) for part in slices])
+
+    def _settle_all(self) -> None:
+        """Hand over the files written so far and wait for every fsync."""
+        if self._written:
+            self._hand_over()
+        while self._pending:
+            self._settle(self._pending.popleft())
 
     def _settle(self, batch: list[Future[None]]) -> None:
         for future in batch:

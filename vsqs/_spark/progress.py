@@ -31,6 +31,8 @@ log = logging.getLogger("vsqs.spark")
 FIELDS = ("processed", "failed", "redelivered", "lost", "published")
 _CONNECT_TIMEOUT = 5.0
 _MAX_LINE = 256  # a report is a few numbers: a longer line is not one of ours
+_MAX_DIGITS = 20  # a count has at most this many digits
+_MAX_UNKNOWN = 64  # connections kept that have not shown the token yet
 
 
 @dataclass(frozen=True)
@@ -53,15 +55,23 @@ class AttemptReport:
 class ProgressServer:
     """On the driver: accepts the attempts' reports until :meth:`close`.
     ``on_died(attempt, counts)`` is called (in the server's thread) when an
-    attempt's connection ends without its last line: the attempt died."""
+    attempt's connection ends without its last line: the attempt died.
+
+    Anyone on the network can connect: a line that is not ours drops its
+    connection (never the server's thread), at most _MAX_UNKNOWN connections
+    that have not yet shown the token are kept (the oldest goes first), and
+    once :meth:`close` is called no new connection is taken."""
 
     def __init__(self, host: str, on_died: Callable[[str, dict[str, int]], None] | None = None) -> None:
         self.reports: dict[str, AttemptReport] = {}
         self._on_died = on_died
         self._lock = threading.Lock()
-        self._listener = socket.create_server((host, 0))
+        self._listener: socket.socket | None = socket.create_server((host, 0))
         self._listener.setblocking(False)
         self.address = Address(host, self._listener.getsockname()[1], secrets.token_hex(16))
+        self._token = self.address.token.encode("ascii")
+        self._unknown: dict[socket.socket, None] = {}  # connected, token not yet shown: oldest first
+        self._accepts_left = _MAX_UNKNOWN + 1  # once stopping: connections still taken
         self._selector = selectors.DefaultSelector()
         self._selector.register(self._listener, selectors.EVENT_READ, None)
         self._stop = threading.Event()
@@ -78,7 +88,8 @@ class ProgressServer:
         return self.snapshot()
 
     def close(self) -> None:
-        """Stop serving, once every connection still open has been read to its end."""
+        """Stop serving: the connections already made are read to their end,
+        no new one is taken."""
         self._stop.set()
         self._thread.join()
         for key in list(self._selector.get_map().values()):
@@ -93,15 +104,48 @@ class ProgressServer:
                 if key.data is None:
                     self._accept()
                 else:
-                    self._read(key.fileobj, key.data)  # type: ignore[arg-type]
+                    try:
+                        self._read(key.fileobj, key.data)  # type: ignore[arg-type]
+                    except Exception:  # one connection's fault: the server goes on
+                        log.exception("progress channel: dropped a connection")
+                        self._hang_up(key.fileobj)  # type: ignore[arg-type]
             if self._stop.is_set() and not events:
                 return  # nothing left to read: every attempt's last line is in
 
     def _accept(self) -> None:
-        with contextlib.suppress(BlockingIOError, OSError):
+        """Take one waiting connection. Once stopping, only those already
+        waiting (the job's last attempts may be among them), at most
+        _MAX_UNKNOWN more: a stream of new connections cannot keep
+        :meth:`close` waiting."""
+        assert self._listener is not None
+        try:
             connection, _ = self._listener.accept()
-            connection.setblocking(False)
-            self._selector.register(connection, selectors.EVENT_READ, {"buffer": b"", "attempt": None})
+        except BlockingIOError:
+            connection = None
+        except OSError:  # no descriptor left: make room (else the listener stays ready: a busy loop)
+            connection = None
+            if self._unknown:
+                self._hang_up(next(iter(self._unknown)))
+        if self._stop.is_set():
+            self._accepts_left = min(self._accepts_left, _MAX_UNKNOWN) - 1
+            if connection is None or self._accepts_left <= 0:
+                self._selector.unregister(self._listener)
+                self._listener.close()
+                self._listener = None
+        if connection is None:
+            return
+        connection.setblocking(False)
+        if len(self._unknown) >= _MAX_UNKNOWN:
+            self._hang_up(next(iter(self._unknown)))
+        self._unknown[connection] = None
+        self._selector.register(connection, selectors.EVENT_READ, {"buffer": b"", "attempt": None})
+
+    def _hang_up(self, connection: socket.socket) -> None:
+        self._unknown.pop(connection, None)
+        with contextlib.suppress(KeyError, ValueError):
+            self._selector.unregister(connection)
+        with contextlib.suppress(OSError):
+            connection.close()
 
     def _read(self, connection: socket.socket, state: dict) -> None:
         try:
@@ -113,10 +157,15 @@ class ProgressServer:
         if data:
             state["buffer"] += data
             *lines, state["buffer"] = state["buffer"].split(b"\n")
-            if all(self._line(state, line) for line in lines) and len(state["buffer"]) <= _MAX_LINE:
+            if (
+                all(len(line) <= _MAX_LINE and self._line(state, line) for line in lines)
+                and len(state["buffer"]) <= _MAX_LINE
+                and (state["attempt"] is not None or not self._stop.is_set())
+            ):
+                if state["attempt"] is not None:
+                    self._unknown.pop(connection, None)
                 return
-        self._selector.unregister(connection)
-        connection.close()
+        self._hang_up(connection)
         attempt = state["attempt"]
         if attempt is not None and data == b"":
             with self._lock:
@@ -127,21 +176,22 @@ class ProgressServer:
                 self._on_died(attempt, counts)
 
     def _line(self, state: dict, line: bytes) -> bool:
-        """Take one line; False if it is not ours (the connection is dropped)."""
-        words = line.decode("ascii", "replace").split()
+        """Take one line (bytes: compared as they came); False if it is not
+        ours (the connection is dropped)."""
+        words = line.split()
         if state["attempt"] is None:  # the first line: token and attempt
-            if len(words) != 2 or not secrets.compare_digest(words[0], self.address.token):
+            if len(words) != 2 or not secrets.compare_digest(words[0], self._token):
                 return False
-            state["attempt"] = words[1][:64]
+            state["attempt"] = words[1][:64].decode("ascii", "replace")
             with self._lock:
                 self.reports.setdefault(state["attempt"], AttemptReport(dict.fromkeys(FIELDS, 0)))
             return True
         with self._lock:
             report = self.reports[state["attempt"]]
-            if words == ["end"]:
+            if words == [b"end"]:
                 report.finished = True
                 return True
-            if len(words) != len(FIELDS) or not all(w.isdigit() for w in words):
+            if len(words) != len(FIELDS) or not all(w.isdigit() and len(w) <= _MAX_DIGITS for w in words):
                 return False
             report.counts = dict(zip(FIELDS, map(int, words), strict=True))
         return True
