@@ -242,6 +242,21 @@ def _head_of(size: int, path: bytes = b"/healthz") -> bytes:
     return start + b"p" * (size - len(start) - 4) + b"\r\n\r\n"
 
 
+def test_a_whole_head_in_one_read_is_bounded_too(spool: str) -> None:
+    """A head that comes whole in one read (never incomplete, so never counted
+    while it came) is refused past MAX_REQUEST_HEAD_BYTES as well, and one of
+    exactly that size is answered (the default protocol: httptools)."""
+    with serving(create_app(GatewayConfig(spool=spool)), protocol_factory(WAIT)) as port:
+        answers = {}
+        for size in (MAX_REQUEST_HEAD_BYTES, MAX_REQUEST_HEAD_BYTES + 1, 4 * MAX_REQUEST_HEAD_BYTES):
+            with socket.create_connection(("127.0.0.1", port), timeout=WAIT) as sock:
+                sock.sendall(_head_of(size))
+                answers[size] = _until_closed(sock).split(b"\r\n", 1)[0]
+    assert answers == {MAX_REQUEST_HEAD_BYTES: b"HTTP/1.1 200 OK",
+                       MAX_REQUEST_HEAD_BYTES + 1: b"HTTP/1.1 431 Request Header Fields Too Large",
+                       4 * MAX_REQUEST_HEAD_BYTES: b"HTTP/1.1 431 Request Header Fields Too Large"}
+
+
 def test_a_pipelined_head_is_bounded_while_a_request_is_answered(monkeypatch: pytest.MonkeyPatch,
                                                                  spool: str) -> None:
     """The next request's head, sent while a request is being answered (held

@@ -44,6 +44,10 @@ _HEAD_TOO_LARGE = (b"HTTP/1.1 431 Request Header Fields Too Large\r\ncontent-len
                    b"connection: close\r\n\r\n")
 
 
+class _HeadTooLarge(Exception):
+    """Raised in the parser's callback of a whole head over ``MAX_REQUEST_HEAD_BYTES``."""
+
+
 class _HeadDeadline:
     """The deadline for each request head, for either of uvicorn's HTTP protocols
     (a mixin before the protocol class): armed when the connection opens and
@@ -120,7 +124,8 @@ if HttpToolsProtocol is not None:
         ``MAX_REQUEST_HEAD_BYTES``, a 431 and the connection closed (h11 has
         a bound built in; httptools has none). A head is counted as it comes,
         from the end of the previous request's body (a pipelined head comes
-        while a request is answered, before its deadline is armed)."""
+        while a request is answered, before its deadline is armed), and a
+        whole head measured when parsed (one that came in a single read)."""
 
         def __init__(self, *args: Any, header_timeout: float, **kwargs: Any) -> None:
             super().__init__(*args, **kwargs)
@@ -132,6 +137,7 @@ if HttpToolsProtocol is not None:
             self._reading_head = True  # between a request's body and the next head's end
             self._heads = 0  # heads parsed on this connection
             self._head_size = 0  # bytes of the head being read, as far as counted
+            self._head_too_large = False
 
         def data_received(self, data: bytes) -> None:
             reading, heads = self._reading_head, self._heads
@@ -151,7 +157,21 @@ if HttpToolsProtocol is not None:
             self._head_came()
             self._reading_head = False
             self._heads += 1
+            # a head that came whole in one read was never counted above: its size, as sent
+            # in the usual form (the request line, "name: value" lines, the blank line)
+            size = (len(self.parser.get_method()) + len(self.url) + len(" HTTP/1.1\r\n\r\n") + 1
+                    + sum(len(name) + len(value) + 4 for name, value in self.headers))
+            if size > MAX_REQUEST_HEAD_BYTES:
+                self._head_too_large = True
+                raise _HeadTooLarge  # stops the parser; uvicorn answers its error (below)
             super().on_headers_complete()
+
+        def send_400_response(self, msg: str) -> None:
+            if not self._head_too_large:
+                super().send_400_response(msg)
+            elif not self.transport.is_closing():
+                self.transport.write(_HEAD_TOO_LARGE)
+                self.transport.close()
 
         def on_message_complete(self) -> None:
             self._reading_head = True  # what comes next is the next request's head
