@@ -114,6 +114,9 @@ def test_the_size_cap_applies_to_sqs_requests(spool: str) -> None:
     chunks = [chunk] * (over // len(chunk) + 2)
     status, _, body = call(app, "POST", "/", sqs_headers("SendMessage", **{"transfer-encoding": "chunked"}), chunks)
     assert status == 413 and sqs_type(body) == "InvalidParameterValue"
+    status, _, metrics = call(app, "GET", "/metrics", [(b"host", b"localhost")])
+    counted = 'vsqs_gateway_requests_total{operation="sqs.SendMessage",outcome="413"} 1.0'
+    assert counted in metrics.decode()  # the streamed one under its action, as before the fast path
     doc = b'{"QueueUrl": "q", "MessageBody": "hi"}'
     status, _, body = call(app, "POST", "/", sqs_headers("SendMessage", **{"content-length": "12x"}), [doc])
     assert status == 400 and b"Content-Length is not a number" in body  # the middleware's check alone
