@@ -27,6 +27,7 @@ import pytest
 pytest.importorskip("fastapi", reason="the gateway needs the server extra: pip install 'vsqs[server]'")
 import httpx
 import uvicorn
+from starlette.requests import ClientDisconnect
 
 import vsqs
 from tests.gateway.server import free_port, running_gateway
@@ -166,6 +167,28 @@ def test_sqs_requests_are_counted_and_their_errors_translated(monkeypatch: pytes
     text = metrics.decode()
     assert 'vsqs_gateway_requests_total{operation="sqs.GetQueueUrl",outcome="QueueDoesNotExist"} 1.0' in text
     assert 'vsqs_gateway_requests_total{operation="sqs.PurgeQueue",outcome="InternalError"} 1.0' in text
+
+
+def test_a_client_gone_while_its_body_came_is_counted_under_its_action(spool: str) -> None:
+    """As before the fast path (FastAPI's route named the operation): a disconnect
+    mid-body is counted under the action X-Amz-Target names, not as 'unrouted'."""
+    app = create_app(GatewayConfig(spool=spool))
+    parts: list[dict[str, Any]] = [{"type": "http.request", "body": b"{", "more_body": True},
+                                   {"type": "http.disconnect"}]
+
+    async def receive() -> dict[str, Any]:
+        return parts.pop(0)
+
+    async def send(message: dict[str, Any]) -> None:
+        pass
+
+    scope = {"type": "http", "http_version": "1.1", "method": "POST", "path": "/", "raw_path": b"/",
+             "query_string": b"", "headers": sqs_headers("SendMessage", **{"content-length": "100"}),
+             "scheme": "http", "server": ("127.0.0.1", 8080), "client": ("127.0.0.1", 40000), "root_path": ""}
+    with pytest.raises(ClientDisconnect):
+        asyncio.run(app(scope, receive, send))
+    _, _, metrics = call(app, "GET", "/metrics", [(b"host", b"localhost")])
+    assert 'vsqs_gateway_requests_total{operation="sqs.SendMessage",outcome="500"} 1.0' in metrics.decode()
 
 
 # -- the access log -------------------------------------------------------------------------

@@ -14,7 +14,7 @@ import uuid
 from collections.abc import Iterator, Mapping
 
 from starlette.exceptions import HTTPException as StarletteHTTPException
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 from starlette.routing import Route
 
@@ -196,6 +196,9 @@ class SqsFace:
         except StarletteHTTPException as exc:  # the size cap or the body deadline, while the body came
             scope.setdefault("vsqs.operation", _operation_named(request))  # counted under its action
             response = http_refusal(scope, exc, self.gateway.config)
+        except ClientDisconnect:  # gone while its body came: no answer, counted under its action
+            scope.setdefault("vsqs.operation", _operation_named(request))
+            raise
         await response(scope, receive, send)
 
     async def answer(self, request: Request) -> Response:
