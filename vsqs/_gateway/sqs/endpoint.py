@@ -14,7 +14,7 @@ import uuid
 from collections.abc import Iterator, Mapping
 
 from starlette.exceptions import HTTPException as StarletteHTTPException
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 from starlette.routing import Route
 
@@ -193,8 +193,12 @@ class SqsFace:
         request = Request(scope, receive)
         try:
             response = await self.answer(request)
-        except StarletteHTTPException as exc:
+        except StarletteHTTPException as exc:  # the size cap or the body deadline, while the body came
+            scope.setdefault("vsqs.operation", _operation_named(request))  # counted under its action
             response = http_refusal(scope, exc, self.gateway.config)
+        except ClientDisconnect:  # gone while its body came: no answer, counted under its action
+            scope.setdefault("vsqs.operation", _operation_named(request))
+            raise
         await response(scope, receive, send)
 
     async def answer(self, request: Request) -> Response:
@@ -206,8 +210,7 @@ class SqsFace:
         try:
             incoming = await _read(request, wire is JSON, gateway.config.max_sqs_request_bytes)
         except SqsError as exc:  # over a size cap, or a form that cannot be read
-            named = action_of(request.headers.get("x-amz-target", "")) if wire is JSON else ""
-            scope["vsqs.operation"] = f"sqs.{named}" if named in ACTIONS else "sqs.unknown"
+            scope["vsqs.operation"] = _operation_named(request)
             scope["vsqs.outcome"] = exc.name
             return wire.error_response(exc, request_id)
         action = incoming.action
@@ -240,6 +243,13 @@ class SqsFace:
                                        request_id)
         scope["vsqs.outcome"] = call.outcome
         return wire.result_response(action, result, request_id)
+
+
+def _operation_named(request: Request) -> str:
+    """The metrics' operation of a request whose body was not read: the action its
+    X-Amz-Target names (JSON 1.0), else ``sqs.unknown`` (a Query form's is in its body)."""
+    named = action_of(request.headers.get("x-amz-target", "")) if wire_of(request.scope) is JSON else ""
+    return f"sqs.{named}" if named in ACTIONS else "sqs.unknown"
 
 
 def route(face: SqsFace) -> Route:
