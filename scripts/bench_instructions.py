@@ -83,7 +83,8 @@ class _Counters:
 def worker(peer: str, mode: str, path: str, count: int, size: int, repo: str) -> None:
     """``fill``: publish ``count`` messages (one handle); ``consume``: fill, then a
     fresh handle receives and deletes them all; ``publish``: fill, then publish
-    ``count`` more (one by one)."""
+    ``count`` more (one by one); ``staged``: fill, then stage ``count`` more
+    (durably, in chunks of 1,000) and commit them."""
     counters = _Counters()
     if peer == "vsqs":
         sys.path.insert(0, repo)
@@ -107,6 +108,13 @@ def worker(peer: str, mode: str, path: str, count: int, size: int, repo: str) ->
             counters.on()
             for i in range(count):
                 publish(body_for(i, size), durable=False)
+            counters.off()
+        elif mode == "staged":  # what a Spark write does: chunks of 1,000 staged, then committed
+            bodies = [body_for(i, size) for i in range(count)]
+            counters.on()
+            for first in range(0, count, 1000):
+                q.publish_staged(bodies[first : first + 1000], stage="bench")
+            q.commit_stage("bench")
             counters.off()
     elif peer == "dirq":
         from dirq.QueueSimple import QueueSimple
@@ -240,6 +248,8 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--repeat", type=int, default=3, help="pairs of runs; the median is shown")
     p.add_argument("--dir", default=os.path.join(REPO, ".bench"))
     p.add_argument("--event", default="instructions:u", help="perf's event (perf only)")
+    p.add_argument("--modes", default="consume,publish",
+                   help="what to count, of consume, publish, staged (vsqs only; default consume,publish)")
     p.add_argument("--syscalls", action="store_true", help="also count system calls per message (strace -c)")
     p.add_argument("--phase-only", action="store_true",
                    help="perf only: count only the consuming (publishing) phase of one run, "
@@ -299,7 +309,7 @@ def main() -> int:
 
     rows: list[list[str]] = []
     try:
-        for mode in ("consume", "publish"):
+        for mode in a.modes.split(","):
             per = []
             for _ in range(a.repeat):
                 if a.phase_only:
@@ -309,7 +319,7 @@ def main() -> int:
                 both = counted(cmd(mode))
                 per.append((both - base) / a.count)
             per.sort()
-            label = "receive+delete" if mode == "consume" else "publish"
+            label = {"consume": "receive+delete", "publish": "publish", "staged": "staged publish"}[mode]
             median = per[len(per) // 2]
             runs = ", ".join(f"{x:,.0f}" for x in per)
             print(f"{a.peer} {label:<15} {event} per message: median {median:,.0f} (runs: {runs})", flush=True)

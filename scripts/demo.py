@@ -29,8 +29,10 @@ import argparse
 import contextlib
 import datetime
 import json
+import logging
 import os
 import random
+import re
 import shutil
 import sys
 import tempfile
@@ -75,8 +77,10 @@ EUR_PER = {"EUR": 1.0, "USD": 0.92, "GBP": 1.17, "JPY": 0.0062, "CHF": 1.04, "SE
 COUPONS = {"SPRING10": 0.10, "WELCOME5": 0.05}
 
 
-def make_orders(n: int, seed: int = 7) -> list[bytes]:
-    """n orders as JSON; about 1 in 700 is malformed (the handler rejects it)."""
+def make_orders(n: int, run: str, seed: int = 7) -> list[bytes]:
+    """n orders as JSON, their ids unique to this ``run`` (so a kept spool's
+    orders from earlier runs are told apart); about 1 in 700 is malformed
+    (the handler rejects it)."""
     rng = random.Random(seed)
     countries = [c for c in COUNTRIES for _ in range(c[3])]
     skus = list(CATALOG)
@@ -89,7 +93,7 @@ def make_orders(n: int, seed: int = 7) -> list[bytes]:
             price = round(CATALOG[sku][1] / EUR_PER[currency], 2)
             lines.append({"sku": sku, "qty": rng.choice((1, 1, 1, 2, 2, 3, 5)), "unit_price": price})
         order: dict[str, object] = {
-            "order_id": f"o-{i:07d}",
+            "order_id": f"o-{run}-{i:07d}",
             "customer": f"c-{rng.randrange(3000):05d}",
             "country": country,
             "currency": currency,
@@ -158,18 +162,32 @@ class Progress:
     def __init__(self) -> None:
         self.tty = sys.stdout.isatty()
         self.width = 0
+        self.lock = threading.Lock()  # the status thread and the log handler both write
 
     def update(self, text: str) -> None:
         if self.tty:
-            sys.stdout.write("\r" + text.ljust(self.width))
-            sys.stdout.flush()
-            self.width = len(text)
+            with self.lock:
+                sys.stdout.write("\r" + text.ljust(self.width))
+                sys.stdout.flush()
+                self.width = len(text)
 
     def done(self, text: str) -> None:
-        if self.tty and self.width:
-            sys.stdout.write("\r" + " " * self.width + "\r")
-            self.width = 0
-        print(text, flush=True)
+        with self.lock:
+            if self.tty and self.width:
+                sys.stdout.write("\r" + " " * self.width + "\r")
+                self.width = 0
+            print(text, flush=True)
+
+
+class Announce(logging.Handler):
+    """vsqs.spark's warnings (a task attempt that died, when it dies) as lines of the demo."""
+
+    def __init__(self, progress: Progress) -> None:
+        super().__init__(logging.WARNING)
+        self.progress = progress
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.progress.done("   ! " + record.getMessage().removeprefix("process_queue: "))
 
 
 @contextlib.contextmanager
@@ -233,11 +251,36 @@ def start_spark(master: str, verbose: bool, log_path: str | None) -> SparkSessio
     return spark
 
 
+def with_retries(master: str) -> str | None:
+    """A local master that retries a failed task (local[N] gives up at once:
+    the killed worker would fail the job), or None if ``master`` is fine."""
+    match = re.fullmatch(r"local(?:\[(\*|\d+)(?:,(\d+))?\])?", master)
+    if match is None or (match.group(2) is not None and int(match.group(2)) > 1):
+        return None  # a cluster (spark.task.maxFailures, 4 by default), or retries already
+    return f"local[{match.group(1) or 1},4]"
+
+
+def dead_letters(queue: vsqs.Queue, marker: bytes) -> tuple[str, int]:
+    """The dead-letter queue's name, and how many of its messages hold ``marker``."""
+    dlq = queue.dead_letter_queue()
+    if dlq is None:
+        return "-", 0
+    return os.path.basename(dlq.path), sum(1 for info in dlq.messages(bodies=True) if marker in (info.body or b""))
+
+
 def rate(count: float, seconds: float) -> str:
     return f"{count / max(seconds, 1e-9):,.0f}/s"
 
 
 # -- the job -----------------------------------------------------------------------
+
+
+def first_line(exc: BaseException) -> str:
+    """The first informative line of an error (a Py4J error's is its Java exception's)."""
+    java = getattr(exc, "java_exception", None)
+    text = str(java) if java is not None else str(exc)
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    return lines[0][:300] if lines else repr(exc)
 
 
 def main() -> int:
@@ -255,6 +298,11 @@ def main() -> int:
     if args.orders < 1:
         parser.error("--orders must be at least 1")
 
+    if not args.no_crash and (retrying := with_retries(args.master)) is not None:
+        print(f"--master {args.master} would not retry the task whose worker the demo kills: "
+              f"running on {retrying} (--no-crash to keep {args.master})")
+        args.master = retrying
+
     spool = os.path.abspath(args.spool)
     if not args.keep and os.path.isdir(spool):
         shutil.rmtree(spool)
@@ -263,7 +311,6 @@ def main() -> int:
     results = vsqs.Queue(os.path.join(spool, "results"), create=True)
     incoming.configure(max_receives=MAX_RECEIVES)  # dead-letter queue: incoming.dlq
     progress = Progress()
-    began = time.monotonic()
     print(f"vsqs demo: a PySpark pipeline over the spool {spool}")
 
     log_path = None
@@ -272,6 +319,7 @@ def main() -> int:
         os.close(fd)
     progress.update("starting Spark ...")
     started = time.monotonic()
+    logging.getLogger("vsqs.spark").addHandler(Announce(progress))
     spark = start_spark(args.master, args.verbose, log_path)
     vsqs.spark.register(spark)  # (Spark would also find it through pyspark_vsqs)
     cores = spark.sparkContext.defaultParallelism
@@ -283,7 +331,9 @@ def main() -> int:
     checkpoint = tempfile.mkdtemp(prefix="vsqs-demo-checkpoint-")
     ok = False
     try:
-        ok = run(spark, args, incoming, results, progress, tasks, began, checkpoint)
+        ok = run(spark, args, incoming, results, progress, tasks, time.monotonic(), checkpoint)
+    except Exception as exc:  # noqa: BLE001 - one line, not Py4J's page of Java: the whole trace is in the log
+        progress.done(f"FAILED: {type(exc).__name__}: {first_line(exc)}")
     finally:
         with output_to(log_path):
             spark.stop()
@@ -305,18 +355,35 @@ def run(
     began: float,
     checkpoint: str,
 ) -> bool:
-    """Steps 1 to 5 and the figures; True if every order is accounted for."""
+    """Steps 1 to 5 and the figures (``began``: when Spark was up); True if
+    every order of this run is accounted for."""
     spool = os.path.dirname(incoming.path)
+    run_id = datetime.datetime.now(datetime.timezone.utc).strftime("%y%m%d%H%M%S")
+    mine = f'"order_id":"o-{run_id}-'.encode()  # in the body of each of this run's orders
+    earlier = incoming.stats().total  # orders a kept spool still holds from an earlier run
     # 1. publish: rows -> messages, staged per task attempt, published on commit
     step = time.monotonic()
-    orders = make_orders(args.orders)
+    orders = make_orders(args.orders, run_id)
     frame = spark.createDataFrame([(body,) for body in orders], "body binary").repartition(tasks)
-    with watching(progress, lambda: f"1. publishing: {incoming.stats().total:,} / {len(orders):,}"):
+
+    writing_since: list[float] = []  # when the first row was staged: Spark's tasks run
+
+    def publishing() -> str:
+        stats = incoming.stats()
+        if not writing_since and (stats.staged or stats.total > earlier):
+            writing_since.append(time.monotonic())
+        return (f"1. publishing: {stats.staged:,} staged by the tasks, "
+                f"{stats.total - earlier:,} published / {len(orders):,}")
+
+    with watching(progress, publishing):
         frame.write.format("vsqs").mode("append").save(incoming.path)
     published = time.monotonic() - step
+    starting = (writing_since[0] if writing_since else time.monotonic()) - step
     progress.done(
         f"1. published {len(orders):,} orders into incoming with df.write.format('vsqs') "
-        f"in {published:.1f}s ({rate(len(orders), published)})"
+        f"in {published:.1f}s: {starting:.1f}s until Spark's first tasks ran, then "
+        f"{rate(len(orders), published - starting)}"
+        + (f"; {earlier:,} more were left from an earlier run" if earlier else "")
     )
 
     # 2. a snapshot, with SQL
@@ -331,7 +398,7 @@ def run(
     # 3. executors as workers, with a crash
     handler: Callable[[bytes], bytes] = price_order
     if not args.no_crash:
-        victim = f'"order_id":"o-{len(orders) // 2:07d}"'.encode()
+        victim = f'"order_id":"o-{run_id}-{len(orders) // 2:07d}"'.encode()
         handler = crashing_once(price_order, victim, os.path.join(spool, ".demo-crashed"))
         with contextlib.suppress(FileNotFoundError):
             os.remove(os.path.join(spool, ".demo-crashed"))
@@ -375,15 +442,16 @@ def run(
         if rounds == 1:
             first_round = time.monotonic() - round_start
             settled_first = len(orders) - left.total
+        died = " (the attempt that died included)" if got.died else ""
         progress.done(
-            f"   round {rounds}: processed {got.processed:,}, failed {got.failed:,}, "
+            f"   round {rounds}: processed {got.processed:,}{died}, failed {got.failed:,}, "
             f"re-delivered {got.redelivered:,} in {time.monotonic() - round_start:.1f}s; "
             f"incoming now {left.ready:,} ready, {left.in_flight:,} in flight, "
             f"{left.dead_lettered:,} dead-lettered"
         )
         if left.total == 0 or rounds == 6:
             break
-        if left.in_flight:  # held by a worker that died: visible again after the timeout
+        if left.in_flight:  # held by a worker that died, or failed: visible again after the timeout
             with watching(progress, lambda: f"   waiting for {incoming.stats().in_flight} lease(s) to run out"):
                 deadline = time.monotonic() + VISIBILITY_TIMEOUT * 3
                 while incoming.stats().in_flight and time.monotonic() < deadline:
@@ -396,7 +464,11 @@ def run(
     )
     out = inspected.count()
     distinct = inspected.distinct().count()
-    progress.done(f"4. results (snapshot): {out:,} messages for {distinct:,} distinct orders")
+    this_run = inspected.where(F.col("order_id").startswith(f"o-{run_id}-")).distinct().count()
+    progress.done(
+        f"4. results (snapshot): {out:,} messages for {distinct:,} distinct orders"
+        + (f" ({distinct - this_run:,} of them from an earlier run)" if distinct != this_run else "")
+    )
 
     # 5. a streaming query drains results into a summary table
     step = time.monotonic()
@@ -451,39 +523,48 @@ def run(
 
     # 6. the figures
     left = incoming.stats()
-    dead = left.dead_lettered
-    dlq = incoming.dead_letter_queue()
+    dlq_name, dead = dead_letters(incoming, mine)  # this run's orders in the dead-letter queue
+    dead_total = left.dead_lettered
     after = results.stats()
+    crashed = not args.no_crash
+    duplicates = out - distinct
     print("figures:")
-    print(f"  in              {len(orders):>8,}  orders published")
-    print(f"  out             {out:>8,}  results; {out - distinct} duplicate(s) from a retried delivery")
+    print(f"  in              {len(orders):>8,}  orders published by this run"
+          + (f" (and {earlier:,} left from an earlier run)" if earlier else ""))
+    print(f"  processed       {total.processed:>8,}  orders priced, results published, orders deleted"
+          + (f"; {total.died} task attempt(s) died: their work up to then included" if total.died else ""))
+    print(f"  out             {out:>8,}  results; "
+          + (f"{duplicates:,} duplicate(s): an order processed again after a failure (at-least-once)"
+             if duplicates else "no duplicates"))
     print(
-        f"  re-delivered    {total.redelivered:>8,}  messages received again "
-        "(held by the killed worker, or failed and retried)"
+        f"  re-delivered    {total.redelivered:>8,}  orders received again ("
+        + ("the one the killed worker held, and " if crashed else "")
+        + "malformed ones tried again)"
     )
-    print(f"  dead-lettered   {dead:>8,}  malformed orders in {os.path.basename(dlq.path) if dlq else '-'}")
+    print(f"  dead-lettered   {dead:>8,}  malformed orders of this run moved to {dlq_name}"
+          + (f" (it holds {dead_total:,} in all, with earlier runs')" if dead_total != dead else ""))
     print(
-        f"  throughput      {rate(settled_first, first_round):>8}  orders settled in round 1 "
-        f"({tasks} tasks x 2 threads); {rate(len(orders), time.monotonic() - began)} end to end"
+        f"  throughput      {rate(len(orders), published - starting)} published (step 1, once its tasks ran), "
+        f"{rate(settled_first, first_round)} processed in round 1 ({tasks} tasks x 2 threads), "
+        f"{rate(read, streamed)} streamed (step 5)"
     )
-    print(f"  processing      {processed_in:>7.1f}s  in {rounds} rounds; total wall time "
-          f"{time.monotonic() - began:.1f}s")
+    print(f"  wall time       {time.monotonic() - began:>7.1f}s  after Spark started "
+          f"({rate(len(orders), time.monotonic() - began)} end to end); "
+          f"processing {processed_in:.1f}s in {rounds} round(s)")
     for name, stats in (("incoming", left), ("results", after)):
         print(
             f"  {name:<15} ready {stats.ready}, in flight {stats.in_flight}, "
             f"delayed {stats.delayed}, dead-lettered {stats.dead_lettered}"
         )
-    ok = (
-        distinct + dead == len(orders)
-        and summarized == distinct
-        and left.total == 0
-        and after.total == 0
-    )
-    print(
-        "OK: every order is in the summary or the dead-letter queue, and both queues are drained"
-        if ok
-        else "MISMATCH: orders lost, or left behind"
-    )
+    ok = this_run + dead == len(orders) and summarized == distinct and left.total == 0 and after.total == 0
+    if ok:
+        print("OK: every order of this run is in the summary or the dead-letter queue, and both queues are drained")
+    else:
+        print(
+            f"MISMATCH: {len(orders):,} orders in, {this_run:,} in the results + {dead:,} dead-lettered; "
+            f"summary {summarized:,} of {distinct:,} distinct; left in incoming {left.total:,}, "
+            f"in results {after.total:,}"
+        )
     return ok
 
 

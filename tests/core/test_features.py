@@ -318,3 +318,14 @@ def test_read_message_by_receipt_and_priority(queue):
     m.delete()
     with pytest.raises(vsqs.StaleReceipt):
         queue.read_message(claimed.receipt)
+
+
+def test_stats_count_staged_messages_until_their_commit(queue):
+    queue.publish_staged([b"a", b"b", b"c"], stage="s")
+    queue.publish_staged([b"d"], stage="t")
+    stats = queue.stats()
+    assert (stats.staged, stats.total) == (4, 0)  # written, not yet in the queue
+    queue.commit_stage("s")
+    queue.abort_stage("t")
+    stats = queue.stats()
+    assert (stats.staged, stats.total) == (0, 3)

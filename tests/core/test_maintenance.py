@@ -45,6 +45,9 @@ class FakeStages:
         self.aborted.append(stage)
         return 2
 
+    def count(self) -> int:
+        return 0
+
 
 class FakeGroups:
     def sweep(self) -> int:

@@ -27,6 +27,7 @@ import pytest
 pytest.importorskip("fastapi", reason="the gateway needs the server extra: pip install 'vsqs[server]'")
 import httpx
 import uvicorn
+from starlette.requests import ClientDisconnect
 
 import vsqs
 from tests.gateway.server import free_port, running_gateway
@@ -114,6 +115,9 @@ def test_the_size_cap_applies_to_sqs_requests(spool: str) -> None:
     chunks = [chunk] * (over // len(chunk) + 2)
     status, _, body = call(app, "POST", "/", sqs_headers("SendMessage", **{"transfer-encoding": "chunked"}), chunks)
     assert status == 413 and sqs_type(body) == "InvalidParameterValue"
+    status, _, metrics = call(app, "GET", "/metrics", [(b"host", b"localhost")])
+    counted = 'vsqs_gateway_requests_total{operation="sqs.SendMessage",outcome="413"} 1.0'
+    assert counted in metrics.decode()  # the streamed one under its action, as before the fast path
     doc = b'{"QueueUrl": "q", "MessageBody": "hi"}'
     status, _, body = call(app, "POST", "/", sqs_headers("SendMessage", **{"content-length": "12x"}), [doc])
     assert status == 400 and b"Content-Length is not a number" in body  # the middleware's check alone
@@ -163,6 +167,28 @@ def test_sqs_requests_are_counted_and_their_errors_translated(monkeypatch: pytes
     text = metrics.decode()
     assert 'vsqs_gateway_requests_total{operation="sqs.GetQueueUrl",outcome="QueueDoesNotExist"} 1.0' in text
     assert 'vsqs_gateway_requests_total{operation="sqs.PurgeQueue",outcome="InternalError"} 1.0' in text
+
+
+def test_a_client_gone_while_its_body_came_is_counted_under_its_action(spool: str) -> None:
+    """As before the fast path (FastAPI's route named the operation): a disconnect
+    mid-body is counted under the action X-Amz-Target names, not as 'unrouted'."""
+    app = create_app(GatewayConfig(spool=spool))
+    parts: list[dict[str, Any]] = [{"type": "http.request", "body": b"{", "more_body": True},
+                                   {"type": "http.disconnect"}]
+
+    async def receive() -> dict[str, Any]:
+        return parts.pop(0)
+
+    async def send(message: dict[str, Any]) -> None:
+        pass
+
+    scope = {"type": "http", "http_version": "1.1", "method": "POST", "path": "/", "raw_path": b"/",
+             "query_string": b"", "headers": sqs_headers("SendMessage", **{"content-length": "100"}),
+             "scheme": "http", "server": ("127.0.0.1", 8080), "client": ("127.0.0.1", 40000), "root_path": ""}
+    with pytest.raises(ClientDisconnect):
+        asyncio.run(app(scope, receive, send))
+    _, _, metrics = call(app, "GET", "/metrics", [(b"host", b"localhost")])
+    assert 'vsqs_gateway_requests_total{operation="sqs.SendMessage",outcome="500"} 1.0' in metrics.decode()
 
 
 # -- the access log -------------------------------------------------------------------------
@@ -234,6 +260,72 @@ def test_request_heads_are_bounded_in_size_and_time(spool: str, protocol: str) -
         with socket.create_connection(("127.0.0.1", port), timeout=WAIT) as sock:
             sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: localhost\r\n")
             assert _until_closed(sock).startswith(b"HTTP/1.1 408 ")
+
+
+def _head_of(size: int, path: bytes = b"/healthz") -> bytes:
+    """A GET head of exactly ``size`` bytes (one long header)."""
+    start = b"GET %s HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\nX-Padding: " % path
+    return start + b"p" * (size - len(start) - 4) + b"\r\n\r\n"
+
+
+def test_a_whole_head_in_one_read_is_bounded_too(spool: str) -> None:
+    """A head that comes whole in one read (never incomplete, so never counted
+    while it came) is refused past MAX_REQUEST_HEAD_BYTES as well, and one of
+    exactly that size is answered (the default protocol: httptools)."""
+    with serving(create_app(GatewayConfig(spool=spool)), protocol_factory(WAIT)) as port:
+        answers = {}
+        for size in (MAX_REQUEST_HEAD_BYTES, MAX_REQUEST_HEAD_BYTES + 1, 4 * MAX_REQUEST_HEAD_BYTES):
+            with socket.create_connection(("127.0.0.1", port), timeout=WAIT) as sock:
+                sock.sendall(_head_of(size))
+                answers[size] = _until_closed(sock).split(b"\r\n", 1)[0]
+    assert answers == {MAX_REQUEST_HEAD_BYTES: b"HTTP/1.1 200 OK",
+                       MAX_REQUEST_HEAD_BYTES + 1: b"HTTP/1.1 431 Request Header Fields Too Large",
+                       4 * MAX_REQUEST_HEAD_BYTES: b"HTTP/1.1 431 Request Header Fields Too Large"}
+
+
+def test_a_pipelined_head_is_bounded_while_a_request_is_answered(monkeypatch: pytest.MonkeyPatch,
+                                                                 spool: str) -> None:
+    """The next request's head, sent while a request is being answered (held
+    here in the library, as a long poll holds it), is bounded too: past
+    MAX_REQUEST_HEAD_BYTES the connection gets a 431 and is closed at once,
+    before the held request is answered. (It was not counted until the answer:
+    httptools buffered the partial header whole, tens of MB, copying it at
+    each read on the event loop.)"""
+    entered, release = threading.Event(), threading.Event()
+    original = vsqs.Queue.publish_batch
+
+    def held_publish(self: vsqs.Queue, *args: Any, **kwargs: Any) -> Any:
+        entered.set()
+        release.wait(WAIT)
+        return original(self, *args, **kwargs)
+
+    monkeypatch.setattr(vsqs.Queue, "publish_batch", held_publish)
+    monkeypatch.setattr(vsqs.Queue, "publish", lambda self, body, **kw: held_publish(self, [body])[0])
+    body = b'{"QueueUrl": "q", "MessageBody": "hi"}'
+    first = (b"POST / HTTP/1.1\r\nHost: localhost\r\nX-Amz-Target: AmazonSQS.SendMessage\r\n"
+             b"Content-Type: %s\r\nContent-Length: %d\r\n\r\n%s" % (SQS_JSON.encode(), len(body), body))
+    try:
+        with serving(create_app(GatewayConfig(spool=spool)), protocol_factory(WAIT)) as port, \
+                socket.create_connection(("127.0.0.1", port), timeout=WAIT) as sock:
+            sock.sendall(first)
+            assert entered.wait(WAIT), "the publish never reached the library"
+            sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: localhost\r\nX-Padding: ")
+            sent = 0
+            try:
+                while sent < 64 * 1024 * 1024:  # far past anything the kernel buffers
+                    sock.sendall(b"p" * 65536)
+                    sent += 65536
+            except (BrokenPipeError, ConnectionResetError):
+                pass
+            release.set()
+            try:
+                answer = _until_closed(sock)
+            except ConnectionResetError:
+                answer = b""  # closed with our unread bytes: nothing to read
+    finally:
+        release.set()
+    assert sent < 64 * 1024 * 1024, "the partial head was read on without bound"
+    assert not answer.startswith(b"HTTP/1.1 200")
 
 
 # -- storage stays off the event loop ------------------------------------------------------------

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import hashlib
 import time
+from datetime import UTC, datetime
 from email.utils import formatdate
-from urllib.parse import urlsplit
+from urllib.parse import parse_qs, urlsplit
 
 import pytest
 from botocore.auth import SigV4Auth
@@ -208,13 +209,22 @@ def presigned(*, expires: int = 300, secret: str = SECRET,
             "headers": {"host": parts.netloc}, "body": b""}
 
 
+def signed_at(request: dict[str, str]) -> float:
+    """The time a presigned request says it was signed (X-Amz-Date), in epoch seconds:
+    the clock the checks below are set against, however long signing took."""
+    (amz_date,) = parse_qs(request["raw_query"])["X-Amz-Date"]
+    return datetime.strptime(amz_date, _sigv4.AMZ_DATE_FORMAT).replace(tzinfo=UTC).timestamp()
+
+
 def test_a_presigned_request_is_accepted_until_it_expires() -> None:
     request = presigned(expires=300)
     assert "X-Amz-Signature=" in request["raw_query"]
+    at = signed_at(request)
     assert verify(request) == KEY
-    assert verify(request, now=time.time() + 290) == KEY
-    assert refused(request, now=time.time() + 400).code == "RequestExpired"
-    assert refused(request, now=time.time() - 3600).code == "RequestExpired"  # signed far ahead of our clock
+    assert verify(request, now=at + 300) == KEY
+    assert refused(request, now=at + 301).code == "RequestExpired"
+    assert verify(request, now=at - _sigv4.MAX_SKEW_SECONDS) == KEY  # signed a little ahead of our clock
+    assert refused(request, now=at - _sigv4.MAX_SKEW_SECONDS - 1).code == "RequestExpired"  # far ahead
 
 
 def test_a_presigned_request_signs_its_query_and_has_no_body() -> None:
@@ -235,4 +245,28 @@ def test_a_presigned_request_lacking_a_part_is_incomplete(drop: str) -> None:
 def test_a_presigned_request_lives_a_week_at_most() -> None:
     request = presigned()
     query = request["raw_query"].replace("X-Amz-Expires=300", "X-Amz-Expires=604801")
+    assert refused({**request, "raw_query": query}).code == "IncompleteSignature"
+
+
+@pytest.mark.parametrize("make", [signed, presigned], ids=["header", "presigned"])
+def test_a_plus_the_form_reads_as_a_space_is_not_what_was_signed(make: object) -> None:
+    """The Query form reader takes ``+`` for a space: a query signed with ``%2B``
+    (a plus) must not verify when sent with ``+`` (which the gateway would read
+    as a space), and a ``+`` sent for a space verifies as ``%20`` signed."""
+    url = URL + "?Action=SendMessage&QueueUrl=q&MessageBody=a%2Bb"
+    request = signed(url=url, method="GET", body=b"") if make is signed else presigned(url=url)
+    assert verify(request) == KEY
+    assert "MessageBody=a%2Bb" in request["raw_query"]
+    tampered = {**request, "raw_query": request["raw_query"].replace("MessageBody=a%2Bb", "MessageBody=a+b")}
+    assert refused(tampered).code == "SignatureDoesNotMatch"
+    spaced = signed(url=url.replace("a%2Bb", "a%20b"), method="GET", body=b"") if make is signed else \
+        presigned(url=url.replace("a%2Bb", "a%20b"))
+    assert verify({**spaced, "raw_query": spaced["raw_query"].replace("MessageBody=a%20b", "MessageBody=a+b")}) == KEY
+
+
+@pytest.mark.parametrize("expires", ["%C2%B2", "%D9%A3", "-5", "1e3", ""])
+def test_a_presigned_expiry_that_is_no_ascii_number_is_incomplete(expires: str) -> None:
+    """``²`` passes str.isdigit() but not int(): it must be refused, not fail the request (500)."""
+    request = presigned()
+    query = request["raw_query"].replace("X-Amz-Expires=300", f"X-Amz-Expires={expires}")
     assert refused({**request, "raw_query": query}).code == "IncompleteSignature"

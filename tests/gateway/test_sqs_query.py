@@ -21,6 +21,9 @@ from tests.gateway.server import Server, running_gateway
 API_KEY = "query-api-key"
 NS = "{http://queue.amazonaws.com/doc/2012-11-05/}"
 FORM = {"Content-Type": "application/x-www-form-urlencoded; charset=utf-8"}
+# a SigV4 Authorization header, as boto 2 signs its GETs (a gateway with no keys checks none)
+SIGNED_IN_HEADERS = {"Authorization": "AWS4-HMAC-SHA256 Credential=AKID/20260101/us-east-1/sqs/aws4_request, "
+                                      "SignedHeaders=host;x-amz-date, Signature=" + "0" * 64}
 # the first test to run installs the Query clients (pip, npm): minutes on a loaded machine
 pytestmark = pytest.mark.timeout(900)
 
@@ -413,11 +416,41 @@ def test_get_requests_and_requests_to_a_queue_url(server: Server) -> None:
     # the Java SDK v1 sends a queue's actions to the queue's URL, without a QueueUrl; boto 2 with one
     sent = post(server, {"Action": "SendMessage", "MessageBody": "to the path"}, path=f"/000000000000/{name}")
     assert xml_result(sent, "SendMessage").findtext(f"{NS}MessageId")
-    got = httpx.get(f"{url}?Action=ReceiveMessage&QueueUrl={url}", timeout=30)
+    got = httpx.get(f"{url}?Action=ReceiveMessage&QueueUrl={url}", headers=SIGNED_IN_HEADERS, timeout=30)
     assert xml_result(got, "ReceiveMessage").findtext(f"{NS}Message/{NS}Body") == "to the path"
     # a path that is no queue URL, or a request that is neither protocol: as without the Query routes
     assert httpx.get(server.url + "/").status_code == 405
     assert httpx.post(server.url + "/x/y", content=b"{}").status_code == 404
+
+
+def test_a_get_a_page_could_make_a_browser_send_changes_nothing_without_keys(server: Server) -> None:
+    """With no keys, a GET that changes the spool must be signed in its headers:
+    any page can make a browser send a GET (a link, an image), and a browser
+    too old for Sec-Fetch-Site, or a link opened from another application
+    (Sec-Fetch-Site: none), passes the browser guard. A presigned-looking
+    query proves nothing (no signature is checked); a GET that only reads,
+    a POST, or a GET signed in its headers are taken."""
+    name = new_name("csrf")
+    post(server, {"Action": "CreateQueue", "QueueName": name})
+    post(server, {"Action": "SendMessage", "QueueUrl": name, "MessageBody": "kept"})
+    fake_presigned = ("&X-Amz-Algorithm=AWS4-HMAC-SHA256&X-Amz-Credential=AKID%2F20260101%2Fus-east-1%2Fsqs"
+                      "%2Faws4_request&X-Amz-Date=20260101T000000Z&X-Amz-Expires=300&X-Amz-SignedHeaders=host"
+                      "&X-Amz-Signature=" + "0" * 64)
+    for query, headers in [(f"Action=PurgeQueue&QueueUrl={name}", {}),
+                           (f"Action=DeleteQueue&QueueUrl={name}", {"Sec-Fetch-Site": "none"}),
+                           (f"Action=SendMessage&QueueUrl={name}&MessageBody=forged", {}),
+                           (f"Action=ReceiveMessage&QueueUrl={name}&VisibilityTimeout=600", {}),
+                           (f"Action=PurgeQueue&QueueUrl={name}" + fake_presigned, {}),
+                           (f"Action=DeleteQueue&QueueUrl={name}", {"Authorization": "Basic dXNlcjpwYXNz"})]:
+        refused = httpx.get(f"{server.url}/?{query}", headers=headers, timeout=30)
+        assert xml_error(refused)[:3] == (403, "Sender", "AccessDenied"), query
+    queue = vsqs.Spool(server.spool).queue(name)
+    assert (queue.stats().total, queue.stats().ready) == (1, 1)  # nothing deleted, sent, purged or hidden
+    read = httpx.get(f"{server.url}/?Action=GetQueueAttributes&QueueUrl={name}&AttributeName.1=All", timeout=30)
+    assert xml_result(read, "GetQueueAttributes").findtext(f"{NS}Attribute/{NS}Name")
+    signed = httpx.get(f"{server.url}/?Action=PurgeQueue&QueueUrl={name}", headers=SIGNED_IN_HEADERS, timeout=30)
+    assert signed.status_code == 200 and ET.fromstring(signed.content).tag == f"{NS}PurgeQueueResponse"
+    assert queue.stats().total == 0
 
 
 def test_unindexed_names_of_older_clients(server: Server) -> None:

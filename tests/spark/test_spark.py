@@ -717,7 +717,9 @@ def test_process_queue_task_that_dies_redelivers_its_message(spark, queue, tmp_p
         while queue.stats().in_flight and time.monotonic() < deadline:
             time.sleep(0.1)
         result += vsqs.spark.process_queue(spark, queue.path, fn, output=output, parallelism=1, wait=0.2)
-    # counts come from the attempts that succeeded: what the dead one did is not in them
+    # the counts include what the dead attempt did before it died (d0..d4)
+    assert result.died == 1 and result.tasks >= 2
+    assert (result.processed, result.published) == (20, 20)
     assert result.redelivered == 1 and result.lost == 0 and result.failed == 0
     assert queue.stats().total == 0
     assert Counter(m.body for m in _drain(vsqs.Queue(output))) == Counter(bodies)

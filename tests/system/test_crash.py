@@ -21,6 +21,7 @@ import pytest
 import vsqs
 from vsqs._core import fs as _fs
 from vsqs._core import groups as _groups
+from vsqs._core import synced as _synced
 
 from tests.conftest import message_files
 
@@ -466,3 +467,87 @@ def test_dedup_publish(monkeypatch, fresh):
 
     steps = crash_everywhere(monkeypatch, fresh, lambda q: q.publish(b"payload", dedup_id="order-1"), check)
     assert steps >= 8  # the .new write, the reservation's create, the rename...
+
+
+# -- stages: files written, synced together, renamed, the directory synced once --
+
+STAGED = [b"one", b"two" * 1000, b"three", b"four", b"five"]
+
+
+@pytest.fixture
+def small_sync_batches(monkeypatch):
+    """Hand files to the fsync threads two at a time, so five messages take
+    the threaded path (two batches) and the last one follows at the end."""
+    monkeypatch.setattr(_synced, "SYNC_BATCH", 2)
+
+
+def _visible(q: vsqs.Queue) -> list[bytes]:
+    return sorted(m.body for m in q.receive_batch(100))
+
+
+def test_staged_publish(monkeypatch, fresh, small_sync_batches):
+    def check(q, completed):
+        q2 = recover(q)
+        assert q2.stats().total == 0  # nothing is visible before the commit
+        assert q2.stages() == ["s"] or (not completed and q2.stages() == [])
+        published = q2.commit_stage("s")
+        got = _visible(q2)
+        assert len(got) == published
+        assert set(got) <= set(STAGED) and len(got) == len(set(got))  # whole bodies, once each
+        assert_one_file_per_message(q2)
+        if completed:
+            assert got == sorted(STAGED)
+
+    steps = crash_everywhere(monkeypatch, fresh, lambda q: q.publish_staged(STAGED, stage="s"), check)
+    assert steps >= 5 * 5 + 1  # open, write, fsync, close, rename each; one directory fsync
+
+
+@pytest.mark.parametrize("publish", ["staged", "batch"])
+def test_many_messages_are_durable_before_they_are_named(monkeypatch, fresh, small_sync_batches, publish):
+    """The order of the steps of a staged publish and a durable batch publish:
+    every file is fsynced before any is renamed to its name, and the
+    directory is fsynced after the last rename."""
+    q = fresh()
+    calls: list[str] = []
+
+    class Recording:
+        def __getattr__(self, name: str):
+            real = getattr(os, name)
+            if not callable(real) or name.startswith("O_") or name == "path":
+                return real
+
+            def call(*args, **kwargs):
+                calls.append(name)
+                return real(*args, **kwargs)
+
+            return call
+
+    monkeypatch.setattr(_fs, "os", Recording())
+    if publish == "staged":
+        q.publish_staged(STAGED, stage="s")
+    else:
+        q.publish_batch(STAGED)
+    monkeypatch.setattr(_fs, "os", os)
+    assert calls.count("fsync") == len(STAGED) + 1
+    first_rename = calls.index("rename")
+    assert calls[:first_rename].count("fsync") == len(STAGED)  # all synced before the first rename
+    assert calls[first_rename:].count("rename") == len(STAGED)
+    assert calls[-1] == "close" and calls[-2] == "fsync"  # the directory, last
+
+
+def test_stage_commit(monkeypatch, fresh, small_sync_batches):
+    def setup():
+        q = fresh()
+        q.publish_staged(STAGED, stage="s")
+        return q
+
+    def check(q, completed):
+        q2 = recover(q)
+        if not completed:
+            q2.commit_stage("s")  # the job's commit, run again after the crash: it publishes the rest
+        assert q2.stages() == []
+        assert _visible(q2) == sorted(STAGED)  # nothing lost, nothing twice
+        assert_one_file_per_message(q2)
+
+    steps = crash_everywhere(monkeypatch, setup, lambda q: q.commit_stage("s"), check)
+    assert steps >= len(STAGED) + 1  # a rename each; one directory fsync

@@ -56,6 +56,7 @@ def _stats_fields(q: Queue, s: QueueStats, groups: bool) -> dict[str, Any]:
         "dead_lettered": s.dead_lettered,
         "oldest_ready_age": round(s.oldest_ready_age, 6),
         "writing": s.writing,
+        "staged": s.staged,
         "shards": q.shards,
     }
     if groups:

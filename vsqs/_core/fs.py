@@ -17,6 +17,7 @@ transition, so callers must use them as ``_fs.name(...)``.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import shutil
@@ -60,9 +61,7 @@ def exists(path: str) -> bool:
     except (FileNotFoundError, NotADirectoryError):
         return False
     except OSError as exc:
-        if exc.errno == errno.ESTALE:
-            return False
-        return True
+        return exc.errno != errno.ESTALE
     return True
 
 
@@ -127,18 +126,8 @@ def create_exclusive(path: str, data: bytes, *, durable: bool, mode: int | None 
     try:
         fd = os.open(path, _CREATE_FLAGS, 0o666 if mode is None else mode & 0o777)
     except OSError as exc:
-        if exc.errno == errno.EEXIST or (exc.errno in _CREATE_LOST and exists(path)):
-            return False  # taken (even if gone again since: someone else's race)
-        if exc.errno in (errno.EPERM, errno.EIO) and _can_create_beside(path):
-            # sshfs answers a lost O_EXCL race with EPERM, the HDFS gateway with EIO,
-            # and a stale negative cache may still say the name is free: if a fresh
-            # name beside it can be created, the directory is fine and the race was lost
-            return False
-        if exc.errno == errno.ENOENT and not exists(os.path.dirname(path)):
-            raise QueueNotFound(f"queue directory is gone: {os.path.dirname(path)}") from exc
-        if exc.errno in (errno.ENOSPC, errno.EDQUOT):
-            _unlink_quietly(path)  # some filesystems leave the entry behind; only then is it ours
-        raise storage_error(exc, "cannot create message file") from exc
+        _create_failed(exc, path)
+        return False  # taken
     try:
         if mode is not None:
             os.fchmod(fd, mode)  # up to the exact mode, never through the process-wide umask
@@ -159,6 +148,53 @@ def create_exclusive(path: str, data: bytes, *, durable: bool, mode: int | None 
         _unlink_quietly(path)
         raise storage_error(exc, "cannot write message file") from exc
     return True
+
+
+def create_open(path: str, data: bytes, mode: int | None = None) -> int | None:
+    """:func:`create_exclusive` (a hot path: not shared) less fsync and close: the
+    open descriptor, for :func:`sync_and_close`; ``None`` if the name was taken."""
+    try:
+        fd = os.open(path, _CREATE_FLAGS, 0o666 if mode is None else mode & 0o777)
+    except OSError as exc:
+        _create_failed(exc, path)
+        return None
+    try:
+        if mode is not None:
+            os.fchmod(fd, mode)
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view) :]
+    except OSError as exc:
+        os.close(fd)
+        _unlink_quietly(path)
+        raise storage_error(exc, "cannot write message file") from exc
+    return fd
+
+
+def _create_failed(exc: OSError, path: str) -> None:
+    """Return if the name was taken (a lost race), else raise."""
+    if exc.errno == errno.EEXIST or (exc.errno in _CREATE_LOST and exists(path)):
+        return  # taken (even if gone again since: someone else's race)
+    if exc.errno in (errno.EPERM, errno.EIO) and _can_create_beside(path):
+        return  # sshfs (EPERM), the HDFS gateway (EIO), a stale cache: a name beside works: lost
+    if exc.errno == errno.ENOENT and not exists(os.path.dirname(path)):
+        raise QueueNotFound(f"queue directory is gone: {os.path.dirname(path)}") from exc
+    if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+        _unlink_quietly(path)  # some filesystems leave the entry behind; only then is it ours
+    raise storage_error(exc, "cannot create message file") from exc
+
+
+def sync_and_close(fd: int, path: str) -> None:
+    """fsync and close what :func:`create_open` returned for ``path`` (on a
+    failure the file is removed, the error raised); many may run at once."""
+    try:
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)  # NFS reports deferred write errors at close
+    except OSError as exc:
+        _unlink_quietly(path)
+        raise storage_error(exc, "cannot write message file") from exc
 
 
 def rename(src: str, dst: str) -> bool:
@@ -394,10 +430,8 @@ def remove_tree_quietly(directory: str, names: list[str]) -> None:
     """Remove our own private directory holding ``names``; leftovers are harmless."""
     for name in names:
         _unlink_quietly(os.path.join(directory, name))
-    try:
+    with contextlib.suppress(OSError):
         os.rmdir(directory)
-    except OSError:
-        pass
 
 
 def remove_tree(directory: str) -> None:

@@ -130,6 +130,7 @@ class Maintenance:
             writing=writing,
             dead_lettered=self._dead_letters.count(),
             groups={self._group_name(sample[h]): tally for h, tally in per_group.items()} if groups else None,
+            staged=self._stages.count(),
             **counts,
         )
 

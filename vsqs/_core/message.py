@@ -79,6 +79,7 @@ class QueueStats:
     writing: int = 0  # .new files: publishes in progress, or orphans for gc
     dead_lettered: int = 0  # this queue's messages now in its dead-letter queue
     groups: dict[str, dict[str, int]] | None = None  # group -> counts by state, if asked
+    staged: int = 0  # in stages: written, not yet published (a Spark write before its commit)
 
     @property
     def total(self) -> int:

@@ -25,6 +25,7 @@ from vsqs._core.layout import Layout
 from vsqs._core.limits import DEFAULT_PRIORITY, MAX_DELAY, MAX_PRIORITY
 from vsqs._core.message import Body, Outgoing, to_bytes, to_us
 from vsqs._core.rules import check_attributes, check_priority, check_seconds
+from vsqs._core.synced import SyncedFiles
 
 COUNT_TTL = 1.0  # max_messages is checked against a count at most this old
 
@@ -109,17 +110,26 @@ def final_name(stem: str, delay: float) -> str:
 
 
 def write_new(
-    layout: Layout, entry: Prepared, durable: bool, mode: int | None, stage: str | None = None
+    layout: Layout,
+    entry: Prepared,
+    durable: bool,
+    mode: int | None,
+    stage: str | None = None,
+    files: SyncedFiles | None = None,
 ) -> tuple[str, str]:
     """Write ``STEM.new`` under a fresh key, where the message will live (or
-    in the directory ``stage``, ending in a separator); return (stem, path)."""
+    in the directory ``stage``, ending in a separator); return (stem, path).
+    With ``files`` its fsync is left to them (``durable`` is then ignored)."""
     content = _envelope.encode_envelope(entry.header, entry.body) if entry.header else entry.body
     for _attempt in range(8):
         key = _format.new_key(entry.priority)
         stem = _format.make_stem(key, group_hash=entry.group_hash, envelope=bool(entry.header))
         name = _format.writing_name(stem)
         temp = stage + name if stage is not None else layout.message_file(name)
-        if _fs.create_exclusive(temp, content, durable=durable, mode=mode):
+        if files is not None:
+            if files.create(temp, content, mode):
+                return stem, temp
+        elif _fs.create_exclusive(temp, content, durable=durable, mode=mode):
             return stem, temp
     raise StorageError(17, "no free message name after 8 tries", stage or layout.path)
 
@@ -195,20 +205,24 @@ def write_batch(
 ) -> Written:
     """Write each entry's ``.new`` file, reserving its dedup id if it has one
     (the body first, so a reservation always has its message, or the .new
-    file of its publisher, behind it). If anything fails, nothing stays."""
+    file of its publisher, behind it). Durable files are fsynced together
+    (:class:`SyncedFiles`) and all are on disk when this returns. If
+    anything fails, nothing stays."""
     written = Written([], {}, {})
     presence = Presence(layout) if any(entry.digest for entry in entries) else None
     try:
-        for position, entry in enumerate(entries):
-            stem, temp = write_new(layout, entry, durable, mode)
-            written.files.append((entry, stem, temp))  # before the reservation: undone if it fails
-            if entry.digest:
-                assert presence is not None
-                holder = reserve(reservations, entry.digest, stem, settings, written.reserved, presence)
-                if holder is not None:
-                    written.files.pop()
-                    _fs.unlink(temp)
-                    written.duplicates[position] = holder
+        with SyncedFiles() as files:
+            for position, entry in enumerate(entries):
+                stem, temp = write_new(layout, entry, durable, mode, files=files if durable else None)
+                written.files.append((entry, stem, temp))  # before the reservation: undone if it fails
+                if entry.digest:
+                    assert presence is not None
+                    holder = reserve(reservations, entry.digest, stem, settings, written.reserved, presence)
+                    if holder is not None:
+                        written.files.pop()
+                        _fs.unlink(temp)
+                        written.duplicates[position] = holder
+            files.wait()
     except BaseException:
         for _, _, temp in written.files:
             with contextlib.suppress(StorageError):

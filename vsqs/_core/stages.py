@@ -5,6 +5,7 @@ committed attempt's messages are published."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import Iterable
 
@@ -13,12 +14,13 @@ from vsqs._core import format as _format
 from vsqs._core import fs as _fs
 from vsqs._core import publishing
 from vsqs._core.dedup import Reservations
-from vsqs._core.errors import StorageError
+from vsqs._core.errors import QueueNotFound, StorageError
 from vsqs._core.format import State
 from vsqs._core.layout import Layout, move_into
 from vsqs._core.message import Body, Outgoing
 from vsqs._core.settings import check_suspended
 from vsqs._core.settings_store import SettingsStore
+from vsqs._core.synced import SyncedFiles
 
 
 class Stages:
@@ -34,7 +36,9 @@ class Stages:
         self._reservations = reservations
 
     def publish(self, bodies: Iterable[Body | Outgoing], stage: str) -> list[str]:
-        """Write messages durably into ``stage``; their ids."""
+        """Write messages durably into ``stage``; their ids. The files are
+        written, fsynced together (:class:`SyncedFiles`), renamed to their
+        staged names, and the stage directory is fsynced once."""
         directory = self._layout.file(_format.stage_dir_name(stage))
         settings = self._settings.current()
         check_suspended("publish", settings, self._layout.path)
@@ -43,16 +47,26 @@ class Stages:
         mode = self._settings.mode
         _fs.make_dirs(directory, mode)
         prefix = directory + os.sep
-        ids = []
-        for entry in entries:
-            if entry.digest:  # the commit needs it: it travels in the envelope
-                entry = entry._replace(header={**entry.header, "dedup": entry.digest})
-            stem, temp = publishing.write_new(self._layout, entry, True, mode, stage=prefix)
-            if not _fs.rename(temp, prefix + publishing.final_name(stem, entry.delay)):
+        staged: list[tuple[str, str, str]] = []  # (stem, .new path, staged path)
+        try:
+            with SyncedFiles() as files:  # every file written, then all synced together
+                for entry in entries:
+                    if entry.digest:  # the commit needs it: it travels in the envelope
+                        entry = entry._replace(header={**entry.header, "dedup": entry.digest})
+                    stem, temp = publishing.write_new(self._layout, entry, True, mode, stage=prefix, files=files)
+                    staged.append((stem, temp, prefix + publishing.final_name(stem, entry.delay)))
+                files.wait()
+        except BaseException:
+            for _, temp, _ in staged:  # not one of them is staged: none stays
+                with contextlib.suppress(StorageError):
+                    _fs.unlink(temp)
+            raise
+        # only whole, durable files get a staged name (a .new file is never published)
+        for _, temp, final in staged:
+            if not _fs.rename(temp, final):
                 raise StorageError(2, "staged message file vanished", temp)
-            ids.append(stem[: _format.KEY_LENGTH])
-        _fs.fsync_dir(directory)
-        return ids
+        _fs.fsync_dir(directory)  # once for them all
+        return [stem[: _format.KEY_LENGTH] for stem, _, _ in staged]
 
     def commit(self, stage: str) -> int:
         """Publish every message of ``stage`` and remove it; how many were published."""
@@ -104,6 +118,20 @@ class Stages:
         dropped = sum(1 for name in names if _format.parse_name(name) is not None)
         _fs.remove_tree_quietly(directory, names)  # all of it: the directory is ours
         return dropped
+
+    def count(self) -> int:
+        """How many messages the stages hold (staged, not yet published): one
+        listing of the queue and one of each stage."""
+        total = 0
+        for stage in self.names():
+            directory = self._layout.file(_format.stage_dir_name(stage))
+            try:
+                names = _fs.list_names(directory)
+            except QueueNotFound:
+                continue  # committed or dropped since the listing
+            parsed = (_format.parse_name(name) for name in names)
+            total += sum(1 for name in parsed if name is not None and name.state is not State.WRITING)
+        return total
 
     def names(self) -> list[str]:
         """The names of the stages not yet committed or aborted."""

@@ -61,7 +61,11 @@ class BrowserGuard:
       A Query form needs none, as any HTML form: what keeps a page's form
       out is the ``Origin`` and ``Sec-Fetch-Site`` check above, since
       browsers send them with every cross-origin POST and ``Sec-Fetch-Site``
-      with every GET.)
+      with every GET. Browsers too old for ``Sec-Fetch-Site`` send a
+      cross-site GET with neither, and a link opened from another
+      application comes as ``none``: on a gateway with no keys the SQS
+      endpoint takes a GET that changes the spool only with a SigV4
+      ``Authorization`` header, which no page can add.)
 
     Each answer is in the shape of the face the request was meant for.
     Clients that are no browsers (SDKs, the AWS CLI, curl) send no

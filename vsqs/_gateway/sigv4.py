@@ -58,7 +58,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
-from urllib.parse import quote, unquote
+from urllib.parse import quote, unquote, unquote_plus
 
 ALGORITHM = "AWS4-HMAC-SHA256"
 SERVICE = "sqs"
@@ -71,6 +71,7 @@ _EMPTY_PAYLOAD_HASH = hashlib.sha256(b"").hexdigest()
 
 _CREDENTIAL_RE = re.compile(r"([^/]+)/([0-9]{8})/([^/]+)/([^/]+)/aws4_request")
 _SIGNATURE_RE = re.compile(r"[0-9a-f]{64}")
+_EXPIRES_RE = re.compile(r"[0-9]{1,7}")  # ASCII digits: str.isdigit() takes "²", which int() refuses
 _HEADER_NAME_RE = re.compile(r"[a-z0-9!#$%&'*+.^_`|~-]+")
 
 
@@ -161,11 +162,15 @@ def canonical_uri(raw_path: str) -> str:
 
 
 def canonical_query(raw_query: str) -> str:
-    """Each name and value decoded then URI-encoded the SigV4 way, sorted."""
+    """Each name and value decoded then URI-encoded the SigV4 way, sorted. A ``+``
+    is decoded as a space, as the Query protocol's form reader
+    (:func:`vsqs._gateway.sqs.query.split_form`) reads it: the signature must
+    cover what the gateway acts on, or ``%2B`` (signed) could be sent as ``+``
+    (read as a space) under the same signature."""
     pairs = []
     for pair in raw_query.split("&") if raw_query else ():
         name, _, value = pair.partition("=")
-        pairs.append((quote(unquote(name), safe="-_.~"), quote(unquote(value), safe="-_.~")))
+        pairs.append((quote(unquote_plus(name), safe="-_.~"), quote(unquote_plus(value), safe="-_.~")))
     return "&".join(f"{name}={value}" for name, value in sorted(pairs))
 
 
@@ -200,7 +205,7 @@ def parse_presigned(raw_query: str) -> Presigned | None:
     header = (f"{fields['X-Amz-Algorithm']} Credential={fields['X-Amz-Credential']}, "
               f"SignedHeaders={fields['X-Amz-SignedHeaders']}, Signature={fields['X-Amz-Signature']}")
     expires = fields["X-Amz-Expires"]
-    if not expires.isdigit() or not 1 <= int(expires) <= MAX_PRESIGNED_EXPIRES:
+    if not _EXPIRES_RE.fullmatch(expires) or not 1 <= int(expires) <= MAX_PRESIGNED_EXPIRES:
         raise _incomplete(f"X-Amz-Expires must be a number of seconds 1..{MAX_PRESIGNED_EXPIRES}")
     _, amz_date = request_time({"x-amz-date": fields["X-Amz-Date"]})
     return Presigned(parse_authorization(header), amz_date, int(expires), "&".join(kept))

@@ -44,6 +44,10 @@ _HEAD_TOO_LARGE = (b"HTTP/1.1 431 Request Header Fields Too Large\r\ncontent-len
                    b"connection: close\r\n\r\n")
 
 
+class _HeadTooLarge(Exception):
+    """Raised in the parser's callback of a whole head over ``MAX_REQUEST_HEAD_BYTES``."""
+
+
 class _HeadDeadline:
     """The deadline for each request head, for either of uvicorn's HTTP protocols
     (a mixin before the protocol class): armed when the connection opens and
@@ -58,7 +62,6 @@ class _HeadDeadline:
         self.header_timeout = header_timeout
         self._head_timer: asyncio.TimerHandle | None = None
         self._head_started = False
-        self._head_bytes = 0  # received since the head was awaited
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         super().connection_made(transport)  # type: ignore[misc]
@@ -67,7 +70,6 @@ class _HeadDeadline:
     def data_received(self, data: bytes) -> None:
         if self._head_timer is not None and data:
             self._head_started = True
-            self._head_bytes += len(data)
         super().data_received(data)  # type: ignore[misc]
 
     def connection_lost(self, exc: Exception | None) -> None:
@@ -78,7 +80,6 @@ class _HeadDeadline:
         if self._head_timer is not None:
             self._head_timer.cancel()
         self._head_started = False
-        self._head_bytes = 0
         self._head_timer = self.loop.call_later(self.header_timeout, self._head_timed_out)
 
     def _head_came(self) -> None:
@@ -120,24 +121,62 @@ if HttpToolsProtocol is not None:
     class HttpToolsHeadDeadlineProtocol(_HeadDeadline, HttpToolsProtocol):
         """uvicorn's httptools protocol (several times cheaper than h11), with a
         deadline for each request head and a bound on its size: past
-        ``MAX_REQUEST_HEAD_BYTES`` without a whole head, a 431 and the
-        connection closed (h11 has the bound built in; httptools has none)."""
+        ``MAX_REQUEST_HEAD_BYTES``, a 431 and the connection closed (h11 has
+        a bound built in; httptools has none). A head is counted as it comes,
+        from the end of the previous request's body (a pipelined head comes
+        while a request is answered, before its deadline is armed), and a
+        whole head measured when parsed (one that came in a single read)."""
 
         def __init__(self, *args: Any, header_timeout: float, **kwargs: Any) -> None:
             super().__init__(*args, **kwargs)
             self._init_deadline(header_timeout)
+            # A head's bytes are counted from the end of the previous request's body, not only
+            # while the deadline runs: the next request's head may come (pipelined) while this
+            # one is answered (a long poll reads on, for the client's disconnect), and httptools
+            # buffers a partial header whole, so an uncounted one grew without bound.
+            self._reading_head = True  # between a request's body and the next head's end
+            self._heads = 0  # heads parsed on this connection
+            self._head_size = 0  # bytes of the head being read, as far as counted
+            self._head_too_large = False
 
         def data_received(self, data: bytes) -> None:
+            reading, heads = self._reading_head, self._heads
             super().data_received(data)
-            if self._head_timer is not None and self._head_bytes > MAX_REQUEST_HEAD_BYTES:
+            if not self._reading_head or self.transport.is_closing():
+                return
+            if reading and heads == self._heads:
+                self._head_size += len(data)  # the whole chunk is of this head
+            # else the head began inside this chunk: counted from the next one (a read's worth
+            # at most goes uncounted; a chunk's start may be a previous request's body)
+            if self._head_size > MAX_REQUEST_HEAD_BYTES:
                 self._head_came()
-                if not self.transport.is_closing():
-                    self.transport.write(_HEAD_TOO_LARGE)
-                    self.transport.close()
+                self.transport.write(_HEAD_TOO_LARGE)
+                self.transport.close()
 
         def on_headers_complete(self) -> None:
             self._head_came()
+            self._reading_head = False
+            self._heads += 1
+            # a head that came whole in one read was never counted above: its size, as sent
+            # in the usual form (the request line, "name: value" lines, the blank line)
+            size = (len(self.parser.get_method()) + len(self.url) + len(" HTTP/1.1\r\n\r\n") + 1
+                    + sum(len(name) + len(value) + 4 for name, value in self.headers))
+            if size > MAX_REQUEST_HEAD_BYTES:
+                self._head_too_large = True
+                raise _HeadTooLarge  # stops the parser; uvicorn answers its error (below)
             super().on_headers_complete()
+
+        def send_400_response(self, msg: str) -> None:
+            if not self._head_too_large:
+                super().send_400_response(msg)
+            elif not self.transport.is_closing():
+                self.transport.write(_HEAD_TOO_LARGE)
+                self.transport.close()
+
+        def on_message_complete(self) -> None:
+            self._reading_head = True  # what comes next is the next request's head
+            self._head_size = 0
+            super().on_message_complete()
 
         def on_response_complete(self) -> None:
             if not self.pipeline:  # a pipelined request's head has come already

@@ -8,6 +8,7 @@ the engine's one :class:`~vsqs._core.leases.LeaseKeeper`.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import logging
 import math
@@ -21,6 +22,12 @@ from vsqs import InvalidArgument, Message, Queue, Worker
 from vsqs._core.leases import LeaseKeeper
 from vsqs._core.limits import MAX_BATCH, MAX_VISIBILITY_TIMEOUT, MAX_WAIT
 from vsqs._spark.checks import seconds_fault
+from vsqs._spark.progress import (
+    Address,
+    AttemptReport,
+    ProgressReporter,
+    ProgressServer,
+)
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -30,14 +37,17 @@ log = logging.getLogger("vsqs.spark")
 
 @dataclass(frozen=True)
 class ProcessResult:
-    """What :func:`process_queue` did, summed over the successful task attempts."""
+    """What :func:`process_queue` did, summed over every task attempt: those
+    that returned, and those that died (a killed worker, a lost executor, a
+    losing speculative copy), counted up to their death (docs/spark.md)."""
 
-    processed: int = 0  # fn succeeded and the message was deleted
+    processed: int = 0  # fn succeeded (its results published) and the message was deleted
     failed: int = 0  # fn raised: the message stays in the queue (hidden for retry_delay)
     redelivered: int = 0  # messages received that had been received before (receive_count > 1)
     lost: int = 0  # lease lost before the delete: the message will be delivered again
     published: int = 0  # results published to the output queue
     tasks: int = 0  # task attempts whose counts are included
+    died: int = 0  # of these, attempts that never returned (their counts: up to their death)
 
     def __add__(self, other: ProcessResult) -> ProcessResult:
         return ProcessResult(
@@ -67,13 +77,20 @@ def _results(value: object) -> list[Body]:
 
 
 class _Counts:
-    """Thread-safe counters of one task."""
+    """Thread-safe counters of one task attempt; each change is reported to
+    the driver (``reporter``), so that what an attempt did counts even if it
+    dies. A dead attempt's counts are what it reports: ``done`` (fn
+    succeeded, results published: the delete may not have followed) as
+    processed, ``tried_failed`` (fn raised) as failed."""
 
-    def __init__(self) -> None:
+    def __init__(self, reporter: ProgressReporter | None = None) -> None:
         self.lock = threading.Lock()
+        self.reporter = reporter
         self.redelivered = 0
         self.published = 0
         self.processed = 0
+        self.done = 0
+        self.tried_failed = 0
         self.failed = 0
         self.lost = 0
 
@@ -81,6 +98,11 @@ class _Counts:
         with self.lock:
             for name, value in counts.items():
                 setattr(self, name, getattr(self, name) + value)
+            if self.reporter is not None:
+                self.reporter.report({
+                    "processed": self.done, "failed": self.tried_failed, "redelivered": self.redelivered,
+                    "lost": self.lost, "published": self.published,
+                })
 
 
 @dataclass(frozen=True)
@@ -96,21 +118,45 @@ class _TaskSpec:
     concurrency: int
     retry_delay: float
     max_messages: int | None
+    progress: Address | None = None  # where attempts report their running counts
 
 
-def _run_task(spec: _TaskSpec) -> ProcessResult:
-    """One task: drain the queue (burst), calling fn; runs on an executor."""
+def _attempt() -> str:
+    """This task attempt's name: partition, attempt number, Spark's attempt id."""
+    from pyspark import TaskContext
+
+    context = TaskContext.get()
+    if context is None:  # pragma: no cover - always run in a task
+        return f"x.{os.getpid()}.{threading.get_ident()}"
+    return f"{context.partitionId()}.{context.attemptNumber()}.{context.taskAttemptId()}"
+
+
+def _run_task(spec: _TaskSpec, attempt: str = "") -> ProcessResult:
+    """One task attempt: drain the queue (burst), calling fn; runs on an executor."""
+    reporter = ProgressReporter(spec.progress, attempt) if spec.progress is not None else None
+    try:
+        result = _drain(spec, _Counts(reporter))
+    finally:
+        if reporter is not None:
+            reporter.close()  # after finish(): an attempt that raised reports no end
+    return result
+
+
+def _drain(spec: _TaskSpec, counts: _Counts) -> ProcessResult:
     queue, output = spec.queue, spec.output
-    counts = _Counts()
     if spec.batch_size is None:
 
         def handle(message: Message) -> None:
             if message.receive_count > 1:
                 counts.add(redelivered=1)
-            bodies = _results(spec.fn(message.body))
+            try:
+                bodies = _results(spec.fn(message.body))
+            except Exception:
+                counts.add(tried_failed=1)
+                raise
             if output is not None and bodies:
                 output.publish_batch(bodies)  # durable, before the input is deleted
-                counts.add(published=len(bodies))
+            counts.add(published=len(bodies) if output is not None else 0, done=1)
 
         stats = Worker(
             queue,
@@ -122,9 +168,12 @@ def _run_task(spec: _TaskSpec) -> ProcessResult:
             burst=True,
             retry_delay=spec.retry_delay,
         ).work()
-        counts.add(processed=stats.processed, failed=stats.failed, lost=stats.lost)
+        with counts.lock:  # the worker's own counts are the final ones
+            counts.processed, counts.failed, counts.lost = stats.processed, stats.failed, stats.lost
     else:
         _BatchLoop(queue, output, spec, counts).run()
+    if counts.reporter is not None:
+        counts.reporter.finish()
     return ProcessResult(
         processed=counts.processed,
         failed=counts.failed,
@@ -209,10 +258,11 @@ class _BatchLoop:
                 log.info("batch of %d failed: %s", len(messages), exc)
                 with self.lock:
                     self.parked.extend(messages)
+                self.counts.add(tried_failed=len(messages))
                 continue
             if self.output is not None and bodies:
                 self.output.publish_batch(bodies)  # durable, before the inputs are deleted
-                self.counts.add(published=len(bodies))
+            self.counts.add(published=len(bodies) if self.output is not None else 0, done=len(messages))
             for message in messages:
                 self._settle(message, give_back=False)
 
@@ -315,7 +365,8 @@ def process_queue(
     (or after ``max_messages`` in all). A task that dies, is retried or is
     run speculatively re-delivers the messages it held when their lease runs
     out; nothing is lost, and a message may be handled twice (at-least-once).
-    The counts come from the task attempts that succeeded.
+    The counts include every attempt, those that died too (up to their
+    death: see :class:`ProcessResult` and docs/spark.md).
     """
     queue = path if isinstance(path, Queue) else Queue(path)
     out = None if output is None else output if isinstance(output, Queue) else Queue(output, create=True)
@@ -336,16 +387,50 @@ def process_queue(
         max_messages=max_messages,
     )
 
-    def task(_partition: Iterable[int]) -> Iterator[ProcessResult]:
-        yield _run_task(spec)
+    server = _progress_server(context)
+    if server is not None:
+        spec = dataclasses.replace(spec, progress=server.address)
+
+    def task(_partition: Iterable[int]) -> Iterator[tuple[str, ProcessResult]]:
+        attempt = _attempt()
+        yield attempt, _run_task(spec, attempt)
 
     context.setJobDescription(f"vsqs.process_queue {queue.path}")
     try:
         results = context.parallelize(range(tasks), tasks).mapPartitions(task).collect()
     finally:
         context.setJobDescription(None)  # type: ignore[arg-type]
-    total = ProcessResult()
-    for result in results:
-        total += result
-    return total
+        reports = {} if server is None else server.close_and_report()
+    return _total(results, reports)
 
+
+def _progress_server(context: Any) -> ProgressServer | None:
+    """A server for the attempts' reports, on the address executors reach the driver at."""
+    host = context.getConf().get("spark.driver.host", "127.0.0.1")
+    try:
+        return ProgressServer(host, on_died=_announce_death)
+    except OSError as exc:
+        log.warning("no progress channel on %s (%s): attempts that die are not counted", host, exc)
+        return None
+
+
+def _announce_death(attempt: str, counts: dict[str, int]) -> None:
+    partition, number = attempt.split(".")[:2]
+    log.warning(
+        "process_queue: task %s (attempt %s) died after processing %d message(s); "
+        "the message(s) it held come back after their visibility timeout",
+        partition, number, counts["processed"],
+    )
+
+
+def _total(results: list[tuple[str, ProcessResult]], reports: dict[str, AttemptReport]) -> ProcessResult:
+    """The returned attempts' results, plus what the others reported before they died."""
+    total = ProcessResult()
+    returned = set()
+    for attempt, result in results:
+        total += result
+        returned.add(attempt)
+    for attempt, report in reports.items():
+        if attempt not in returned:  # died, or a speculative copy whose result Spark dropped
+            total += ProcessResult(**report.counts, tasks=1, died=0 if report.finished else 1)
+    return total

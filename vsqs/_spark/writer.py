@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import logging
 import secrets
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -36,6 +37,7 @@ log = logging.getLogger("vsqs.spark")
 
 STAGE_CHUNK_ROWS = 1000  # rows per publish_staged call (one directory fsync each)
 STAGE_CHUNK_BYTES = 16 << 20
+COMMIT_THREADS = 8  # stages the driver's commit publishes at once
 
 
 @dataclass
@@ -91,16 +93,20 @@ def _stage_rows(queue: Queue, stage_prefix: str, chunks: Iterable[list[Any]]) ->
     return StagedCommit(stage, rows)
 
 
-def _commit_stages(queue: Queue, prefix: str, messages: Sequence[WriterCommitMessage | None]) -> int:
+def _commit_stages(open_queue: Callable[[], Queue], prefix: str, messages: Sequence[WriterCommitMessage | None]) -> int:
     """Publish the stages named in ``messages``; drop this job's other stages
-    (attempts that failed or lost to another attempt). Returns messages published."""
-    committed = set()
-    published = 0
-    for message in messages:
-        if isinstance(message, StagedCommit) and message.stage is not None:
-            published += queue.commit_stage(message.stage)
-            committed.add(message.stage)
-    _drop_stages(queue, prefix, keep=committed)
+    (attempts that failed or lost to another attempt). Returns messages published.
+
+    Up to COMMIT_THREADS stages are committed at once, each by a handle of
+    its own (``open_queue()``): a commit is a rename per message, and on a
+    network filesystem each rename is a round trip."""
+    committed = [m.stage for m in messages if isinstance(m, StagedCommit) and m.stage is not None]
+    if len(committed) > 1:
+        with ThreadPoolExecutor(min(COMMIT_THREADS, len(committed)), thread_name_prefix="vsqs-commit") as pool:
+            published = sum(pool.map(lambda stage: open_queue().commit_stage(stage), committed))
+    else:
+        published = sum(open_queue().commit_stage(stage) for stage in committed)
+    _drop_stages(open_queue(), prefix, keep=set(committed))
     return published
 
 
@@ -147,7 +153,7 @@ class StagedWriter(DataSourceArrowWriter):
         return _stage_rows(queue, f"spark-{self.job}", _arrow_chunks(iterator, self.columns))
 
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
-        published = _commit_stages(self.options.queue(), f"spark-{self.job}", messages)
+        published = _commit_stages(self.options.queue, f"spark-{self.job}", messages)
         log.info("published %d messages to %s", published, self.options.path)
 
     def abort(self, messages: list[WriterCommitMessage | None]) -> None:
@@ -181,7 +187,7 @@ class StagedStreamWriter(_StreamWriterBase):
         return _stage_rows(queue, self._prefix(batch_id if batch_id is not None else "x"), chunks)
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
-        published = _commit_stages(self.options.queue(), self._prefix(batchId), messages)
+        published = _commit_stages(self.options.queue, self._prefix(batchId), messages)
         log.info("batch %s: published %d messages to %s", batchId, published, self.options.path)
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:

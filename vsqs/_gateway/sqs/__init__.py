@@ -33,8 +33,10 @@ Decisions (beyond SQS's own rules):
   the Query protocol the form is the signed body, or a ``GET`` is
   presigned). With none but an API key, SigV4 with the API key as the
   secret and any access key id (a key closes both faces); with neither,
-  every request is accepted, signed or not. The region in the signature's
-  scope is not checked (it only names the key derivation).
+  every request is accepted, signed or not, but a Query ``GET`` of an action
+  that changes the spool, which needs a SigV4 ``Authorization`` header (any:
+  what a web page cannot make a browser send; ``endpoint``). The region in
+  the signature's scope is not checked (it only names the key derivation).
 - Queue URL ``{scheme}://{Host}/{account_id}/{name}`` (``--public-url`` gives
   its start instead; the Host is one the gateway serves). A QueueUrl is
   accepted with any host and account; its last segment is the queue name.

@@ -430,3 +430,6 @@ ACTIONS: dict[str, Action] = {
 # the actions whose requests carry message bodies: they take the face's cap, the others a small one
 MESSAGE_ACTIONS = frozenset({"SendMessage", "SendMessageBatch"})
 UNSUPPORTED_ACTIONS: frozenset[str] = frozenset()
+# the actions that change nothing (ReceiveMessage does: it hides messages, counts receives)
+READ_ONLY_ACTIONS = frozenset({"GetQueueUrl", "ListQueues", "GetQueueAttributes", "ListQueueTags",
+                               "ListDeadLetterSourceQueues", "ListMessageMoveTasks"})

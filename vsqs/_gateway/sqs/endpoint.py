@@ -14,7 +14,7 @@ import uuid
 from collections.abc import Iterator, Mapping
 
 from starlette.exceptions import HTTPException as StarletteHTTPException
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 from starlette.routing import Route
 
@@ -27,7 +27,12 @@ from vsqs._gateway.limits import (
     MAX_SMALL_BODY_BYTES,
 )
 from vsqs._gateway.size_cap import declared_length, http_refusal
-from vsqs._gateway.sqs.actions import ACTIONS, MESSAGE_ACTIONS, UNSUPPORTED_ACTIONS
+from vsqs._gateway.sqs.actions import (
+    ACTIONS,
+    MESSAGE_ACTIONS,
+    READ_ONLY_ACTIONS,
+    UNSUPPORTED_ACTIONS,
+)
 from vsqs._gateway.sqs.call import Call
 from vsqs._gateway.sqs.parameters import no_such_queue
 from vsqs._gateway.sqs.protocol import SqsError, action_of, sqs_error_of, too_large
@@ -56,7 +61,25 @@ class _AnyAccessKey(Mapping[str, str]):
         return 0
 
 
-async def _authenticate(request: Request, gateway: Gateway, body: bytes) -> None:
+def _check_unkeyed_get(request: Request, action: str) -> None:
+    """On a gateway with no keys, a Query ``GET`` of an action that changes something
+    must carry a SigV4 ``Authorization`` header: a web page can make a visitor's
+    browser send any GET (a link, an image), and a browser too old to send
+    ``Sec-Fetch-Site``, or a link opened from another application
+    (``Sec-Fetch-Site: none``), passes the browser guard; but no page can add an
+    ``Authorization`` header without a CORS preflight, which the gateway never
+    grants. (A presigned URL proves nothing here: with no keys, no signature is
+    checked.) Clients POST their forms, or sign in the headers (boto 2's GETs)."""
+    if request.method != "GET" or action not in ACTIONS or action in READ_ONLY_ACTIONS:
+        return
+    if request.headers.get("authorization", "").strip().startswith(_sigv4.ALGORITHM + " "):
+        return
+    raise SqsError("AccessDenied", f"this gateway has no keys: a GET of {action}, which changes the spool, must be "
+                   "signed in an Authorization header (a web page could make a browser send it otherwise); "
+                   "POST the form instead, or configure keys", 403)
+
+
+async def _authenticate(request: Request, gateway: Gateway, body: bytes, action: str) -> None:
     """SigV4 against the AWS key pairs; with none but an API key, against the API key
     as the secret (any access key id), so that a key closes both faces. The check
     hashes the body and the canonical request: in place for a small body and a
@@ -68,6 +91,7 @@ async def _authenticate(request: Request, gateway: Gateway, body: bytes) -> None
     credentials: Mapping[str, str] = config.aws_credentials
     if not credentials:
         if not config.api_key:
+            _check_unkeyed_get(request, action)
             return  # none configured: every signature is accepted (the gateway warned at start-up)
         credentials = _AnyAccessKey(config.api_key)
     check = functools.partial(
@@ -169,8 +193,12 @@ class SqsFace:
         request = Request(scope, receive)
         try:
             response = await self.answer(request)
-        except StarletteHTTPException as exc:
+        except StarletteHTTPException as exc:  # the size cap or the body deadline, while the body came
+            scope.setdefault("vsqs.operation", _operation_named(request))  # counted under its action
             response = http_refusal(scope, exc, self.gateway.config)
+        except ClientDisconnect:  # gone while its body came: no answer, counted under its action
+            scope.setdefault("vsqs.operation", _operation_named(request))
+            raise
         await response(scope, receive, send)
 
     async def answer(self, request: Request) -> Response:
@@ -182,15 +210,14 @@ class SqsFace:
         try:
             incoming = await _read(request, wire is JSON, gateway.config.max_sqs_request_bytes)
         except SqsError as exc:  # over a size cap, or a form that cannot be read
-            named = action_of(request.headers.get("x-amz-target", "")) if wire is JSON else ""
-            scope["vsqs.operation"] = f"sqs.{named}" if named in ACTIONS else "sqs.unknown"
+            scope["vsqs.operation"] = _operation_named(request)
             scope["vsqs.outcome"] = exc.name
             return wire.error_response(exc, request_id)
         action = incoming.action
         handler = ACTIONS.get(action)
         scope["vsqs.operation"] = f"sqs.{action}" if handler else "sqs.unknown"
         try:
-            await _authenticate(request, gateway, incoming.body)
+            await _authenticate(request, gateway, incoming.body, action)
             if handler is None:
                 if action in UNSUPPORTED_ACTIONS:
                     raise SqsError("UnsupportedOperation", f"vsqs does not support {action}.")
@@ -216,6 +243,13 @@ class SqsFace:
                                        request_id)
         scope["vsqs.outcome"] = call.outcome
         return wire.result_response(action, result, request_id)
+
+
+def _operation_named(request: Request) -> str:
+    """The metrics' operation of a request whose body was not read: the action its
+    X-Amz-Target names (JSON 1.0), else ``sqs.unknown`` (a Query form's is in its body)."""
+    named = action_of(request.headers.get("x-amz-target", "")) if wire_of(request.scope) is JSON else ""
+    return f"sqs.{named}" if named in ACTIONS else "sqs.unknown"
 
 
 def route(face: SqsFace) -> Route:

@@ -1,0 +1,140 @@
+"""Many new files made durable together.
+
+One fsync per file, one after the other, costs a journal commit each (on a
+local disk) or a round trip each (an NFS COMMIT): that bounds a durable
+write of many messages. :class:`SyncedFiles` writes the files and hands
+their fsyncs to a few threads while the next files are written, so the
+flushes overlap and share the filesystem's commits; :meth:`SyncedFiles.wait`
+returns once every file is on disk. The caller gives the files their
+visible names only after that (a rename each), then fsyncs each directory
+once: the order of a single durable publish, batched.
+
+All system calls go through :mod:`vsqs._core.fs` (its crash-injection patch point).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+from collections import deque
+from concurrent.futures import Future, ThreadPoolExecutor
+from types import TracebackType
+
+from vsqs._core import fs as _fs
+from vsqs._core.errors import StorageError
+
+SYNC_THREADS = 8  # fsyncs in flight at once
+SYNC_BATCH = 128  # files written before their fsyncs are handed to the threads
+
+
+class SyncedFiles:
+    """A context manager: :meth:`create` files, :meth:`wait` until all are
+    durable. Leaving the block waits for the fsyncs still running (their
+    descriptors are closed), whatever happened.
+
+    Files are handed to the threads in batches (each thread fsyncs a slice
+    of a batch in turn), not one by one: a hand-over per file cost more
+    thread switches than the fsyncs saved. At most two batches hold open
+    descriptors at a time."""
+
+    def __init__(self, threads: int | None = None, batch: int | None = None) -> None:
+        self._threads = threads or SYNC_THREADS
+        self._batch = batch or SYNC_BATCH
+        self._pool: ThreadPoolExecutor | None = None
+        self._written: list[tuple[int, str]] = []  # created, not yet handed over
+        self._pending: deque[list[Future[None]]] = deque()  # the batches being synced
+        self._error: BaseException | None = None
+
+    def create(self, path: str, data: bytes, mode: int | None = None) -> bool:
+        """Create ``path`` holding ``data`` (as :func:`fs.create_exclusive`);
+        its fsync follows in the background. ``False`` if the name was taken.
+
+        If the process has no descriptor left (up to three batches are open
+        at once: more than a low ``ulimit -n`` shared by many threads), the
+        files in flight are synced and closed first, and the create tried again."""
+        try:
+            fd = _fs.create_open(path, data, mode)
+        except StorageError as exc:
+            if exc.errno not in (errno.EMFILE, errno.ENFILE) or not (self._written or self._pending):
+                raise
+            self._settle_all()  # their descriptors closed (a failure is kept for wait())
+            fd = _fs.create_open(path, data, mode)
+        if fd is None:
+            return False
+        self._written.append((fd, path))
+        if len(self._written) >= self._batch:
+            while len(self._pending) >= 2:
+                self._settle(self._pending.popleft())
+            self._hand_over()
+        return True
+
+    def _hand_over(self) -> None:
+        """Give the files written so far to the threads, in slices."""
+        files, self._written = self._written, []
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(self._threads, thread_name_prefix="vsqs-fsync")
+        slices = [files[i :: self._threads] for i in range(min(self._threads, len(files)))]
+        self._pending.append([self._pool.submit(_sync_all, part) for part in slices])
+
+    def _settle_all(self) -> None:
+        """Hand over the files written so far and wait for every fsync."""
+        if self._written:
+            self._hand_over()
+        while self._pending:
+            self._settle(self._pending.popleft())
+
+    def _settle(self, batch: list[Future[None]]) -> None:
+        for future in batch:
+            try:
+                future.result()
+            except BaseException as exc:  # noqa: BLE001 - the first one is raised by wait()
+                if self._error is None:
+                    self._error = exc
+
+    def wait(self) -> None:
+        """Return once every file created so far is durable; raise the first
+        failure (the files that failed are removed; the others are not)."""
+        if len(self._written) == 1 and not self._pending:  # a lone file: no thread
+            fd, path = self._written.pop()
+            try:
+                _fs.sync_and_close(fd, path)
+            except BaseException as exc:  # noqa: BLE001 - raised below
+                self._error = self._error or exc
+        elif self._written:
+            self._hand_over()
+        while self._pending:
+            self._settle(self._pending.popleft())
+        if self._error is not None:
+            error, self._error = self._error, None
+            raise error
+
+    def __enter__(self) -> SyncedFiles:
+        return self
+
+    def __exit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        try:
+            if kind is not None:
+                with contextlib.suppress(StorageError):
+                    self.wait()  # only to close the descriptors: the block's error wins
+        finally:
+            if self._pool is not None:
+                self._pool.shutdown(wait=True)
+
+
+def _sync_all(files: list[tuple[int, str]]) -> None:
+    """fsync and close each file in turn (one thread's slice); every
+    descriptor is closed even after a failure, and the first failure raised."""
+    error: BaseException | None = None
+    for fd, path in files:
+        if error is not None:
+            with contextlib.suppress(BaseException):
+                _fs.sync_and_close(fd, path)
+            continue
+        try:
+            _fs.sync_and_close(fd, path)
+        except BaseException as exc:  # noqa: BLE001 - raised once the slice is closed
+            error = exc
+    if error is not None:
+        raise error
