@@ -127,3 +127,81 @@ def run_race(race: Race, producer_paths: list[str], consumer_paths: list[str], l
             assert received_next >= until, "delivered again inside a visibility window"
             redelivered += 1
     return redelivered
+
+
+# -- groups taken in runs (receive_batch(group_runs=True)) ---------------------
+
+
+def _consume_runs(path: str, index: int, total: int, barrier, deleted, deadline: float, out: str) -> None:
+    """Take runs of groups; settle each member at random (delete, release, made
+    visible, or extended first); log each run: its group, its bodies, when it
+    was received, when its last member's settling began, and what was deleted."""
+    q = vsqs.Queue(path)
+    rng = random.Random(index)
+    runs = []
+    barrier.wait()
+    end = time.monotonic() + deadline
+    while deleted.value < total and time.monotonic() < end:
+        batch = q.receive_batch(rng.randint(1, 10), visibility_timeout=60, group_runs=True)
+        received = time.time()
+        by_group: dict[str, list[vsqs.Message]] = defaultdict(list)
+        for m in batch:
+            by_group[m.group].append(m)
+        for group, run in by_group.items():
+            done = []
+            for m in rng.sample(run, len(run)):  # settled in any order
+                settling = time.time()
+                choice = rng.random()
+                if choice < 0.1:
+                    m.release()
+                elif choice < 0.15:
+                    m.change_visibility(0)
+                else:
+                    if choice < 0.25:
+                        m.change_visibility(120)
+                    m.delete()
+                    done.append(m.body.decode())
+                    with deleted.get_lock():
+                        deleted.value += 1
+            runs.append((group, [m.body.decode() for m in run], received, settling, index, done))
+    with open(out, "w") as f:
+        json.dump(runs, f)
+
+
+def run_group_race(paths: list[str], logdir, groups: int, per_group: int, deadline: float = 120.0) -> int:
+    """Consumers (one per path) take runs of ``groups`` groups of ``per_group``
+    messages each, already published; check that no group was ever held by
+    two consumers at once, that each run was the group's next messages in
+    order (a message made visible again first), and that each message was
+    deleted once; return how many runs had more than one message."""
+    ctx = multiprocessing.get_context("spawn")
+    barrier = ctx.Barrier(len(paths))
+    deleted = ctx.Value("i", 0)
+    total = groups * per_group
+    consumers = [
+        ctx.Process(target=_consume_runs, args=(path, i, total, barrier, deleted, deadline, str(logdir / f"r{i}.json")))
+        for i, path in enumerate(paths)
+    ]
+    for p in consumers:
+        p.start()
+    for p in consumers:
+        p.join(deadline + 60)
+        assert p.exitcode == 0
+    runs = []
+    for i in range(len(consumers)):
+        with open(logdir / f"r{i}.json") as f:
+            runs += json.load(f)
+    assert deleted.value == total, "messages left undeleted"
+    longer = 0
+    for g in range(groups):
+        left = [f"{g}:{n}" for n in range(per_group)]  # the group's messages not yet deleted, in order
+        previous_end = 0.0
+        ordered = sorted((r for r in runs if r[0] == f"g{g}"), key=lambda r: r[2])
+        for _, bodies, received, settling, _, done in ordered:
+            assert received >= previous_end, f"group g{g} held by two consumers at once"
+            assert bodies == left[: len(bodies)], f"group g{g} out of order: {bodies} with {left[:10]} next"
+            left = [body for body in left if body not in done]
+            previous_end = settling
+            longer += len(bodies) > 1
+        assert left == [], f"group g{g}: {left} never deleted"
+    return longer

@@ -186,7 +186,7 @@ PINNED = {
         "read": "method (self, receipt: str) -> bytes",
         "read_message": "method (self, receipt: str) -> Message",
         "receive": "method (self, *, visibility_timeout: float | None = None, wait: float | None = None) -> Message | None",
-        "receive_batch": "method (self, max_messages: int = 10, *, visibility_timeout: float | None = None, wait: float | None = None, read_bodies: bool = True) -> list[Message]",
+        "receive_batch": "method (self, max_messages: int = 10, *, visibility_timeout: float | None = None, wait: float | None = None, read_bodies: bool = True, group_runs: bool = False) -> list[Message]",
         "receiving": "method (self, *, visibility_timeout: float | None = None, wait: float = 0) -> Iterator[Message | None]",
         "redrive": "method (self, to: Queue | str | os.PathLike[str] | None = None, *, max_messages: int | None = None) -> int",
         "redrive_tasks": "method (self) -> list[dict[str, Any]]",

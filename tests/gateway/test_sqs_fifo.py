@@ -4,6 +4,7 @@ boto3 against a real `vsqs serve` (the servers of test_sqs.py)."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from tests.gateway.server import Server
@@ -81,3 +82,70 @@ def test_no_sequence_number_on_a_standard_queue(sqs: Any) -> None:
     assert "SequenceNumber" not in sqs.send_message(QueueUrl=url, MessageBody="x")
     message = sqs.receive_message(QueueUrl=url, AttributeNames=["All"])["Messages"][0]
     assert "SequenceNumber" not in message["Attributes"]
+
+
+def _bodies(got: dict[str, Any]) -> list[str]:
+    return [m["Body"] for m in got.get("Messages", [])]
+
+
+def _send(sqs: Any, url: str, group: str, *bodies: str) -> None:
+    for body in bodies:
+        sqs.send_message(QueueUrl=url, MessageBody=body, MessageGroupId=group, MessageDeduplicationId=body)
+
+
+def test_one_receive_takes_a_groups_next_messages_in_order(sqs: Any) -> None:
+    _, url = fifo_queue(sqs)
+    _send(sqs, url, "g", *(f"g{i}" for i in range(5)))
+    got = sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10, VisibilityTimeout=3600)
+    assert _bodies(got) == [f"g{i}" for i in range(5)]  # as Amazon: the whole group, in order
+
+
+def test_a_run_holds_its_group_until_each_message_is_deleted(sqs: Any) -> None:
+    _, url = fifo_queue(sqs)
+    _send(sqs, url, "g", *(f"g{i}" for i in range(5)))
+    _send(sqs, url, "h", "h0")
+    run = sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=3, VisibilityTimeout=3600)["Messages"]
+    assert [m["Body"] for m in run] == ["g0", "g1", "g2"]
+    assert _bodies(sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10)) == ["h0"]  # g is held
+    for message in run[:2]:
+        sqs.delete_message(QueueUrl=url, ReceiptHandle=message["ReceiptHandle"])
+        assert _bodies(sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10)) == []  # still held by g2
+    sqs.delete_message(QueueUrl=url, ReceiptHandle=run[2]["ReceiptHandle"])
+    assert _bodies(sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10)) == ["g3", "g4"]
+
+
+def test_a_member_made_visible_comes_back_before_the_rest_of_its_group(sqs: Any) -> None:
+    _, url = fifo_queue(sqs)
+    _send(sqs, url, "g", *(f"g{i}" for i in range(5)))
+    run = sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=4, VisibilityTimeout=3600)["Messages"]
+    assert [m["Body"] for m in run] == ["g0", "g1", "g2", "g3"]
+    sqs.change_message_visibility(QueueUrl=url, ReceiptHandle=run[1]["ReceiptHandle"], VisibilityTimeout=0)
+    assert _bodies(sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10)) == []  # g0, g2, g3 in flight
+    extended = sqs.change_message_visibility_batch(QueueUrl=url, Entries=[
+        {"Id": str(i), "ReceiptHandle": run[i]["ReceiptHandle"], "VisibilityTimeout": 7200} for i in (0, 2)])
+    assert len(extended["Successful"]) == 2
+    for i in (0, 2, 3):
+        sqs.delete_message(QueueUrl=url, ReceiptHandle=run[i]["ReceiptHandle"])
+    again = sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10, AttributeNames=["ApproximateReceiveCount"])
+    assert _bodies(again) == ["g1", "g4"]  # g1 first, then the rest of the group
+    assert [m["Attributes"]["ApproximateReceiveCount"] for m in again["Messages"]] == ["2", "1"]
+
+
+def test_a_run_dead_letters_after_max_receive_count(sqs: Any) -> None:
+    _, dlq_url = fifo_queue(sqs)
+    arn = sqs.get_queue_attributes(QueueUrl=dlq_url, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
+    policy = json.dumps({"deadLetterTargetArn": arn, "maxReceiveCount": "2"})
+    _, url = fifo_queue(sqs, RedrivePolicy=policy)
+    _send(sqs, url, "g", "g0", "g1", "g2")
+    run = sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10)["Messages"]
+    assert [m["Body"] for m in run] == ["g0", "g1", "g2"]
+    sqs.change_message_visibility_batch(QueueUrl=url, Entries=[
+        {"Id": str(i), "ReceiptHandle": m["ReceiptHandle"], "VisibilityTimeout": 0} for i, m in enumerate(run)])
+    # back in order (the gateway may hand them out alone until it lists the queue again: its own moves)
+    again: list[str] = []
+    while got := sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10).get("Messages"):
+        again += [m["Body"] for m in got]
+        sqs.change_message_visibility_batch(QueueUrl=url, Entries=[
+            {"Id": str(i), "ReceiptHandle": m["ReceiptHandle"], "VisibilityTimeout": 0} for i, m in enumerate(got)])
+    assert again == ["g0", "g1", "g2"]  # the second receive of each; the third dead-letters them
+    assert _bodies(sqs.receive_message(QueueUrl=dlq_url, MaxNumberOfMessages=10)) == ["g0", "g1", "g2"]

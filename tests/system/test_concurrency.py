@@ -82,3 +82,14 @@ def test_throttle_holds_across_four_processes(tmp_path):
                 per_window[window] += 1
     assert received > THROTTLE[0]  # it did let receives through, window after window
     assert max(per_window.values()) <= THROTTLE[0], dict(per_window)
+
+
+def test_four_consumers_take_runs_of_groups(tmp_path):
+    from tests.racing import run_group_race
+
+    q = vsqs.Queue(tmp_path / "q", create=True)
+    for g in range(6):
+        q.publish_batch([f"{g}:{n}" for n in range(40)], group=f"g{g}", durable=False)
+    longer = run_group_race([q.path] * 4, tmp_path, groups=6, per_group=40)
+    assert longer > 0  # runs of several messages were taken (so the checks saw them)
+    assert q.stats().total == 0 and message_files(q.path) == {}

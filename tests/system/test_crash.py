@@ -374,6 +374,84 @@ def test_group_delete(monkeypatch, fresh):
     crash_everywhere(monkeypatch, setup, lambda s: s[1].delete(), check)
 
 
+def _run_setup(fresh, taken: int = 0) -> Callable[[], tuple[vsqs.Queue, list[vsqs.Message]]]:
+    """A queue with m0..m3 in one group; ``taken``: a run of that many received first."""
+    def setup():
+        q = fresh()
+        q.publish_batch([f"m{i}".encode() for i in range(4)], group="g")
+        return q, (q.receive_batch(taken, visibility_timeout=LEASE, group_runs=True) if taken else [])
+
+    return setup
+
+
+def _group_goes_on_in_order(q: vsqs.Queue, wait: float = LEASE) -> None:
+    """Once the leases ran out (``wait``), the group's messages left are
+    taken again, all in one run, in order, by one receiver only."""
+    assert_one_file_per_message(q)
+    _lease_covers_the_group(q)
+    time.sleep(wait * 1.2)  # leases (and a lease file a dying writer left empty) run out
+    left = sorted(info.id for info in q.messages())
+    run = recover(q).receive_batch(10, visibility_timeout=30, group_runs=True)
+    assert [m.id for m in run] == left
+    assert vsqs.Queue(q.path).receive_batch(10, group_runs=True) == []  # held by that one run
+
+
+def _lease_covers_the_group(q: vsqs.Queue) -> None:
+    """The slot lease (when it can be read) lasts at least as long as every
+    message of the group in flight: what a reader of any version relies on."""
+    from vsqs._core import format as _format
+
+    leases = os.path.join(q.path, _format.GROUPS_DIR)
+    gens = [p[2] for p in map(_format.parse_lease_name, os.listdir(leases) if os.path.isdir(leases) else [])
+            if p]
+    names = [_format.parse_name(n) for n in os.listdir(q.path)]
+    in_flight = [n.until_us for n in names if n and n.state is _format.State.HIDDEN and n.receive_count]
+    if not gens or not in_flight:
+        return
+    with open(os.path.join(leases, _format.lease_name(_format.group_hash("g"), 0, max(gens))), "rb") as f:
+        lease = _format.decode_lease(f.read())
+    if lease is not None:  # (an empty one, its writer dead, holds the group for _WRITE_GRACE)
+        assert lease >= max(in_flight)
+
+
+def test_group_run_claim(monkeypatch, fresh):
+    monkeypatch.setattr(_groups, "_WRITE_GRACE", LEASE)
+    steps = crash_everywhere(
+        monkeypatch, _run_setup(fresh),
+        lambda s: s[0].receive_batch(10, visibility_timeout=LEASE, group_runs=True),
+        lambda s, completed: _group_goes_on_in_order(s[0]),
+    )
+    assert steps >= 8  # listing, lease, a rename and a read per member
+
+
+def test_group_run_extend(monkeypatch, fresh):
+    monkeypatch.setattr(_groups, "_WRITE_GRACE", LEASE)
+    crash_everywhere(
+        monkeypatch, _run_setup(fresh, 3),
+        lambda s: s[0].change_visibility(s[1][1].receipt, LEASE * 2),
+        lambda s, completed: _group_goes_on_in_order(s[0], LEASE * 2),
+    )
+
+
+def test_group_run_last_delete(monkeypatch, fresh):
+    monkeypatch.setattr(_groups, "_WRITE_GRACE", LEASE)
+
+    def setup():
+        q, run = _run_setup(fresh, 3)()
+        run[0].delete()
+        run[2].delete()
+        return q, run
+
+    def check(state, completed):
+        q, _ = state
+        if completed:
+            assert q.stats().total == 1
+        _group_goes_on_in_order(q)
+
+    steps = crash_everywhere(monkeypatch, setup, lambda s: s[1][1].delete(), check)
+    assert steps >= 4  # the unlink, its mark, the other marks, the lease
+
+
 def test_dedup_publish(monkeypatch, fresh):
     from vsqs._core import dedup as _dedup
 

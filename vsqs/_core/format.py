@@ -34,7 +34,6 @@ import secrets
 import threading
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 from vsqs._core import limits
@@ -373,21 +372,47 @@ def parse_claim_token(name: str) -> tuple[str, int] | None:
 # -- receipts ---------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class SlotRef:
-    """Which group slot lease a receipt holds: slot ``index``, lease generation ``gen``."""
+class SlotRef(NamedTuple):
+    """Which group slot lease a receipt holds: slot ``index``, lease generation ``gen``
+    (the newest one its holder knows of); for a member of a run (several
+    messages of a group taken by one receive, see :mod:`vsqs._core.groups`),
+    the generation that took the slot for the run (``run``), the message's
+    place in it (``member``) and how many messages it has (``size``).
+    (A named tuple: one is made on every claim, and a frozen dataclass costs
+    several times as much to make.)"""
 
     index: int
     gen: int
+    run: int = 0  # 0: a message alone on its slot
+    member: int = 0
+    size: int = 1
 
 
-_SLOT_REF_RE = re.compile(r"(0|[1-9][0-9]{0,5})\.([1-9][0-9]{0,17})")
+_SLOT_REF_RE = re.compile(
+    r"(0|[1-9][0-9]{0,5})\.([1-9][0-9]{0,17})(?:\.([1-9][0-9]{0,17})\.(0|[1-9][0-9]{0,2})\.([1-9][0-9]{0,2}))?"
+)
 
 
 def make_receipt(queue_id: str, hidden: str, slot: SlotRef | None = None) -> str:
     if slot is None:
         return queue_id + RECEIPT_SEPARATOR + hidden
+    if slot.run:  # S.GEN.RUN.MEMBER.SIZE: a form vsqs before runs refuses (InvalidReceipt), see FORMAT.md
+        return (f"{queue_id}{RECEIPT_SEPARATOR}{hidden}{RECEIPT_SEPARATOR}"
+                f"{slot.index}.{slot.gen}.{slot.run}.{slot.member}.{slot.size}")
     return f"{queue_id}{RECEIPT_SEPARATOR}{hidden}{RECEIPT_SEPARATOR}{slot.index}.{slot.gen}"
+
+
+def _slot_ref(text: str) -> SlotRef | None:
+    """The slot part of a receipt, or None if it is not one (a run's numbers must agree)."""
+    m = _SLOT_REF_RE.fullmatch(text)
+    if m is None:
+        return None
+    if m[3] is None:
+        return SlotRef(int(m[1]), int(m[2]))
+    gen, run, member, size = int(m[2]), int(m[3]), int(m[4]), int(m[5])
+    if not (run <= gen and 2 <= size <= limits.MAX_RUN and member < size):
+        return None
+    return SlotRef(int(m[1]), gen, run, member, size)
 
 
 def parse_receipt(queue_id: str, receipt: object) -> tuple[Name, str, SlotRef | None]:
@@ -403,8 +428,7 @@ def parse_receipt(queue_id: str, receipt: object) -> tuple[Name, str, SlotRef | 
     parsed = parse_name(parts[1]) if len(parts) in (2, 3) else None
     slot = None
     if parsed is not None and len(parts) == 3:
-        m = _SLOT_REF_RE.fullmatch(parts[2])
-        slot = SlotRef(int(m[1]), int(m[2])) if m and parsed.group_hash else None
+        slot = _slot_ref(parts[2]) if parsed.group_hash else None
         if slot is None:
             parsed = None
     if parsed is not None and parsed.group_hash and slot is None:
@@ -438,6 +462,22 @@ def lease_name(group: str, index: int, gen: int) -> str:
 def parse_lease_name(name: str) -> tuple[str, int, int] | None:
     m = _LEASE_RE.fullmatch(name)
     return (m[1], int(m[2]), int(m[3])) if m else None
+
+
+# A member of a run that is done (deleted, released, made visible) leaves a
+# mark GROUP.S.RUN.dMEMBER beside the slot's chain; a name vsqs before runs
+# does not parse as a lease, so it ignores it (see FORMAT.md, Runs).
+_RUN_MARK_RE = re.compile(r"([0-9a-f]{12})\.(0|[1-9][0-9]{0,5})\.([1-9][0-9]{0,17})\.d(0|[1-9][0-9]{0,2})")
+
+
+def run_mark_name(group: str, index: int, run: int, member: int) -> str:
+    """The mark that member ``member`` of the run begun by generation ``run`` of the slot is done."""
+    return f"{group}.{index}.{run}.d{member}"
+
+
+def parse_run_mark(name: str) -> tuple[str, int, int, int] | None:
+    m = _RUN_MARK_RE.fullmatch(name)
+    return (m[1], int(m[2]), int(m[3]), int(m[4])) if m else None
 
 
 FREE_LEASE = b"free\n"

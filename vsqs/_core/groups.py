@@ -13,6 +13,18 @@ message.
 Slots back up the rule every consumer follows anyway (deliver a group's
 messages in order, none while N are in flight), so a stale or incomplete
 listing cannot let two consumers past each other.
+
+**Runs.** With one slot (N = 1), one receive may take a group's next
+messages together, as Amazon SQS FIFO does: a *run*, all held by that
+receiver on the one slot lease. The lease keeps the form every version
+reads, ``UNTIL`` (never below the latest UNTIL of a member in flight: an
+extension raises it first), so a reader that knows nothing of runs sees the
+group held while any member is. What only this version needs sits beside
+the chain in names older versions ignore: a mark ``GROUP.S.RUN.dI`` for each
+member done (deleted, released, made visible). The member that completes
+the marks frees the slot, if it can prove the newest generation is still
+the run's: its own lease had not run out when it looked (a claim by anyone
+else needs the lease, and so every member, expired). See FORMAT.md, Runs.
 """
 
 from __future__ import annotations
@@ -27,6 +39,7 @@ from vsqs._core.format import SlotRef
 
 _WRITE_GRACE = 10.0  # a lease file still empty after this long lost its writer
 SWEEP_GRACE = 60.0  # a generation superseded this long ago can go
+_RAISE_TRIES = 100  # reads of a chain a run's extension makes before it gives up (stale: a delay)
 
 
 class GroupLeases:
@@ -129,18 +142,85 @@ class GroupLeases:
                 freed += self._next(group, index, gen, _format.FREE_LEASE) is not None
         return freed
 
+    # -- runs ----------------------------------------------------------------
+
+    def _newest_from(self, group: str, index: int, hint: int) -> tuple[int, int | None] | None:
+        """The slot's newest generation (looked for from ``hint`` on) and its
+        lease (UNTIL, 0 if free, None if unreadable); None if it cannot be
+        read (swept under us: taken for lost)."""
+        if not _fs.exists(self._path(group, index, hint)):  # swept (superseded long ago): list
+            self.refresh()
+            hint = max(hint, self._newest.get((group, index), 0))
+        gen = hint
+        while _fs.exists(self._path(group, index, gen + 1)):
+            gen += 1
+        data = _fs.read_control(self._path(group, index, gen))
+        if data is None:
+            return None
+        self._newest[(group, index)] = max(gen, self._newest.get((group, index), 0))
+        return gen, _format.decode_lease(data)
+
+    def run_extend(self, group: str, slot: SlotRef, until_us: int, new_until: int, skew_us: int) -> SlotRef | None:
+        """Let a member of a run (now hidden until ``until_us``) be hidden until
+        ``new_until``: raise the slot's lease to it if it is lower. The slot as
+        now known, or None if the run may have lost it (the member's own lease
+        had run out when the chain was read: then no generation is provably
+        the run's, and nothing is written)."""
+        for _ in range(_RAISE_TRIES):
+            found = self._newest_from(group, slot.index, slot.gen)
+            if found is None or _format.now_us() + skew_us >= until_us:  # (the clock read after the chain)
+                return None
+            gen, lease = found
+            if lease == 0:  # freed (a purge): the member is gone with it
+                return None
+            if lease is not None and lease >= new_until:
+                return slot._replace(gen=gen)
+            if lease is not None and self._next(group, slot.index, gen, _format.encode_lease(new_until)):
+                return slot._replace(gen=gen + 1)
+            # a run-mate's raise being written, or won first: read again
+        return None
+
+    def run_done(self, group: str, slot: SlotRef, until_us: int, skew_us: int) -> bool:
+        """Mark member ``slot.member`` of its run done (its message deleted,
+        released or made visible; it was hidden until ``until_us``); the last
+        one to be marked frees the slot, if the slot is provably still the
+        run's (see :meth:`run_extend`). Whether the slot was freed."""
+        if not self._ready:
+            _fs.make_dirs(self._dir, self.mode)
+            self._ready = True
+        marks = [self._mark(group, slot, member) for member in range(slot.size)]
+        _fs.create_exclusive(marks[slot.member], b"", durable=False, mode=self.mode)  # (taken already: fine)
+        if not all(_fs.exists(mark) for mark in reversed(marks)):  # (the last first: members settle in order)
+            return False
+        found = self._newest_from(group, slot.index, slot.gen)
+        if found is None or not found[1] or _format.now_us() + skew_us >= until_us:
+            return False  # freed already, or not provably the run's: the lease runs out by itself
+        if self._next(group, slot.index, found[0], _format.FREE_LEASE) is None:
+            return False
+        for mark in marks:
+            _fs.unlink(mark)
+        return True
+
+    def _mark(self, group: str, slot: SlotRef, member: int) -> str:
+        return os.path.join(self._dir, _format.run_mark_name(group, slot.index, slot.run, member))
+
     def sweep(self, grace: float = SWEEP_GRACE) -> int:
         """Remove generations superseded more than ``grace`` seconds ago, oldest
         first, so the files left of a slot are its first and its newest ones."""
         if not _fs.is_private_dir(self._dir):
             return 0
         chains: dict[tuple[str, int], list[int]] = defaultdict(list)
+        marks: list[tuple[str, int, str]] = []
         for name in _fs.list_names(self._dir):
             parsed = _format.parse_lease_name(name)
             if parsed is not None:
                 chains[(parsed[0], parsed[1])].append(parsed[2])
+            else:
+                mark = _format.parse_run_mark(name)
+                if mark is not None:
+                    marks.append((mark[0], mark[1], name))
         cutoff = time.time() - grace
-        removed = 0
+        removed = self._sweep_marks(marks, chains, cutoff)
         for (group, index), gens in chains.items():
             gens.sort()
             # generation 1 stays: a handle that never saw the chain cannot start it again
@@ -149,4 +229,24 @@ class GroupLeases:
                 if superseded is None or superseded > cutoff:
                     break
                 removed += _fs.unlink(self._path(group, index, gen))
+        return removed
+
+    def _sweep_marks(
+        self, marks: list[tuple[str, int, str]], chains: dict[tuple[str, int], list[int]], cutoff: float
+    ) -> int:
+        """Remove the marks of runs that are over: older than ``cutoff`` while
+        their slot is free or its lease has run out. (A mark removed too early
+        only means its run's slot is not freed early: it waits for its lease.)"""
+        removed = 0
+        now = _format.now_us()
+        for group, index, name in marks:
+            path = os.path.join(self._dir, name)
+            written = _fs.mtime(path)
+            gens = chains.get((group, index))
+            if written is None or written > cutoff:
+                continue
+            data = _fs.read_control(self._path(group, index, max(gens))) if gens else None
+            until = _format.decode_lease(data) if data is not None else 0
+            if until is not None and until <= now:
+                removed += _fs.unlink(path)
         return removed

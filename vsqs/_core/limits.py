@@ -16,6 +16,7 @@ MAX_CLOCK_SKEW = 3600.0  # the clock_skew allowance of a handle
 
 # -- messages --
 MAX_BATCH = 10_000  # messages per publish_batch / receive_batch call
+MAX_RUN = 100  # messages of one group a receive takes together (receive_batch(group_runs=True))
 MIN_PRIORITY = 0
 MAX_PRIORITY = 9  # higher is delivered first
 DEFAULT_PRIORITY = 0

@@ -19,7 +19,7 @@ from vsqs._core import format as _format
 from vsqs._core.format import State
 from vsqs._core.groups import GroupLeases
 from vsqs._core.layout import Layout
-from vsqs._core.limits import DEFAULT_GC_GRACE
+from vsqs._core.limits import DEFAULT_GC_GRACE, MAX_RUN
 
 # A cached listing is re-read when it runs out, or when older than
 # max(MAX_AGE, AGE_FACTOR x the time the last listing took), so that
@@ -67,6 +67,7 @@ class Listing:
         self._group_limit = group_limit  # the queue's group_concurrency now
         self.window = WINDOW if window is None else window  # (the module's, looked up now: a test seam)
         self._groups_seen = False
+        self.runs_wanted = False  # keep each group's next names (runs): once a receive asked for runs
         self._groups_swept_at = -math.inf
         self._orphans_swept_at = -math.inf
         self.reset()
@@ -79,6 +80,9 @@ class Listing:
         self.grouped: list[tuple[int, str]] = []
         self.hidden: list[tuple[int, str]] = []  # heap by the time they turn visible
         self.blocked: set[str] = set()  # groups to leave alone until the next listing
+        # group -> the names that follow its candidate in the group's order, as
+        # listed (only with one slot a group: a receive may take them as a run)
+        self.runs: dict[str, list[str]] = {}
         self.listed_at = -math.inf  # time.monotonic() of the listing
         self.cost = 0.0  # seconds the listing took
         self.stale_at = -math.inf  # time.monotonic() from which it is re-read even if not used up
@@ -151,6 +155,26 @@ class Listing:
             else:
                 heapq.heappush(self.visible, name)
 
+    def skip_buried(self, group: str) -> None:
+        """The group's candidate went to the dead-letter queue: the next name of
+        its run (as listed) is its candidate now."""
+        following = self.runs.pop(group, None)
+        if following:
+            heapq.heappush(self.grouped, (0, following[0]))
+            self.runs[group] = following[1:]
+
+    def want_runs(self) -> None:
+        """From now on keep each group's next names at every listing, and list
+        again now, so that the receive asking for runs finds them."""
+        if not self.runs_wanted:
+            self.runs_wanted = True
+            self.stale_at = -math.inf
+
+    def take_run(self, group: str) -> list[str]:
+        """The names listed after ``group``'s candidate, in order (forgotten as
+        they are taken: a run is taken from a listing once)."""
+        return self.runs.pop(group, None) or []
+
     def remember(self, name: str, until_us: int = 0) -> None:
         """Put a name this handle just made into the cache, so it sees its own moves."""
         if self.listed_at == -math.inf:
@@ -159,6 +183,7 @@ class Listing:
             heapq.heappush(self.hidden, (until_us, name))
         elif _format.group_of(name):
             self.blocked.discard(_format.group_of(name))
+            self.runs.pop(_format.group_of(name), None)  # the group's order changed
             heapq.heappush(self.grouped, (0, name))
         else:
             heapq.heappush(self.visible, name)
@@ -168,6 +193,7 @@ class Listing:
         the group is stale. Lift the group's block, and list again once the cache
         runs out, so the group's next message is seen whatever the listing cost."""
         self.blocked.discard(group)
+        self.runs.pop(group, None)  # the group's order may have changed
         self.freed = True
 
     def block(self, group: str) -> None:
@@ -183,6 +209,7 @@ class Listing:
     def relist(self, now: int) -> None:
         """List the directory; keep the first names of each kind (see WINDOW)."""
         started = time.monotonic()
+        self.runs = {}
         found, grouped, more_shards = self._list(now)
         visible, _ = first_messages(found.visible, self.window)  # (names left out: listed again when out)
         kept_grouped = first(grouped, self.window)
@@ -245,6 +272,7 @@ class Listing:
             groups.setdefault(name.group_hash, []).append(name)
         limit = self._group_limit()
         skew = self._skew_us
+        room = self.window  # names kept for runs, in all (a bound on the memory)
         candidates = []
         for members in groups.values():
             members.sort(key=lambda name: name.key)
@@ -253,14 +281,23 @@ class Listing:
                 hidden.append((m.until_us, str(m)))
             free = limit - len(held)
             turn = 0
+            run: list[str] | None = None
             for m in members:
-                if free <= 0:
-                    break
                 if m.state is State.HIDDEN and m.until_us + skew > now:
                     continue  # in flight, or delayed: not yet in the group's order
+                if run is not None:  # the names after a lone slot's candidate (see take_run)
+                    run.append(str(m))
+                    if len(run) >= MAX_RUN - 1 or room <= 0:
+                        break
+                    room -= 1
+                    continue
+                if free <= 0:
+                    break
                 candidates.append((turn, str(m)))
                 turn += 1
                 free -= 1
+                if limit == 1 and self.runs_wanted:
+                    run = self.runs[m.group_hash] = []
         return candidates
 
 

@@ -41,6 +41,7 @@ from vsqs._core.errors import (
     VsqsError,
 )
 from vsqs._core.format import State
+from vsqs._core.group_receive import GroupReceiver
 from vsqs._core.groups import GroupLeases
 from vsqs._core.limits import (
     DEFAULT_GC_GRACE,
@@ -137,6 +138,8 @@ class Queue:
                 layout, store.id, settings,
                 lambda path, create, mode: Queue(path, create=create, mode=mode),  # a shared spool shares it too
             )
+            self._group_receiver = GroupReceiver(layout, store.id, self._groups, self._listing, self._lock,
+                                                 self._receipts, self._throttle, self._dead_letters, self._skew_us)
             self._maintenance = Maintenance(
                 layout, self._skew_us, settings, self._dead_letters, self._stages,
                 self._groups, self._reservations, self._lock,
@@ -405,7 +408,7 @@ class Queue:
         ``None`` after ``wait`` seconds. ``visibility_timeout`` and ``wait``
         default to the queue's settings (30 s and 0 s unless configured).
         """
-        got = self._receive(1, visibility_timeout, wait, True)
+        got = self._receive(1, visibility_timeout, wait, True, False)
         return got[0] if got else None
 
     def receive_batch(
@@ -415,6 +418,7 @@ class Queue:
         visibility_timeout: float | None = None,
         wait: float | None = None,
         read_bodies: bool = True,
+        group_runs: bool = False,
     ) -> list[Message]:
         """Take up to ``max_messages`` visible messages (fewer if fewer are
         visible, or once the bodies read reach 16 MiB, ``MAX_RECEIVE_BYTES``:
@@ -423,13 +427,17 @@ class Queue:
 
         ``read_bodies=False`` only claims: each body is read when first used
         (for example by another process holding the receipt, see :meth:`read`).
-        """
+
+        ``group_runs=True`` (group_concurrency 1): a group's next messages together, in order, held
+        until each is deleted or visible again (Amazon SQS FIFO). Off by default: a batch spreads
+        over groups, and vsqs without runs refuses their receipts (docs/FORMAT.md, Runs)."""
         if type(max_messages) is not int or not 1 <= max_messages <= MAX_BATCH:
             check_batch_size(max_messages)
-        return self._receive(max_messages, visibility_timeout, wait, read_bodies)
+        return self._receive(max_messages, visibility_timeout, wait, read_bodies, bool(group_runs))
 
     def _receive(
-        self, max_messages: int, visibility_timeout: float | None, wait: float | None, read_bodies: bool
+        self, max_messages: int, visibility_timeout: float | None, wait: float | None, read_bodies: bool,
+        group_runs: bool,
     ) -> list[Message]:
         store = self._store or self._open_store()
         settings_store = self._settings
@@ -443,11 +451,13 @@ class Queue:
         elif type(wait) is not int or wait:  # 0 needs no check
             wait = check_seconds(wait, "wait", MAX_WAIT)
         deadline = time.monotonic() + wait if wait else 0.0
+        if group_runs:  # (the listing keeps each group's next names only once runs are asked for)
+            self._group_receiver.want_runs()
         pause = _POLL_FIRST
         while True:
             if settings["suspended"]:  # a long poll notices a suspension too
                 self._check_suspended("receive", settings)
-            got = self._claim(max_messages, lease_us, store, read_bodies, settings)
+            got = self._claim(max_messages, lease_us, store, read_bodies, settings, group_runs)
             if got or not wait:
                 return got
             left = deadline - time.monotonic()
@@ -465,7 +475,8 @@ class Queue:
         return throttle is not None and self._throttle.exhausted(throttle[0], throttle[1], time.time())
 
     def _claim(  # noqa: C901 - the receive hot path, kept in one function on purpose
-        self, limit: int, lease_us: int, store: Store, read_bodies: bool, settings: Mapping[str, Any]
+        self, limit: int, lease_us: int, store: Store, read_bodies: bool, settings: Mapping[str, Any],
+        group_runs: bool,
     ) -> list[Message]:
         """Claim up to ``limit`` messages, walking the listing cache: one rename
         each (and a slot lease first for a message of a group). The hot path:
@@ -500,10 +511,8 @@ class Queue:
             if parsed is None or parsed.state is State.WRITING:
                 continue  # a foreign name the listing passed through unparsed
             if max_receives is not None and parsed.receive_count >= max_receives:
-                try:
-                    self._dead_letters.bury(parsed)
-                except StorageError as exc:  # e.g. a dead-letter queue on another filesystem
-                    failure = failure or exc
+                error = self._group_receiver.bury(parsed)  # (its group, if any, goes on with its next)
+                failure = failure or error
                 continue
             if throttle is not None:
                 with lock:
@@ -512,30 +521,24 @@ class Queue:
                     with lock:
                         cache.remember(name)  # still a candidate later
                     break
+            if parsed.group_hash:  # a slot lease first, and perhaps a run (see group_receive)
+                taken = self._group_receiver.claim(self, name, parsed, lease_us, limit - len(got), read_bodies,
+                                                   MAX_RECEIVE_BYTES - held, group_runs, settings)
+                got, held, failure = got + taken.messages, held + taken.held, failure or taken.failure
+                lists_left = fruitless if taken.moved else lists_left
+                if held >= MAX_RECEIVE_BYTES:
+                    break
+                continue
             count = parsed.receive_count + 1
-            now = time.time_ns() // 1000  # _format.now_us(), inlined
-            until = now + lease_us
-            new = _format.hidden_name(parsed.stem, until, count)
-            slot = None
-            group = parsed.group_hash
-            if group:
-                with lock:
-                    slot = self._groups.claim(group, settings["group_concurrency"], until, now, self._skew_us)
-                if slot is None:
-                    with lock:
-                        cache.block(group)  # its slots are all held
-                    continue
+            new = _format.hidden_name(parsed.stem, time.time_ns() // 1000 + lease_us, count)  # (now_us(), inlined)
             if locate is None:
                 source, path = prefix + name, prefix + new
             else:  # (the shard of ``new`` is the shard of ``name``: the stem stays)
                 shard = locate(name)
                 source, path = shard + name, shard + new
             if not _fs.rename(source, path):
-                with lock:
-                    if group and slot is not None:
-                        self._groups.free(group, slot)
-                        cache.block(group)  # our view of the group is stale
-                    elif not group and skips:
+                if skips:
+                    with lock:
                         skips -= 1
                         if cache.skip_ahead(name):
                             lists_left = max(lists_left, 1)  # the names dropped may still be there: list before giving up
@@ -564,8 +567,8 @@ class Queue:
                     continue
             else:
                 data = None
-            receipt = _format.make_receipt(queue_id, new, slot)
-            self._receipts.add(receipt, new, slot)
+            receipt = _format.make_receipt(queue_id, new)
+            self._receipts.add(receipt, new, None)
             got.append(Message(self, name[:_KEY_LENGTH], data, receipt, count, None, header))  # sent_at: from the id
             if held >= MAX_RECEIVE_BYTES:
                 break  # the bodies held: at most MAX_RECEIVE_BYTES plus one message
@@ -613,11 +616,8 @@ class Queue:
         layout = store.layout
         locate = layout.locate
         deleted = _fs.unlink(layout.prefix + text if locate is None else locate(text) + text)
-        if slot is not None:  # harmless if the slot moved on: the next generation exists then
-            with self._lock:
-                group = _format.group_of(text)
-                self._groups.free(group, slot)
-                self._listing.slot_freed(group)
+        if slot is not None:
+            self._group_receiver.settled(text, slot, deleted)
         if not deleted:
             raise StaleReceipt(stale_message(text[:_KEY_LENGTH]))
         if settings["max_messages"] is not None:  # this handle's deletes count at once, as its publishes
@@ -701,7 +701,7 @@ class Queue:
         self._held(self._open_parts()).release(receipt)
 
     def _held(self, store: Store) -> HeldMessages:
-        return HeldMessages(store, self._groups, self._lock, self._listing)
+        return HeldMessages(store, self._groups, self._lock, self._listing, self._skew_us)
 
     # -- inspection and maintenance ------------------------------------------
 

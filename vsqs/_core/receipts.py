@@ -63,13 +63,19 @@ class HeldMessages:
     is one rename of the message file, and for a message of a group the
     slot lease moves first. The new name goes into the handle's ``listing``,
     so the handle sees its own moves; ``lock`` is the queue's, which guards
-    the group leases and the listing."""
+    the group leases and the listing. A member of a run (see
+    :mod:`vsqs._core.groups`) moves only while its own lease has not run
+    out (``skew_us``: the queue's clock-skew allowance), and is marked done
+    once it is deleted, released or made visible."""
 
-    def __init__(self, store: Store, groups: GroupLeases, lock: threading.Lock, listing: Listing) -> None:
+    def __init__(
+        self, store: Store, groups: GroupLeases, lock: threading.Lock, listing: Listing, skew_us: int = 0
+    ) -> None:
         self._store = store
         self._groups = groups
         self._lock = lock
         self._listing = listing
+        self._skew_us = skew_us
 
     def change_visibility(self, receipt: str, timeout: float) -> str:
         """Hide the message for ``timeout`` (checked) seconds from now; the new receipt.
@@ -81,15 +87,21 @@ class HeldMessages:
         new = _format.hidden_name(name.stem, until, name.receive_count, name.tag)
         if slot is not None:  # the slot first: a crash between leaves the group blocked, not open
             with self._lock:
-                extended = self._groups.extend(name.group_hash, slot, until)
+                if slot.run:  # (a raise of the run's lease if it is lower: never lowered)
+                    extended = self._groups.run_extend(name.group_hash, slot, name.until_us, until, self._skew_us)
+                else:
+                    extended = self._groups.extend(name.group_hash, slot, until)
             if extended is None:  # the lease ran out and the slot was taken: so was the message
                 raise StaleReceipt(stale_message(name.key))
             slot = extended
         if not _fs.rename(layout.message_file(text), layout.message_file(new)):
-            if slot is not None:
+            if slot is not None and not slot.run:  # (a run's raise stays: its members may need it)
                 with self._lock:
                     self._groups.free(name.group_hash, slot)
             raise StaleReceipt(stale_message(name.key))
+        if slot is not None and slot.run and until <= _format.now_us() + self._skew_us:
+            with self._lock:  # visible now: done for its run (and no more movable by this receipt)
+                self._groups.run_done(name.group_hash, slot, name.until_us, self._skew_us)
         with self._lock:
             if slot is not None:
                 self._listing.slot_freed(name.group_hash)  # its lease moved: it may be free from ``until``
@@ -114,6 +126,10 @@ class HeldMessages:
                 continue
             if slot is None:
                 return _format.make_receipt(queue_id, str(other), None)
+            if slot.run:  # a member whose lease has not run out: the run still holds the slot
+                if other.until_us > _format.now_us() + self._skew_us:
+                    return _format.make_receipt(queue_id, str(other), slot)
+                continue
             with self._lock:
                 held = self._groups.held_until(name.group_hash, slot.index, other.until_us)
             if held is not None:
@@ -128,7 +144,10 @@ class HeldMessages:
         released = _fs.rename(layout.message_file(text), layout.message_file(ready))
         if slot is not None:
             with self._lock:
-                self._groups.free(name.group_hash, slot)
+                if not slot.run:
+                    self._groups.free(name.group_hash, slot)
+                elif released:
+                    self._groups.run_done(name.group_hash, slot, name.until_us, self._skew_us)
                 self._listing.slot_freed(name.group_hash)
         if not released:
             raise StaleReceipt(stale_message(name.key))

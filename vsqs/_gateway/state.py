@@ -135,10 +135,11 @@ class Gateway:
 
     async def long_poll(
         self, name: str, max_messages: int, visibility_timeout: float | None, wait: float,
-        disconnected: Callable[[], Awaitable[bool]] | None = None,
+        disconnected: Callable[[], Awaitable[bool]] | None = None, group_runs: bool = False,
     ) -> list[Message]:
         """The rest of a receive whose first attempt found nothing (see :meth:`receive`):
-        sleep until woken or until it is our turn to poll, try again, for ``wait`` seconds."""
+        sleep until woken or until it is our turn to poll, try again, for ``wait`` seconds
+        (``group_runs``: see :meth:`vsqs.Queue.receive_batch`)."""
         deadline = time.monotonic() + wait
         waiters = self._waiters.setdefault(name, _Waiters())
         loop = asyncio.get_running_loop()
@@ -170,7 +171,7 @@ class Gateway:
                         break
                 waiters.attempted_at = time.monotonic()
                 got = await self.on(name, lambda queue: queue.receive_batch(
-                    max_messages, visibility_timeout=visibility_timeout, wait=0))
+                    max_messages, visibility_timeout=visibility_timeout, wait=0, group_runs=group_runs))
                 if got or deadline - time.monotonic() <= 0:
                     return got
         finally:

@@ -58,6 +58,8 @@ Decisions (beyond SQS's own rules):
   is held while its message is in the queue and 300 s after it is gone
   (SQS: 300 s after the send). MessageGroupId on a standard queue also
   becomes a vsqs group, so that group is delivered in order, one in flight.
+  ReceiveMessage on a FIFO queue takes a group's next messages together, as
+  Amazon (``Queue.receive_batch(group_runs=True)``).
 - Queue attributes map to settings: VisibilityTimeout, DelaySeconds,
   MessageRetentionPeriod (``retention``; a queue that sets none reports
   Amazon's default, 4 days, though vsqs then keeps messages for ever; only

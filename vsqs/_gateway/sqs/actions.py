@@ -295,16 +295,20 @@ async def receive_message(call: Call) -> dict[str, Any]:
     timeout = None if visibility is None else float(visibility)
 
     def first_attempt(queue: Queue) -> tuple[dict[str, Any], list[Any]]:
-        """The queue's settings and what a receive finds now (one hop)."""
-        return call.settings_now(queue), queue.receive_batch(count, visibility_timeout=timeout, wait=0)
+        """The queue's settings and what a receive finds now (one hop). FIFO: a
+        group's next messages together, as Amazon (group runs)."""
+        runs = is_fifo(call.queue_name or "")
+        return call.settings_now(queue), queue.receive_batch(count, visibility_timeout=timeout, wait=0,
+                                                             group_runs=runs)
 
     settings, messages = await call.on_queue(first_attempt)
     name = call.queue_name
     assert name is not None
+    fifo = is_fifo(name)
     waits = float(settings["receive_wait"] if wait is None else wait)
     if not messages and waits > 0:
-        messages = await call.gateway.long_poll(name, count, timeout, waits, call.request.is_disconnected)
-    fifo = is_fifo(name)
+        messages = await call.gateway.long_poll(name, count, timeout, waits, call.request.is_disconnected,
+                                                group_runs=fifo)
     received = [received_message(call, m, fifo, bool(settings["content_dedup"]), system_names, attribute_names)
                 for m in messages]
     return {"Messages": received} if received else {}

@@ -1,0 +1,225 @@
+"""Receiving and settling messages of groups: the FIFO side of receive and delete.
+
+:class:`Queue` hands a candidate of a group here (its hot path stays for
+messages without one). A group's message is taken with a slot lease first
+(see :mod:`vsqs._core.groups`); with ``runs`` (Amazon SQS FIFO's behaviour,
+``receive_batch(group_runs=True)``) and one slot a group, the group's next
+messages, in order, follow it in the same receive: a *run*, all held on the
+one slot until every member is done.
+
+A run is taken in steps a crash may stop between: the slot lease (until
+UNTIL), then one rename per member, each hidden until that same UNTIL. A
+crash leaves members in flight without receipts and the group held, both
+until UNTIL: a delay, never two receivers in one group. A run's members are
+taken from this handle's listing in the group's order, and only while each
+rename succeeds: a name that moved since the listing ends the run, so no
+message is passed over.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from vsqs._core import envelope as _envelope
+from vsqs._core import format as _format
+from vsqs._core import fs as _fs
+from vsqs._core.dead_letters import DeadLetters
+from vsqs._core.errors import DamagedEntry, StorageError
+from vsqs._core.format import SlotRef
+from vsqs._core.groups import GroupLeases
+from vsqs._core.layout import Layout
+from vsqs._core.listing import Listing
+from vsqs._core.message import Message
+from vsqs._core.receipts import IssuedReceipts
+from vsqs._core.throttle import Throttle
+
+if TYPE_CHECKING:
+    from vsqs._core.queue import Queue
+
+log = logging.getLogger("vsqs")
+
+_KEY_LENGTH = _format.KEY_LENGTH
+
+
+class Taken:
+    """What one claim of a group gave: messages, bytes of bodies read, and
+    the first storage error (reported only if the whole receive got nothing)."""
+
+    __slots__ = ("failure", "held", "messages", "moved")
+
+    def __init__(self) -> None:
+        self.messages: list[Message] = []
+        self.held = 0
+        self.failure: StorageError | None = None
+        self.moved = False  # a message went into flight (or to the dead-letter queue)
+
+
+class GroupReceiver:
+    """Claims and settles messages of groups in one queue. The parts come from
+    the queue (never the queue itself: see :meth:`Queue._open_store`); ``lock``
+    is the queue's, which guards the listing and the group leases."""
+
+    def __init__(
+        self, layout: Layout, queue_id: str, groups: GroupLeases, listing: Listing, lock: threading.Lock,
+        receipts: IssuedReceipts, throttle: Throttle, dead_letters: DeadLetters[Any], skew_us: int,
+    ) -> None:
+        self._layout = layout
+        self._queue_id = queue_id
+        self._groups = groups
+        self._listing = listing
+        self._lock = lock
+        self._receipts = receipts
+        self._throttle = throttle
+        self._dead_letters = dead_letters
+        self._skew_us = skew_us
+
+    def want_runs(self) -> None:
+        """A receive asks for runs: the listing keeps them from now on (see Listing.want_runs)."""
+        with self._lock:
+            self._listing.want_runs()
+
+    def claim(
+        self, queue: Queue, name: str, parsed: _format.Name, lease_us: int, room: int, read_bodies: bool,
+        byte_room: int, runs: bool, settings: Mapping[str, Any],
+    ) -> Taken:
+        """Take the group's candidate ``name`` (already checked for dead-lettering
+        and throttling by the caller), and with ``runs`` the group's next
+        messages after it, up to ``room`` messages in all."""
+        taken = Taken()
+        group, lock, cache = parsed.group_hash, self._lock, self._listing
+        now = _format.now_us()
+        until = now + lease_us
+        concurrency = settings["group_concurrency"]
+        with lock:
+            slot = self._groups.claim(group, concurrency, until, now, self._skew_us)
+            following = cache.take_run(group)  # taken even when unused: it is of this listing only
+            if slot is None:
+                cache.block(group)  # its slots are all held
+                return taken
+        if not runs or concurrency != 1:
+            following = []
+        members: list[_Member] = []
+        if not self._move(name, parsed, until, members):
+            with lock:
+                self._groups.free(group, slot)
+                cache.block(group)  # our view of the group is stale
+            return taken
+        cache.claimed += 1
+        taken.moved = True
+        byte_room -= self._read(members[0], read_bodies, taken)
+        for following_name in following:
+            if len(members) >= room or byte_room <= 0:
+                break
+            member = _format.parse_name(following_name)
+            if member is None or member.group_hash != group or member.key <= members[-1].parsed.key:
+                break  # (cannot happen with a listing of this queue: a guard)
+            if settings["max_receives"] is not None and member.receive_count >= settings["max_receives"]:
+                try:
+                    if self._dead_letters.bury(member):
+                        continue
+                except StorageError as exc:
+                    taken.failure = taken.failure or exc
+                break  # not moved: the run ends before it, in order
+            if settings["throttle"] is not None:
+                with lock:
+                    if not self._throttle.take(*settings["throttle"], time.time()):
+                        break
+            if not self._move(following_name, member, until, members):
+                break  # moved since the listing: the run ends before it, in order
+            byte_room -= self._read(members[-1], read_bodies, taken)
+        self._issue(queue, slot, members, taken)
+        return taken
+
+    def bury(self, parsed: _format.Name) -> StorageError | None:
+        """Move a message received ``max_receives`` times to the dead-letter queue;
+        the error if it could not (e.g. a dead-letter queue on another filesystem).
+        A group's candidate buried: the next message of its run is its candidate."""
+        try:
+            self._dead_letters.bury(parsed)
+        except StorageError as exc:
+            return exc
+        if parsed.group_hash:
+            with self._lock:
+                self._listing.skip_buried(parsed.group_hash)
+        return None
+
+    def _move(self, name: str, parsed: _format.Name, until: int, members: list[_Member]) -> bool:
+        """Rename ``name`` into flight until ``until``; appended to ``members`` if it moved."""
+        count = parsed.receive_count + 1
+        new = _format.hidden_name(parsed.stem, until, count)
+        layout = self._layout
+        directory = layout.prefix if layout.locate is None else layout.locate(name)  # (the stem keeps its shard)
+        path = directory + new
+        if not _fs.rename(directory + name, path):
+            return False
+        members.append(_Member(new, path, count, parsed))
+        return True
+
+    def _read(self, member: _Member, read_bodies: bool, taken: Taken) -> int:
+        """Read a member's body (as :meth:`Queue._claim` does inline); the bytes read.
+        A member that cannot be read stays in flight without a receipt."""
+        if not read_bodies:
+            member.issued = True  # its body is read when first used
+            return 0
+        try:
+            data = _fs.read(member.path)
+            if data is None:
+                return 0  # only if another host's clock is far ahead: it took our lease
+            size = len(data)
+            if member.parsed.envelope:
+                data, member.header = _envelope.decode_content(member.parsed, data, member.path)
+        except DamagedEntry as exc:  # skipped, left in flight (see Queue._claim)
+            self._layout.report_damage(member.path, str(exc.strerror))
+            return 0
+        except StorageError as exc:
+            log.warning("%s", exc)
+            taken.failure = taken.failure or exc
+            return 0
+        member.body, member.issued = data, True
+        taken.held += size
+        return size
+
+    def _issue(self, queue: Queue, slot: SlotRef, members: list[_Member], taken: Taken) -> None:
+        """Make the receipts and messages of a claim: a message alone keeps the
+        receipt form every version reads; the members of a run carry the run."""
+        size = len(members)
+        for index, member in enumerate(members):
+            if not member.issued:
+                continue  # unreadable: in flight without a receipt (its run waits for its lease)
+            ref = slot if size == 1 else SlotRef(slot.index, slot.gen, slot.gen, index, size)
+            receipt = _format.make_receipt(self._queue_id, member.new, ref)
+            self._receipts.add(receipt, member.new, ref)
+            taken.messages.append(
+                Message(queue, member.parsed.key, member.body, receipt, member.count, None, member.header)
+            )
+
+    def settled(self, text: str, slot: SlotRef, done: bool) -> None:
+        """After the delete (or release) of the hidden message ``text`` held on
+        ``slot``: free the slot, or for a member of a run, mark it done (only if
+        ``done``: this call moved it) and free the slot with the last one."""
+        group = _format.group_of(text)
+        with self._lock:
+            if not slot.run:
+                self._groups.free(group, slot)  # harmless if the slot moved on: the next generation exists then
+            elif done:
+                name = _format.parse_name(text)
+                if name is not None:
+                    self._groups.run_done(group, slot, name.until_us, self._skew_us)
+            self._listing.slot_freed(group)
+
+
+
+class _Member:
+    """A message of a claim, moved into flight: its new name and path, and once read, its body."""
+
+    __slots__ = ("body", "count", "header", "issued", "new", "parsed", "path")
+
+    def __init__(self, new: str, path: str, count: int, parsed: _format.Name) -> None:
+        self.new, self.path, self.count, self.parsed = new, path, count, parsed
+        self.body: bytes | None = None
+        self.header: dict[str, Any] | None = None
+        self.issued = False  # read (or not to be read): it gets a receipt
