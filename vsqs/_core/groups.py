@@ -151,7 +151,9 @@ class GroupLeases:
 
         Generation 1 is never swept while those after it are, so a walk from
         1 could stop at a gap and take 1 for the newest: a run member's
-        receipt still at 1 lists instead (as does one whose generation went)."""
+        receipt still at 1 lists instead (as does one whose generation went);
+        from what this handle knows, if newer (a retry lists only once)."""
+        hint = max(hint, self._newest.get((group, index), 0))
         if hint == 1 or not _fs.exists(self._path(group, index, hint)):  # (a gap after 1, or swept): list
             self.refresh()
             hint = max(hint, self._newest.get((group, index), 0))
