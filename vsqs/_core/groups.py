@@ -147,8 +147,14 @@ class GroupLeases:
     def _newest_from(self, group: str, index: int, hint: int) -> tuple[int, int | None] | None:
         """The slot's newest generation (looked for from ``hint`` on) and its
         lease (UNTIL, 0 if free, None if unreadable); None if it cannot be
-        read (swept under us: taken for lost)."""
-        if not _fs.exists(self._path(group, index, hint)):  # swept (superseded long ago): list
+        read (swept under us: taken for lost).
+
+        Generation 1 is never swept while those after it are, so a walk from
+        1 could stop at a gap and take 1 for the newest: a run member's
+        receipt still at 1 lists instead (as does one whose generation went);
+        from what this handle knows, if newer (a retry lists only once)."""
+        hint = max(hint, self._newest.get((group, index), 0))
+        if hint == 1 or not _fs.exists(self._path(group, index, hint)):  # (a gap after 1, or swept): list
             self.refresh()
             hint = max(hint, self._newest.get((group, index), 0))
         gen = hint
