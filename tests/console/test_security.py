@@ -176,7 +176,7 @@ def test_a_forged_or_tampered_cookie_is_no_session(keyed_server):
         right = client.post("/ui/login", {"csrf": client.token("/ui/login"), "key": KEY, "next": "/ui"})
         value = re.search(r"vsqs_console=([^;]+)", right.headers["set-cookie"])[1]
         assert client.get("/ui").status_code == 200
-        kind, expires, nonce, signature = value.split(".")
+        _kind, expires, nonce, signature = value.split(".")
         for forged in (f"k.{int(expires) + 9999}.{nonce}.{signature}", f"k.{expires}.{nonce}.{'0' * 64}",
                        f"k.{expires}.{'f' * 32}.{signature}", "k.1.2.3", "x" * 300):
             client.http.cookies.clear()
