@@ -133,3 +133,23 @@ def test_refreshing_the_overview_costs_one_stats_per_queue(tmp_path: Path, monke
             assert len(calls) == 5
 
     asyncio.run(refresh())
+
+
+def test_the_page_says_when_there_is_no_history(tmp_path: Path) -> None:
+    import asyncio
+
+    import httpx
+
+    from vsqs._gateway.app import create_app
+    from vsqs._gateway.config import GatewayConfig
+
+    vsqs.Spool(tmp_path, create=True).create_queue("jobs")
+
+    async def note(interval: float) -> str:
+        app = create_app(GatewayConfig(spool=str(tmp_path), gc_interval=0, console_interval=interval))
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app), base_url="http://127.0.0.1") as client:
+            page = (await client.get("/ui/queues/jobs")).text
+        return page[page.index('id="history-note"'):][:300]
+
+    assert "No history yet" in asyncio.run(note(5.0)) and "starts empty after" in asyncio.run(note(5.0))
+    assert "--console-interval 0" in asyncio.run(note(0.0))
