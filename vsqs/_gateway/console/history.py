@@ -131,6 +131,13 @@ class History:
         """(time, FIELDS) of queue ``name``, oldest first (samples without it left out)."""
         return [(s.at, s.queues[name]) for s in list(self._samples) if name in s.queues]
 
+    def latest(self, name: str) -> tuple[float, tuple[float, ...]] | None:
+        """(time, FIELDS) of the newest sample holding queue ``name``, or None."""
+        for sample in reversed(list(self._samples)):
+            if name in sample.queues:
+                return sample.at, sample.queues[name]
+        return None
+
     def depth_rate(self, name: str, window: float = 60.0) -> float | None:
         """Messages per second the depth (ready + in flight + delayed) grew by over
         about the last ``window`` seconds; None with fewer than two samples."""

@@ -61,7 +61,7 @@ class Console:
         self.sessions = Sessions(gateway.config.api_key, gateway.config.console_secret)
         self.history = History(gateway.spool, gateway.config.console_interval or PERIOD)
         self.sampling = gateway.config.console_interval > 0
-        self.cache = views.StatsCache(gateway)
+        self.cache = views.StatsCache(gateway, self.history)
         self.templates = Environment(loader=PackageLoader("vsqs._gateway.console", "templates"),
                                      autoescape=True, undefined=StrictUndefined, trim_blocks=True,
                                      lstrip_blocks=True)
@@ -73,7 +73,7 @@ class Console:
 
     def sample(self) -> bool:
         """One sampling attempt (see :meth:`History.sample`), then this process's catch-up. Blocking."""
-        sampled = self.history.sample(lambda name: self.cache.get(name)[0])
+        sampled = self.history.sample(lambda name: self.cache.get(name, fresh=True)[0])
         self.history.catch_up()
         return sampled
 
