@@ -91,7 +91,7 @@ def main() -> None:
                 assert answer.status_code == 200 and answer.text.count("<tr data-queue=") >= args.queues
             console = _fastapi(app).state.console
             console.history.started = 0  # (this bench's sample is taken after its start)
-            console.sample()  # what the sampling process does once a period
+            assert console.sample(), "another process sampled this period"  # what the sampler does once a period
             sampled = []
             for _ in range(args.repeat):
                 start = time.perf_counter()

@@ -181,3 +181,13 @@ def test_pages_read_counts_from_a_fresh_sample_and_fresh_stats_after_an_action(t
     assert cache.get("jobs")[0].ready == 10 and len(calls) == 2
     stale = views.StatsCache(gateway, History(spool, period=0.001, now=now - 1), ttl=0.0)
     assert stale.get("jobs")[0].ready == 10  # no sample at hand: stats()
+
+
+def test_a_missing_record_does_not_hold_back_a_later_one(tmp_path: Path) -> None:
+    spool = vsqs.Spool(tmp_path, create=True)
+    spool.create_queue("jobs")
+    reader = History(spool, now=T0)
+    reader.catch_up(now=T0 + 6)  # period 0: no record (nobody sampled); period 1: none yet
+    assert History(spool, now=T0).sample(_stats_of(spool), now=T0 + 6.5)  # period 1's, written late
+    reader.catch_up(now=T0 + 7)
+    assert len(reader) == 1

@@ -103,23 +103,25 @@ class History:
         return True
 
     def catch_up(self, now: float | None = None) -> None:
-        """Read the records written since the last call (those of periods that
-        had none are passed over, but the current and the last one are
-        looked at again next time: they may still be being written)."""
+        """Read the records written since the last call. A missing record is
+        waited for (looked at again next time: it may still be being
+        written) only if it is of the current or the last period and no later
+        one exists; otherwise that period had no sample."""
         now = time.time() if now is None else now
         current = int(now // self.period)
         with self._lock:
-            period = max(self._next, current - (self._samples.maxlen or 1))
-            while period <= current:
+            waiting = None  # the first recent period whose record may come yet
+            for period in range(max(self._next, current - (self._samples.maxlen or 1)), current + 1):
                 data = self.spool.record(TASK, period)
                 sample = decode(data) if data else None
                 if sample is None:
-                    if period >= current - 1:
-                        break  # may come yet
-                elif sample.at >= self.started:  # none taken before this process started
+                    if period >= current - 1 and waiting is None:
+                        waiting = period
+                    continue
+                waiting = None  # a later record came: the earlier one never will
+                if sample.at >= self.started:  # none taken before this process started
                     self._samples.append(sample)
-                period += 1
-            self._next = period
+            self._next = current + 1 if waiting is None else waiting
 
     def __len__(self) -> int:
         return len(self._samples)
