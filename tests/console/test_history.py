@@ -191,3 +191,16 @@ def test_a_missing_record_does_not_hold_back_a_later_one(tmp_path: Path) -> None
     assert History(spool, now=T0).sample(_stats_of(spool), now=T0 + 6.5)  # period 1's, written late
     reader.catch_up(now=T0 + 7)
     assert len(reader) == 1
+
+
+def test_slow_sampling_spaces_itself_out(tmp_path: Path) -> None:
+    spool = vsqs.Spool(tmp_path, create=True)
+    reader = History(spool, now=T0)
+    period = int(T0 // 5)
+    (tmp_path / ".records").mkdir()
+    slow = history.encode(T0 + 1, {}, took=12.0)  # a sampling that took more than two periods
+    (tmp_path / ".records" / f"console.{period}").write_bytes(slow)
+    reader.catch_up(now=T0 + 2)
+    assert len(reader) == 1 and list(reader)[0].took == 12.0
+    tries = [reader.sample(_stats_of(spool), now=T0 + 5 * step + 0.1) for step in range(1, 7)]
+    assert tries == [period_ % 3 == 0 for period_ in range(period + 1, period + 7)]  # one period in three

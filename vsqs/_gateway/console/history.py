@@ -42,14 +42,15 @@ FIELDS = ("ready", "in_flight", "delayed", "dead_lettered", "oldest_ready_age")
 
 @dataclass(frozen=True)
 class Sample:
-    at: float  # epoch seconds
+    at: float  # epoch seconds: when the sampling ended
     queues: dict[str, tuple[float, ...]]  # name -> the FIELDS
+    took: float = 0.0  # seconds the sampling took
 
 
-def encode(at: float, stats: dict[str, QueueStats]) -> bytes:
+def encode(at: float, stats: dict[str, QueueStats], took: float = 0.0) -> bytes:
     queues = {name: [s.ready, s.in_flight, s.delayed, s.dead_lettered, round(s.oldest_ready_age, 3)]
               for name, s in stats.items()}
-    return json.dumps({"t": at, "queues": queues}, separators=(",", ":")).encode()
+    return json.dumps({"t": at, "d": round(took, 3), "queues": queues}, separators=(",", ":")).encode()
 
 
 def decode(data: bytes) -> Sample | None:
@@ -70,7 +71,9 @@ def decode(data: bytes) -> Sample | None:
                 and all(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
                         for v in values)):
             queues[str(name)] = tuple(values)
-    return Sample(float(at), queues)
+    took = doc.get("d", 0.0)
+    took = float(took) if isinstance(took, (int, float)) and not isinstance(took, bool) and 0 <= took < 1e6 else 0.0
+    return Sample(float(at), queues, took)
 
 
 class History:
@@ -87,9 +90,16 @@ class History:
     def sample(self, stats_of: Callable[[str], QueueStats], now: float | None = None) -> bool:
         """If this period's sampling is ours (one process per period), take the
         stats of every queue (up to MAX_QUEUES) and store them as the
-        period's record. Blocking; True if it sampled."""
-        now = time.time() if now is None else now
-        if not self.spool.claim_period(TASK, self.period, now=now):
+        period's record. Blocking; True if it sampled.
+
+        When the last sampling took longer than a period (a deep spool on a
+        slow disk), sampling goes on only every so many periods, as many as
+        it took, so that samplings never pile up in several processes."""
+        started = time.time() if now is None else now
+        period = int(started // self.period)
+        last = self._samples[-1] if self._samples else None
+        stride = max(1, math.ceil(last.took / self.period)) if last is not None else 1
+        if period % stride or not self.spool.claim_period(TASK, self.period, now=started):
             return False
         stats: dict[str, QueueStats] = {}
         for name in self.spool.queues()[:MAX_QUEUES]:
@@ -99,7 +109,8 @@ class History:
                 continue
             except (VsqsError, OSError) as exc:
                 log.warning("console: sampling queue %r failed: %s", name, exc)
-        self.spool.put_record(TASK, int(now // self.period), encode(now, stats), keep=self._samples.maxlen or KEEP)
+        ended = time.time() if now is None else now  # (tests give the time)
+        self.spool.put_record(TASK, period, encode(ended, stats, ended - started), keep=self._samples.maxlen or KEEP)
         return True
 
     def catch_up(self, now: float | None = None) -> None:
