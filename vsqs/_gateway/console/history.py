@@ -144,11 +144,11 @@ class History:
         """(time, FIELDS) of queue ``name``, oldest first (samples without it left out)."""
         return [(s.at, s.queues[name]) for s in list(self._samples) if name in s.queues]
 
-    def latest(self, name: str) -> tuple[float, tuple[float, ...]] | None:
-        """(time, FIELDS) of the newest sample holding queue ``name``, or None."""
+    def latest(self, name: str) -> tuple[float, tuple[float, ...], float] | None:
+        """(time, FIELDS, seconds the sampling took) of the newest sample holding queue ``name``, or None."""
         for sample in reversed(list(self._samples)):
             if name in sample.queues:
-                return sample.at, sample.queues[name]
+                return sample.at, sample.queues[name], sample.took
         return None
 
     def depth_rate(self, name: str, window: float = 60.0) -> float | None:

@@ -68,10 +68,12 @@ class StatsCache:
         latest = self._history.latest(name)
         if latest is None:
             return None
-        at, values = latest
+        at, values, took = latest
         with self._lock:
             acted = self._acted.get(name, -math.inf)
-        if at <= acted or time.time() - at >= self._history.period + self._ttl:
+        period = self._history.period
+        fresh_for = period * (1 + math.ceil(took / period)) + self._ttl  # until the next sample (see History.sample)
+        if at <= acted or time.time() - at >= fresh_for:
             return None
         ready, in_flight, delayed, dead_lettered, oldest = values
         return QueueStats(int(ready), int(in_flight), int(delayed), float(oldest), dead_lettered=int(dead_lettered))
