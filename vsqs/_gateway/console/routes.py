@@ -244,7 +244,8 @@ def router(console: Console) -> APIRouter:
             model = await gateway.call(views.queue_page, gateway, console.cache, console.history,
                                        _queue_name(name), after, limit, groups)
         except QueueNotFound:
-            gateway.forget(name) if QUEUE_NAME_RE.fullmatch(name) else None
+            if QUEUE_NAME_RE.fullmatch(name):
+                gateway.forget(name)  # (a handle of a queue deleted and made again elsewhere)
             return console.page(request, "missing.html", 404, name=name)
         return console.page(request, "queue.html", status, q=model, notice=notice, error=error,
                             force_hex=force_hex, editable=forms.EDITABLE, max_group=MAX_GROUP_LENGTH,
