@@ -62,3 +62,4 @@ GC_INTERVAL = 60.0  # seconds between the gateway's housekeeping sweeps (vsqs._g
 # (tens of microseconds, less than a hop to a thread), on a thread when either is larger
 INLINE_SIGNATURE_BYTES = 64 * 1024
 INLINE_SIGNATURE_HEAD_BYTES = 8 * 1024
+CONSOLE_INTERVAL = 5.0  # seconds between the console's samples of every queue (vsqs._gateway.console.history)
