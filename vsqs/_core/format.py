@@ -370,6 +370,9 @@ def parse_claim_token(name: str) -> tuple[str, int] | None:
     return (m[1], int(m[2])) if m else None
 
 
+RECORDS_DIR = ".records"  # a task's records per period (Spool.put_record), named as its claims
+
+
 # -- receipts ---------------------------------------------------------------
 
 

@@ -254,6 +254,39 @@ def read(path: str, limit: int = MAX_MESSAGE_FILE) -> bytes | None:
         os.close(fd)
 
 
+def read_head(path: str, limit: int) -> tuple[bytes, int] | None:
+    """The first ``limit`` bytes of the regular file ``path`` and its whole
+    size, or ``None`` if it is gone: a look at a message that never reads
+    all of a large body (the gateway's console peeks this way). Anything but
+    a regular file is a :class:`DamagedEntry`, as for :func:`read`."""
+    try:
+        fd = os.open(path, _READ_FLAGS)  # see _READ_FLAGS: never follows, never blocks
+    except OSError as exc:
+        if exc.errno in (errno.ENOENT, errno.ESTALE, errno.ENOTDIR):
+            return None
+        if exc.errno in _LINK_ERRNOS:
+            raise DamagedEntry(exc.errno, "not a regular file (a symbolic link): not followed", path) from None
+        if exc.errno == errno.ENXIO:
+            raise DamagedEntry(exc.errno, "not a regular file (a socket or device)", path) from None
+        raise storage_error(exc, "cannot open message file") from exc
+    try:
+        size = _regular_size(fd, path)  # before any read: a FIFO is never read
+        chunks, total = [], 0
+        while total < limit:
+            chunk = os.read(fd, min(_READ_SIZE, limit - total))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            total += len(chunk)
+        return b"".join(chunks), size
+    except OSError as exc:
+        if isinstance(exc, StorageError):
+            raise
+        raise storage_error(exc, "cannot read message file") from exc
+    finally:
+        os.close(fd)
+
+
 def _regular_size(fd: int, path: str) -> int:
     """The size of the regular file ``fd``; :class:`DamagedEntry` if it is
     anything else (off the hot path: fstat)."""

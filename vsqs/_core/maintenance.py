@@ -1,9 +1,11 @@
-"""Looking at a queue and tidying it: messages in delivery order, counts by
-state, purge, the bulk requeue of expired messages, and garbage collection.
-None of it is on a hot path; each is one listing (or a few)."""
+"""Looking at a queue and tidying it: messages in delivery order (all, or a
+page after a cursor), counts by state, purge, the bulk requeue of expired
+messages, and garbage collection. None of it is on a hot path; each is one
+listing (or a few)."""
 
 from __future__ import annotations
 
+import heapq
 import math
 import threading
 import time
@@ -15,11 +17,17 @@ from vsqs._core import format as _format
 from vsqs._core import fs as _fs
 from vsqs._core.dead_letters import DeadLetters
 from vsqs._core.dedup import Reservations
-from vsqs._core.errors import DamagedEntry, StorageError
+from vsqs._core.errors import DamagedEntry, InvalidArgument, StorageError
 from vsqs._core.format import State
 from vsqs._core.groups import GroupLeases
 from vsqs._core.layout import Layout
-from vsqs._core.limits import DEFAULT_GC_GRACE, DEFAULT_STAGE_GRACE
+from vsqs._core.limits import (
+    DEFAULT_GC_GRACE,
+    DEFAULT_STAGE_GRACE,
+    MAX_BATCH,
+    MAX_BODY_BYTES,
+    MAX_HEADER_BYTES,
+)
 from vsqs._core.message import MessageInfo, QueueStats
 from vsqs._core.rules import check_seconds
 from vsqs._core.settings_store import SettingsStore
@@ -55,7 +63,17 @@ class Maintenance:
             return "delayed" if name.receive_count == 0 else "in_flight"
         return "ready"
 
-    def messages(self, bodies: bool, ids: Iterable[str] | None) -> Iterator[MessageInfo]:
+    def messages(self, bodies: bool, ids: Iterable[str] | None, after: str | None = None,
+                 limit: int | None = None, preview: int | None = None) -> Iterator[MessageInfo]:
+        """Every message (or those of ``ids``) in delivery order, or one
+        :meth:`page` if ``after``, ``limit`` or ``preview`` is given."""
+        if after is not None or limit is not None or preview is not None:
+            if bodies or ids is not None:
+                raise InvalidArgument("a page (after, limit, preview) takes neither bodies nor ids")
+            return iter(self.page(after, 100 if limit is None else limit, preview))
+        return self._all(bodies, ids)
+
+    def _all(self, bodies: bool, ids: Iterable[str] | None) -> Iterator[MessageInfo]:
         """Every message (or those of ``ids``) in delivery order; changes nothing.
         A message that moves between the listing and the read of its body is
         looked up once more by its id."""
@@ -76,6 +94,71 @@ class Maintenance:
                     data = self._body(name)
                     if data is not None:
                         yield self._info(name, now, data)
+
+    def page(self, after: str | None, limit: int, preview: int | None) -> list[MessageInfo]:
+        """Up to ``limit`` messages whose id comes after ``after`` in delivery
+        order, changing nothing. One listing, kept to the ``limit`` smallest
+        names in a bounded heap (names are compared as strings, parsed only
+        for the page), and with ``preview`` the first ``preview`` bytes of the
+        page's bodies only: its cost grows with the queue's listing, never
+        with its bodies."""
+        if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_BATCH:
+            raise InvalidArgument(f"limit must be 1..{MAX_BATCH} messages, not {limit!r}")
+        if after is not None and not _format.is_key(after):
+            raise InvalidArgument(f"after must be a message id, not {after!r}")
+        if preview is not None and (isinstance(preview, bool) or not isinstance(preview, int)
+                                    or not 0 <= preview <= MAX_BODY_BYTES):
+            raise InvalidArgument(f"preview must be 0..{MAX_BODY_BYTES} bytes, not {preview!r}")
+        entries = [entry for place in self._layout.message_dirs() for entry in _fs.list_files(place)[0]]
+        now = _format.now_us()
+        found: list[MessageInfo] = []
+        # every name of a message starts with its id, and every character
+        # that may follow an id sorts before "~": "ID~" is past all of ID's names
+        bound = "" if after is None else after + "~"
+        while len(found) < limit:
+            wanted = limit - len(found) + 16  # (a few spare: entries of no message are dropped)
+            chosen = heapq.nsmallest(wanted, (entry for entry in entries if entry > bound))
+            for entry in chosen:
+                name = _format.parse_name(entry)
+                if name is None or name.state is State.WRITING or len(found) == limit:
+                    continue
+                info = self._peek(name, now, preview)
+                if info is not None:
+                    found.append(info)
+            if len(chosen) < wanted:
+                break
+            bound = chosen[-1][: _format.KEY_LENGTH] + "~"
+        return found
+
+    def _peek(self, name: _format.Name, now: int, preview: int | None) -> MessageInfo | None:
+        """What a page says of message ``name``; None if it moved or is damage (reported)."""
+        if preview is None:
+            return self._info(name, now, None)
+        path = self._layout.message_file(str(name))
+        try:
+            read = _fs.read_head(path, preview + (4096 if name.envelope else 0))
+            if read is not None and name.envelope and b"\n" not in read[0] and read[1] > len(read[0]):
+                read = _fs.read_head(path, preview + MAX_HEADER_BYTES + 1)  # a long header line
+            if read is None:
+                return None  # moved since the listing: the next page, or a refresh, shows it
+            data, size = read
+            header: dict[str, Any] = {}
+            head = data
+            if name.envelope:  # the body is what follows the header line
+                header, head = _envelope.decode_envelope(data)
+                size -= len(data) - len(head)
+        except DamagedEntry as exc:
+            self._layout.report_damage(path, str(exc.strerror))
+            return None
+        except ValueError as exc:  # an envelope cut short or corrupt: reported, skipped
+            self._layout.report_damage(path, f"corrupt message envelope ({exc})")
+            return None
+        info = self._info(name, now, None)
+        attributes = header.get("attributes")  # (a hostile header may hold anything)
+        attributes = {str(k): str(v) for k, v in attributes.items()} if isinstance(attributes, dict) else {}
+        group = header.get("group")
+        return MessageInfo(info.id, info.state, info.receive_count, info.sent_at, info.visible_at, info.priority,
+                           head[:preview], attributes, None if group is None else str(group), size)
 
     def _body(self, name: _format.Name) -> bytes | None:
         """The content of message ``name``; None if it is gone, or if it
@@ -142,16 +225,30 @@ class Maintenance:
             header = None
         return str((header or {}).get("group") or name.group_hash)
 
-    def purge(self) -> int:
-        """Delete every message, in flight and delayed included; how many.
-        Entries named like messages that are no regular files are reported
-        and left alone (see Layout.files). The group slots held by the
-        in-flight messages it removed are freed (see
-        :meth:`GroupLeases.free_purged`), so their groups go on at once."""
+    def purge(self, ids: Iterable[str] | None = None) -> int:
+        """Delete every message (or those of ``ids``), in flight and delayed
+        included; how many. Entries named like messages that are no regular
+        files are reported and left alone (see Layout.files). The group slots
+        held by the in-flight messages it removed are freed (see
+        :meth:`GroupLeases.free_purged`), so their groups go on at once. A
+        message of ``ids`` that moved (was received) while it went is looked
+        up once more."""
+        wanted = None if ids is None else set(ids)
+        removed = self._purge(wanted)
+        if wanted:  # those not removed may have moved between the listing and the unlink
+            removed += self._purge(wanted)
+        return removed
+
+    def _purge(self, wanted: set[str] | None) -> int:
+        """One pass of :meth:`purge`; the ids it removes leave ``wanted``."""
         removed = 0
         held: dict[str, set[int]] = {}
         for name in self._layout.files():
+            if wanted is not None and name.key not in wanted:
+                continue
             if name.state is not State.WRITING and _fs.unlink(self._layout.message_file(str(name))):
+                if wanted is not None:
+                    wanted.discard(name.key)
                 removed += 1
                 if name.group_hash and name.state is State.HIDDEN and name.receive_count:
                     held.setdefault(name.group_hash, set()).add(name.until_us)

@@ -66,6 +66,7 @@ class MessageInfo:
     body: bytes | None = None  # only from messages(bodies=True)
     attributes: dict[str, str] = field(default_factory=dict)  # only with bodies=True
     group: str | None = None  # only with bodies=True
+    size: int | None = None  # the body's bytes; only from a page with a preview (then body is its start)
 
 
 @dataclass(frozen=True)

@@ -706,15 +706,15 @@ class Queue:
     # -- inspection and maintenance ------------------------------------------
 
     def messages(
-        self, *, bodies: bool = False, ids: Iterable[str] | None = None
+        self, *, bodies: bool = False, ids: Iterable[str] | None = None,
+        after: str | None = None, limit: int | None = None, preview: int | None = None,
     ) -> Iterator[MessageInfo]:
-        """Every message (or those of ``ids``) in delivery order; changes nothing.
-
-        With ``bodies=True`` each body is read too; a message that moves
-        between the listing and the read is looked up once more by its id.
-        """
+        """Every message (or those of ``ids``) in delivery order; changes nothing. With ``bodies=True``
+        each body is read too (a message that moved since the listing is looked up once more).
+        Given ``after``, ``limit`` (1..10,000) or ``preview``: one page after the id ``after``, with the
+        first ``preview`` bytes of each body (``size`` tells the whole); it reads the page's bodies only."""
         self._open_parts()
-        return self._maintenance.messages(bodies, ids)
+        return self._maintenance.messages(bodies, ids, after, limit, preview)
 
     def stats(self, *, groups: bool = False) -> QueueStats:
         """Counts by state and the age of the oldest visible message, from one
@@ -723,10 +723,10 @@ class Queue:
         self._open_parts()
         return self._maintenance.stats(groups)
 
-    def purge(self) -> int:
-        """Delete every message, in flight and delayed included; return how many."""
+    def purge(self, ids: Iterable[str] | None = None) -> int:
+        """Delete every message (or those of ``ids``), in flight and delayed included; return how many."""
         self._open_parts()
-        removed = self._maintenance.purge()
+        removed = self._maintenance.purge(ids)
         with self._lock:
             self._listing.reset()
         return removed

@@ -10,7 +10,7 @@ from typing import Any
 from vsqs._core import format as _format
 from vsqs._core import fs as _fs
 from vsqs._core import settings as _settings
-from vsqs._core.errors import InvalidArgument, QueueNotFound
+from vsqs._core.errors import DamagedEntry, InvalidArgument, QueueNotFound
 from vsqs._core.queue import Queue
 from vsqs._core.rules import check_queue_name, is_queue_name
 
@@ -113,6 +113,41 @@ class Spool:
             if parsed is not None and parsed[0] == task and parsed[1] < period - 1:
                 _fs.unlink(os.path.join(directory, entry))
         return True
+
+    def put_record(self, task: str, period: int, data: bytes, *, keep: int) -> bool:
+        """Store ``data`` (at most 1 MiB) as ``task``'s record of time period
+        ``period``, for every process sharing the spool to read
+        (:meth:`record`); False if that period's record exists (never
+        rewritten). Its file is ``.records/TASK.PERIOD``, made by an exclusive
+        create; the task's records older than ``period - keep`` are removed
+        every 64 periods. The gateway's console keeps its samples so."""
+        if not isinstance(task, str) or not _format.CLAIM_TASK_RE.fullmatch(task):
+            raise InvalidArgument(f"bad task name {task!r}: use 1-32 characters of a-z 0-9 _ -, a letter first")
+        if not isinstance(data, bytes) or len(data) > _MAX_RECORD:
+            raise InvalidArgument(f"a record is at most {_MAX_RECORD} bytes of bytes")
+        directory = os.path.join(self._root, _format.RECORDS_DIR)
+        _fs.make_dirs(directory)
+        made = _fs.create_exclusive(os.path.join(directory, _format.claim_token(task, period)), data, durable=False)
+        if made and period % 64 == 0:
+            for entry in _fs.list_names(directory):
+                parsed = _format.parse_claim_token(entry)
+                if parsed is not None and parsed[0] == task and parsed[1] < period - keep:
+                    _fs.unlink(os.path.join(directory, entry))
+        return made
+
+    def record(self, task: str, period: int) -> bytes | None:
+        """``task``'s record of ``period`` (see :meth:`put_record`); None if
+        there is none (or it is still being written: empty, or unreadable)."""
+        if not isinstance(task, str) or not _format.CLAIM_TASK_RE.fullmatch(task):
+            raise InvalidArgument(f"bad task name {task!r}")
+        path = os.path.join(self._root, _format.RECORDS_DIR, _format.claim_token(task, period))
+        try:
+            return _fs.read(path, _MAX_RECORD) or None
+        except DamagedEntry:
+            return None
+
+
+_MAX_RECORD = 1 << 20
 
 
 def _is_queue_dir(path: str) -> bool:

@@ -1,6 +1,7 @@
 """The gateway's ASGI app, assembled: the FastAPI app with both faces, the
-health check and the metrics route, the one place errors become HTTP
-answers, and the middleware around it; and :func:`serve`, which runs it
+health check and the metrics route, the web console under ``/ui``
+(:mod:`vsqs._gateway.console`), the one place errors become HTTP answers,
+and the middleware around it; and :func:`serve`, which runs it
 under uvicorn.
 
 Two faces share one port: the native JSON/raw API under ``/queues``
@@ -16,8 +17,12 @@ protocol of :mod:`vsqs._gateway.timeouts` (a deadline for request heads).
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
+import secrets
+from collections.abc import AsyncIterator, Callable
+from dataclasses import replace
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -26,7 +31,7 @@ from fastapi.responses import JSONResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from vsqs import QueueNotFound, VsqsError, __version__
-from vsqs._gateway import housekeeping
+from vsqs._gateway import console, housekeeping
 from vsqs._gateway.asgi import ASGIApp
 from vsqs._gateway.auth import ApiKeyAuth, BrowserGuard
 from vsqs._gateway.config import CONFIG_FILE_ENV, SECRET_ENVS, GatewayConfig
@@ -45,20 +50,36 @@ log = logging.getLogger("vsqs.gateway")
 def create_app(config: GatewayConfig) -> ASGIApp:
     """The ASGI app of one gateway process (native API, SQS face, health, metrics)."""
     gateway = Gateway(config)
+    ui = console.Console(gateway)
     app = FastAPI(
         title="vsqs gateway",
         version=__version__,
         summary="A vsqs spool over HTTP: the native API under /queues; the Amazon SQS JSON protocol on POST /.",
-        lifespan=housekeeping.lifespan(gateway.spool, gateway.metrics, config.gc_interval),
+        lifespan=_together(housekeeping.lifespan(gateway.spool, gateway.metrics, config.gc_interval),
+                           console.sampling(ui)),
     )
     app.state.gateway = gateway
     _add_error_handlers(app, gateway)
     _add_operations_routes(app, gateway)
     app.include_router(rest_router)
     app.include_router(sqs_router())
+    app.include_router(console.router(ui))
     capped = RequestSizeCap(ApiKeyAuth(app, config.api_key), config)
     guarded = BrowserGuard(BodyDeadline(capped, config.body_timeout), config)  # headers first, then the body
     return RequestMetrics(guarded, gateway.metrics)
+
+
+def _together(*lifespans: Callable[[Any], Any]) -> Callable[[Any], Any]:
+    """One lifespan that enters each of ``lifespans`` in turn (and leaves them in reverse)."""
+
+    @contextlib.asynccontextmanager
+    async def _lifespan(app: Any) -> AsyncIterator[None]:
+        async with contextlib.AsyncExitStack() as stack:
+            for lifespan in lifespans:
+                await stack.enter_async_context(lifespan(app))
+            yield
+
+    return _lifespan
 
 
 def _add_error_handlers(app: FastAPI, gateway: Gateway) -> None:
@@ -156,6 +177,8 @@ def serve(config: GatewayConfig, *, host: str, port: int, workers: int, log_leve
     if host not in ("127.0.0.1", "::1", "localhost"):
         log.warning("listening on %s beyond loopback; put TLS in front (a reverse proxy)", host)
     options = uvicorn_options(config, limit_concurrency)
+    # the console's sessions are signed with a secret all workers share, drawn anew at each start
+    config = replace(config, console_secret=config.console_secret or secrets.token_hex(32))
     if workers == 1:
         uvicorn.run(create_app(config), host=host, port=port, log_level=log_level, **options)
         return

@@ -26,6 +26,7 @@ from vsqs._gateway.sqs.protocol import CONTENT_TYPE as SQS_CONTENT_TYPE
 from vsqs._gateway.sqs.protocol import SqsError, is_sqs_request
 from vsqs._gateway.sqs.protocol import error_response as sqs_error_response
 
+CONSOLE_PREFIX = "/ui"  # the web console checks its own sessions (the same key, given on its sign-in page)
 OPEN_PATHS = frozenset({"/healthz", "/openapi.json", "/docs", "/docs/oauth2-redirect", "/redoc"})
 
 LOOPBACK_NAMES = frozenset({"localhost"})  # loopback IP literals pass as IP literals
@@ -191,7 +192,11 @@ class ApiKeyAuth:
 
     @staticmethod
     def _open(scope: Scope) -> bool:
-        return scope["path"] in OPEN_PATHS or is_sqs_request(scope)
+        """The health check, the schema pages, the SQS face (signed its own way) and
+        the console (``/ui``: its own sign-in and session, vsqs._gateway.console)."""
+        path = scope["path"]
+        return path in OPEN_PATHS or path == CONSOLE_PREFIX or path.startswith(CONSOLE_PREFIX + "/") \
+            or is_sqs_request(scope)
 
     def _holds_key(self, scope: Scope) -> bool:
         assert self._key is not None

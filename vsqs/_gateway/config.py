@@ -37,6 +37,7 @@ class GatewayConfig:
     header_timeout: float = HEADER_TIMEOUT  # seconds to send a request's head (vsqs._gateway.timeouts)
     body_timeout: float = BODY_TIMEOUT  # seconds, after the head, to send the whole body
     gc_interval: float = GC_INTERVAL  # seconds between housekeeping sweeps of the spool (0: none)
+    console_secret: str | None = None  # signs the console's sessions; drawn at each start, shared by the workers
 
     @property
     def max_request_bytes(self) -> int:

@@ -1,0 +1,92 @@
+"""The console's forms: a bounded ``application/x-www-form-urlencoded``
+body parsed into fields, and the settings form turned into the changes the
+native API would take (validated by the same model,
+:class:`~vsqs._gateway.rest.models.QueueSettings`, and then by the engine's
+schema)."""
+
+from __future__ import annotations
+
+from typing import Any
+from urllib.parse import parse_qs
+
+from fastapi import Request
+from pydantic import ValidationError
+
+from vsqs import InvalidArgument
+from vsqs._gateway.errors import ApiError
+from vsqs._gateway.rest.models import QueueSettings
+
+FORM_TYPE = "application/x-www-form-urlencoded"
+MAX_FORM_BYTES = 256 * 1024  # a test message's body (64 KiB) and its escapes fit
+MAX_FIELDS = 64
+MAX_TEST_BODY = 64 * 1024  # characters of a test message published from the console
+
+# the settings the queue page edits, in its order (suspended has its own buttons)
+EDITABLE = ("visibility_timeout", "delay", "receive_wait", "retention", "max_messages", "max_message_bytes",
+            "max_receives", "dead_letter", "group_concurrency", "dedup_window", "content_dedup", "throttle")
+FLAGS = frozenset({"content_dedup"})
+
+
+async def read_form(request: Request) -> dict[str, str]:
+    """The fields of a form POST (the last value of a repeated one); 415 for
+    another content type, 413 past MAX_FORM_BYTES, 400 for a body that is no form."""
+    content_type = request.headers.get("content-type", "").split(";", 1)[0].strip().lower()
+    if content_type != FORM_TYPE:
+        raise ApiError(415, "unsupported_media_type", f"the console takes {FORM_TYPE}")
+    body = b""
+    async for chunk in request.stream():
+        body += chunk
+        if len(body) > MAX_FORM_BYTES:
+            raise ApiError(413, "request_too_large", f"a console form is at most {MAX_FORM_BYTES} bytes")
+    try:
+        fields = parse_qs(body.decode("utf-8"), keep_blank_values=True, strict_parsing=False,
+                          max_num_fields=MAX_FIELDS)
+    except (UnicodeDecodeError, ValueError):
+        raise ApiError(400, "bad_request", "the form does not parse") from None
+    return {name: values[-1] for name, values in fields.items()}
+
+
+def settings_changes(form: dict[str, str], current: dict[str, Any]) -> dict[str, Any]:
+    """The settings the form changes (an empty field unsets one), validated as
+    the API validates a PATCH; InvalidArgument naming the first bad field."""
+    given: dict[str, Any] = {}
+    for name in EDITABLE:
+        if name in FLAGS:
+            given[name] = form.get(name) == "on"
+            continue
+        if name not in form:
+            continue
+        text = form[name].strip()
+        if name == "throttle" and text:
+            parts = text.replace("/", " ").replace(",", " ").split()
+            given[name] = parts if len(parts) == 2 else text
+        else:
+            given[name] = text or None
+    try:
+        changes = QueueSettings.model_validate(given).changes()
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(part) for part in first.get("loc", ())[:1]) or "settings"
+        raise InvalidArgument(f"{where}: {first.get('msg', 'invalid')}") from None
+    except ApiError as exc:
+        raise InvalidArgument(exc.message) from None
+    return {name: value for name, value in changes.items() if _differs(value, current.get(name))}
+
+
+def _differs(new: Any, old: Any) -> bool:
+    if isinstance(new, (tuple, list)) and isinstance(old, (tuple, list)):
+        return [float(v) for v in new] != [float(v) for v in old]
+    if isinstance(new, (int, float)) and isinstance(old, (int, float)) and not isinstance(new, bool):
+        return float(new) != float(old)
+    return bool(new != old)
+
+
+def setting_text(name: str, value: Any) -> str:
+    """A setting's value as its form field shows it ("" when unset)."""
+    if value is None:
+        return ""
+    if name == "throttle":
+        return f"{value[0]:g}/{value[1]:g}"
+    if isinstance(value, float):
+        return f"{value:g}"
+    return str(value)

@@ -1,0 +1,148 @@
+"""The console's history: depth by state of every queue, sampled every few
+seconds, kept for an hour in memory.
+
+One process samples: at the start of each period every gateway process
+(``--workers N``, other hosts on the spool) tries
+:meth:`vsqs.Spool.claim_period` for the task ``console``, as housekeeping
+does; the winner takes ``stats()`` of each queue and stores the sample as
+the spool's record of that period (:meth:`vsqs.Spool.put_record`,
+``.records/console.PERIOD``, docs/FORMAT.md). Every process then reads that
+record into its own series, so whichever worker answers a page draws the
+same chart, and the spool pays for one sampling per period, not one per
+worker. (Each worker sampling on its own would cost N times as much and
+give each worker a slightly different chart.)
+
+The series is in memory: a process starts with an empty one and reads no
+record older than its own start, so after a restart the charts start
+empty, as the page says. It holds at most :data:`KEEP` samples of at most
+:data:`MAX_QUEUES` queues.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
+from vsqs import QueueNotFound, QueueStats, Spool, VsqsError
+
+log = logging.getLogger("vsqs.gateway.console")
+
+TASK = "console"
+PERIOD = 5.0  # seconds between samples
+KEEP = 720  # samples kept: an hour
+MAX_QUEUES = 500  # queues a sample holds (the first by name): bounds a record and the memory
+FIELDS = ("ready", "in_flight", "delayed", "dead_lettered", "oldest_ready_age")
+
+
+@dataclass(frozen=True)
+class Sample:
+    at: float  # epoch seconds
+    queues: dict[str, tuple[float, ...]]  # name -> the FIELDS
+
+
+def encode(at: float, stats: dict[str, QueueStats]) -> bytes:
+    queues = {name: [s.ready, s.in_flight, s.delayed, s.dead_lettered, round(s.oldest_ready_age, 3)]
+              for name, s in stats.items()}
+    return json.dumps({"t": at, "queues": queues}, separators=(",", ":")).encode()
+
+
+def decode(data: bytes) -> Sample | None:
+    """A record's sample; None if it does not parse (being written, or not ours).
+    Entries that are not five finite numbers are left out."""
+    try:
+        doc = json.loads(data)
+    except ValueError:
+        return None
+    if not isinstance(doc, dict) or not isinstance(doc.get("queues"), dict):
+        return None
+    at = doc.get("t")
+    if isinstance(at, bool) or not isinstance(at, (int, float)) or not math.isfinite(at):
+        return None
+    queues: dict[str, tuple[float, ...]] = {}
+    for name, values in list(doc["queues"].items())[:MAX_QUEUES]:
+        if (isinstance(values, list) and len(values) == len(FIELDS)
+                and all(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+                        for v in values)):
+            queues[str(name)] = tuple(values)
+    return Sample(float(at), queues)
+
+
+class History:
+    """This process's series, fed from the spool's records."""
+
+    def __init__(self, spool: Spool, period: float = PERIOD, keep: int = KEEP, now: float | None = None) -> None:
+        self.spool = spool
+        self.period = period
+        self.started = time.time() if now is None else now
+        self._samples: deque[Sample] = deque(maxlen=keep)
+        self._next = int(self.started // period)  # the first period whose record is still to read
+        self._lock = threading.Lock()
+
+    def sample(self, stats_of: Callable[[str], QueueStats], now: float | None = None) -> bool:
+        """If this period's sampling is ours (one process per period), take the
+        stats of every queue (up to MAX_QUEUES) and store them as the
+        period's record. Blocking; True if it sampled."""
+        now = time.time() if now is None else now
+        if not self.spool.claim_period(TASK, self.period, now=now):
+            return False
+        stats: dict[str, QueueStats] = {}
+        for name in self.spool.queues()[:MAX_QUEUES]:
+            try:
+                stats[name] = stats_of(name)
+            except QueueNotFound:
+                continue
+            except (VsqsError, OSError) as exc:
+                log.warning("console: sampling queue %r failed: %s", name, exc)
+        self.spool.put_record(TASK, int(now // self.period), encode(now, stats), keep=self._samples.maxlen or KEEP)
+        return True
+
+    def catch_up(self, now: float | None = None) -> None:
+        """Read the records written since the last call (those of periods that
+        had none are passed over, but the current and the last one are
+        looked at again next time: they may still be being written)."""
+        now = time.time() if now is None else now
+        current = int(now // self.period)
+        with self._lock:
+            period = max(self._next, current - (self._samples.maxlen or 1))
+            while period <= current:
+                data = self.spool.record(TASK, period)
+                sample = decode(data) if data else None
+                if sample is None:
+                    if period >= current - 1:
+                        break  # may come yet
+                else:
+                    self._samples.append(sample)
+                period += 1
+            self._next = period
+
+    def __len__(self) -> int:
+        return len(self._samples)
+
+    def __iter__(self) -> Iterator[Sample]:
+        return iter(list(self._samples))
+
+    def series(self, name: str) -> list[tuple[float, tuple[float, ...]]]:
+        """(time, FIELDS) of queue ``name``, oldest first (samples without it left out)."""
+        return [(s.at, s.queues[name]) for s in list(self._samples) if name in s.queues]
+
+    def depth_rate(self, name: str, window: float = 60.0) -> float | None:
+        """Messages per second the depth (ready + in flight + delayed) grew by over
+        about the last ``window`` seconds; None with fewer than two samples."""
+        points = self.series(name)
+        if len(points) < 2:
+            return None
+        last_at, last = points[-1]
+        first_at, first = points[0]
+        for at, values in reversed(points):
+            if last_at - at >= window:
+                first_at, first = at, values
+                break
+        if last_at <= first_at:
+            return None
+        return (sum(last[:3]) - sum(first[:3])) / (last_at - first_at)
