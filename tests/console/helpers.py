@@ -51,7 +51,7 @@ def unescaped_text(page: str) -> str:
 
 def cell(page: str, queue: str, count: str) -> int:
     """The raw value of ``data-count=COUNT`` in the row (or block) of ``queue``."""
-    row = re.search(rf'data-queue="{re.escape(queue)}"(.*?)(</tr>|</dl>)', page, re.S)
+    row = re.search(rf'data-queue="{re.escape(queue)}"(.*?)(</tr>|</dl>)', page, re.DOTALL)
     assert row, f"no row of {queue}"
     value = re.search(rf'data-count="{count}" data-value="([^"]*)"', row[1])
     assert value, f"no {count} in the row of {queue}"

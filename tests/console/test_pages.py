@@ -12,8 +12,8 @@ pytest.importorskip("fastapi", reason="the gateway needs the server extra: pip i
 pytest.importorskip("jinja2", reason="the console needs the server extra: pip install 'vsqs[server]'")
 
 import vsqs
-from tests.console.helpers import ConsoleClient, cell
 from tests.conftest import message_dirs
+from tests.console.helpers import ConsoleClient, cell
 from tests.gateway.server import running_gateway
 
 

@@ -12,6 +12,8 @@ import pytest
 pytest.importorskip("fastapi", reason="the gateway needs the server extra: pip install 'vsqs[server]'")
 pytest.importorskip("jinja2", reason="the console needs the server extra: pip install 'vsqs[server]'")
 
+import httpx
+
 import vsqs
 from tests.console.helpers import ConsoleClient
 from tests.gateway.server import running_gateway
@@ -176,7 +178,7 @@ def test_a_forged_or_tampered_cookie_is_no_session(keyed_server):
         right = client.post("/ui/login", {"csrf": client.token("/ui/login"), "key": KEY, "next": "/ui"})
         value = re.search(r"vsqs_console=([^;]+)", right.headers["set-cookie"])[1]
         assert client.get("/ui").status_code == 200
-        kind, expires, nonce, signature = value.split(".")
+        _kind, expires, nonce, signature = value.split(".")
         for forged in (f"k.{int(expires) + 9999}.{nonce}.{signature}", f"k.{expires}.{nonce}.{'0' * 64}",
                        f"k.{expires}.{'f' * 32}.{signature}", "k.1.2.3", "x" * 300):
             client.http.cookies.clear()
@@ -199,3 +201,22 @@ def test_sessions_expire_and_signing_in_gives_a_new_nonce():
     assert sessions.csrf_ok(signed, sessions.csrf_token(signed))
     assert not sessions.csrf_ok(signed, sessions.csrf_token(anonymous))
     assert Sessions(None, "s").may_act(Sessions(None, "s").new(signed_in=False)[0])  # no key: anyone local
+
+
+def test_a_session_holds_across_workers(tmp_path):
+    """With --workers 2 every worker accepts the session another signed: they
+    share the signing secret (drawn at start, passed in the private config)."""
+    spool = tmp_path / "spool"
+    spool.mkdir()
+    with running_gateway(str(spool), "--workers", "2", env={"VSQS_API_KEY": KEY}) as server:
+        client = ConsoleClient(server.url)
+        try:
+            right = client.post("/ui/login", {"csrf": client.token("/ui/login"), "key": KEY, "next": "/ui"})
+            assert right.status_code == 303
+            cookie = re.search(r"vsqs_console=([^;]+)", right.headers["set-cookie"])[1]
+            for _ in range(20):  # a new connection each time: the kernel hands them to either worker
+                with httpx.Client(base_url=server.url, headers={"Connection": "close"}) as fresh:
+                    fresh.cookies.set("vsqs_console", cookie, path="/ui")
+                    assert fresh.get("/ui", follow_redirects=False).status_code == 200
+        finally:
+            client.close()

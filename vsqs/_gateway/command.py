@@ -19,8 +19,19 @@ import click
 
 from vsqs import Spool, VsqsError
 from vsqs._core import settings as _settings
-from vsqs._gateway.config import DEFAULT_MAX_MESSAGE_BYTES, GatewayConfig, check_host_name
-from vsqs._gateway.limits import BODY_TIMEOUT, GC_INTERVAL, HEADER_TIMEOUT, MAX_MESSAGE_BYTES_CEILING, MAX_REQUEST_TIMEOUT
+from vsqs._gateway.config import (
+    DEFAULT_MAX_MESSAGE_BYTES,
+    GatewayConfig,
+    check_host_name,
+)
+from vsqs._gateway.limits import (
+    BODY_TIMEOUT,
+    CONSOLE_INTERVAL,
+    GC_INTERVAL,
+    HEADER_TIMEOUT,
+    MAX_MESSAGE_BYTES_CEILING,
+    MAX_REQUEST_TIMEOUT,
+)
 
 
 def _read_secret_file(path: str) -> str:
@@ -114,6 +125,9 @@ def _public_url(url: str | None) -> str | None:
 @click.option("--gc-interval", type=click.FloatRange(0), default=GC_INTERVAL, show_default=True, metavar="SECONDS",
               help="Collect the spool's garbage (retention, orphaned files, spent leases) every this many seconds, "
               "one process at a time among all gateways on the spool; 0: never (leave it to `vsqs gc`).")
+@click.option("--console-interval", type=click.FloatRange(0), default=CONSOLE_INTERVAL, show_default=True,
+              metavar="SECONDS", help="Sample every queue's counts for the web console's charts (/ui) every this "
+              "many seconds, one process at a time among all gateways on the spool; 0: no charts.")
 @click.option("--create", is_flag=True, help="Create SPOOL if it does not exist.")
 @click.option("--log-level", type=click.Choice(["critical", "error", "warning", "info", "debug"]),
               default="info", show_default=True)
@@ -121,7 +135,7 @@ def serve(
     spool: str, host: str, port: int, workers: int, api_key_file: str | None, aws_credentials_file: str | None,
     region: str, max_message_bytes: int, file_mode: str | None, limit_concurrency: int | None,
     public_hosts: tuple[str, ...], public_url: str | None, header_timeout: float, body_timeout: float,
-    gc_interval: float, create: bool, log_level: str,
+    gc_interval: float, console_interval: float, create: bool, log_level: str,
 ) -> None:
     """Serve SPOOL over HTTP: the native API under /queues and the Amazon SQS
     protocol on POST / (needs the extra: pip install 'vsqs[server]').
@@ -147,6 +161,7 @@ def serve(
         region=region, max_message_bytes=max_message_bytes, file_mode=file_mode,
         listen_host=host, public_hosts=_public_hosts(public_hosts), public_url=_public_url(public_url),
         header_timeout=header_timeout, body_timeout=body_timeout, gc_interval=gc_interval,
+        console_interval=console_interval,
     )
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(name)s %(levelname)s %(message)s")
     run(config, host=host, port=port, workers=workers, log_level=log_level, limit_concurrency=limit_concurrency)

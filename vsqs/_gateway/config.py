@@ -10,7 +10,13 @@ import os
 import re
 from dataclasses import dataclass, field
 
-from vsqs._gateway.limits import BODY_TIMEOUT, GC_INTERVAL, HEADER_TIMEOUT, SQS_MAX_MESSAGE_BYTES
+from vsqs._gateway.limits import (
+    BODY_TIMEOUT,
+    CONSOLE_INTERVAL,
+    GC_INTERVAL,
+    HEADER_TIMEOUT,
+    SQS_MAX_MESSAGE_BYTES,
+)
 
 CONFIG_FILE_ENV = "VSQS_GATEWAY_CONFIG_FILE"  # `vsqs serve --workers N`: the path of the config file of each worker
 SECRET_ENVS = ("VSQS_API_KEY", "VSQS_AWS_SECRET_ACCESS_KEY")  # read at start, kept out of the workers' environment
@@ -37,6 +43,7 @@ class GatewayConfig:
     header_timeout: float = HEADER_TIMEOUT  # seconds to send a request's head (vsqs._gateway.timeouts)
     body_timeout: float = BODY_TIMEOUT  # seconds, after the head, to send the whole body
     gc_interval: float = GC_INTERVAL  # seconds between housekeeping sweeps of the spool (0: none)
+    console_interval: float = CONSOLE_INTERVAL  # seconds between the console's samples of the spool (0: none)
     console_secret: str | None = None  # signs the console's sessions; drawn at each start, shared by the workers
 
     @property

@@ -56,3 +56,4 @@ MAX_JSON_DEPTH = 32  # nesting of arrays and objects (the deepest request needs 
 MAX_JSON_INTEGER_DIGITS = 32  # an integer longer than this is no count, size or time
 INLINE_JSON_BYTES = 64 * 1024  # bodies up to this size are parsed on the event loop, larger ones on a thread
 GC_INTERVAL = 60.0  # seconds between the gateway's housekeeping sweeps (vsqs._gateway.housekeeping)
+CONSOLE_INTERVAL = 5.0  # seconds between the console's samples of every queue (vsqs._gateway.console.history)

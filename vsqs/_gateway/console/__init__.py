@@ -48,12 +48,13 @@ def sampling(console: Console) -> Callable[[Any], Any]:
 
     @contextlib.asynccontextmanager
     async def _lifespan(app: Any) -> AsyncIterator[None]:
-        task = asyncio.create_task(_sample_periodically(console))
+        task = asyncio.create_task(_sample_periodically(console)) if console.sampling else None
         try:
             yield
         finally:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
 
     return _lifespan

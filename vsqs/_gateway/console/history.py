@@ -13,7 +13,7 @@ worker. (Each worker sampling on its own would cost N times as much and
 give each worker a slightly different chart.)
 
 The series is in memory: a process starts with an empty one and reads no
-record older than its own start, so after a restart the charts start
+sample taken before its own start, so after a restart the charts start
 empty, as the page says. It holds at most :data:`KEEP` samples of at most
 :data:`MAX_QUEUES` queues.
 """
@@ -116,7 +116,7 @@ class History:
                 if sample is None:
                     if period >= current - 1:
                         break  # may come yet
-                else:
+                elif sample.at >= self.started:  # none taken before this process started
                     self._samples.append(sample)
                 period += 1
             self._next = period

@@ -108,15 +108,16 @@ def plain(text: object) -> str:
     return "".join(out)
 
 
-def body_view(data: bytes | None, force_hex: bool = False) -> tuple[str, list[tuple[str, str]] | str]:
-    """How to show a body's preview: ``("text", parts)`` for UTF-8 text,
-    ``("hex", "68 65 6c ...")`` for anything else (or when asked)."""
+def body_view(data: bytes | None, force_hex: bool = False, cut: bool = False) -> tuple[str, list[tuple[str, str]] | str]:
+    """How to show a body's preview: ``("text", parts)`` for UTF-8 text (a
+    preview ``cut`` from a longer body may end mid-character), ``("hex",
+    "68 65 6c ...")`` for anything else (or when asked)."""
     if data is None:
         return "text", []
     if not force_hex:
         try:
             return "text", text_parts(data.decode("utf-8"))
         except UnicodeDecodeError as exc:
-            if exc.start >= len(data) - 3 and exc.reason == "unexpected end of data":  # cut mid-character
+            if cut and exc.start >= len(data) - 3 and exc.reason == "unexpected end of data":
                 return "text", text_parts(data[: exc.start].decode("utf-8"))
     return "hex", " ".join(f"{byte:02x}" for byte in data[:HEX_BYTES])

@@ -22,7 +22,7 @@ from vsqs import InvalidArgument, Queue, QueueNotFound, VsqsError
 from vsqs._core.rules import QUEUE_NAME_RE
 from vsqs._gateway.auth import CONSOLE_PREFIX
 from vsqs._gateway.console import forms, humane, views
-from vsqs._gateway.console.history import History
+from vsqs._gateway.console.history import PERIOD, History
 from vsqs._gateway.console.session import (
     COOKIE,
     COOKIE_PATH,
@@ -59,7 +59,8 @@ class Console:
     def __init__(self, gateway: Gateway) -> None:
         self.gateway = gateway
         self.sessions = Sessions(gateway.config.api_key, gateway.config.console_secret)
-        self.history = History(gateway.spool)
+        self.history = History(gateway.spool, gateway.config.console_interval or PERIOD)
+        self.sampling = gateway.config.console_interval > 0
         self.cache = views.StatsCache(gateway)
         self.templates = Environment(loader=PackageLoader("vsqs._gateway.console", "templates"),
                                      autoescape=True, undefined=StrictUndefined, trim_blocks=True,
@@ -83,6 +84,7 @@ class Console:
         context.update(csrf=self.sessions.csrf_token(session), needs_key=self.sessions.needs_key,
                        signed_in=session.signed_in, prefix=PREFIX, history_len=len(self.history),
                        history_started=self.history.started, history_period=self.history.period,
+                       sampling=self.sampling,
                        now=time.time(), version=_version())
         html = self.templates.get_template(template).render(**context)
         return self._finish(request, Response(html, status, media_type="text/html; charset=utf-8"))

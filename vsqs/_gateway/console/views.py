@@ -155,7 +155,7 @@ def queue_page(gateway: Gateway, cache: StatsCache, history: History, name: str,
     settings, and one page of messages after the id ``after``."""
     history.catch_up()
     queue = gateway.queue(name)
-    stats = queue.stats(groups=groups)
+    stats = queue.stats(groups=True) if groups else cache.get(name)[0]  # (the overview's, if fresh)
     settings = dict(queue.settings)
     messages = list(queue.messages(after=after, limit=limit + 1, preview=PREVIEW_BYTES))
     more = len(messages) > limit
