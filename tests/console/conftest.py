@@ -52,9 +52,12 @@ def artifacts() -> Path:
     return directory
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def browser() -> Iterator[Any]:
-    """One headless Chromium for the whole run (each test gets its own context: no shared cookies)."""
+    """One headless Chromium per test module (each test gets its own context:
+    no shared cookies). Not one per session: while Playwright's sync API is
+    started, its event loop counts as running in this thread, and a later
+    test's ``asyncio.run()`` would fail."""
     try:
         from playwright.sync_api import Error as PlaywrightError
         from playwright.sync_api import expect, sync_playwright
