@@ -7,7 +7,7 @@ Starts ``vsqs serve`` on a temporary spool with a few queues at work for
 ``--seconds`` (orders piling up faster than they are taken, a few dying into
 their dead-letter queue, e-mails drained, reports delayed, thumbnails
 suspended), sampled every second for the charts, then saves the overview at
-1280x800 from Debian's Chromium through Playwright (the browser tests' set-up:
+1280 pixels wide from Debian's Chromium through Playwright (the browser tests' set-up:
 tests/console/browser.py). Needs the ``test`` and ``server`` extras and a
 Chromium (``apt-get install chromium``).
 """
@@ -24,9 +24,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-import vsqs  # noqa: E402
-from tests.console.browser import LAUNCH_ARGS, find_browser  # noqa: E402
-from tests.gateway.server import running_gateway  # noqa: E402
+import vsqs
+from tests.console.browser import LAUNCH_ARGS, find_browser
+from tests.gateway.server import running_gateway
 
 
 def make_spool(path: str) -> vsqs.Spool:
