@@ -26,13 +26,21 @@ class Server:
             return f.read()
 
 
+# what a running gateway writes in the spool's root on its own, at any time: its
+# periodic claims (housekeeping, the console's sampling) and the console's samples
+_BOOKKEEPING = (".claims", ".records")
+
+
 def tree_around(spool: str) -> list[str]:
     """Every path under the spool's parent, so a write that escaped the spool
-    (``../x``) shows as well as one inside it. Tests put the spool one level
-    down in a directory of its own."""
+    (``../x``) shows as well as one inside it, less the gateway's own
+    bookkeeping in the spool's root (_BOOKKEEPING), which comes and goes with
+    time. Tests put the spool one level down in a directory of its own."""
     parent = os.path.dirname(os.path.abspath(spool))
+    skipped = tuple(os.path.join(os.path.abspath(spool), name) for name in _BOOKKEEPING)
     found = []
     for top, dirs, files in os.walk(parent):
+        dirs[:] = [name for name in dirs if os.path.join(top, name) not in skipped]
         found += [os.path.relpath(os.path.join(top, name), parent) for name in dirs + files]
     return sorted(found)
 

@@ -14,17 +14,17 @@ from vsqs._gateway.console import humane
 
 SPARK_WIDTH, SPARK_HEIGHT = 120, 28
 CHART_WIDTH, CHART_HEIGHT = 640, 180
-_CHART_PAD_LEFT, _CHART_PAD_BOTTOM = 44, 20
+_CHART_PAD_LEFT, _CHART_PAD_BOTTOM, _CHART_PAD_TOP = 44, 20, 8
 STATES = (("ready", 0), ("in_flight", 1), ("delayed", 2), ("dead_lettered", 3))
 
 
 def _points(times: list[float], values: list[float], x0: float, width: float, height: float,
-            start: float, span: float, top: float) -> str:
-    """``"x,y x,y ..."`` of ``values`` at ``times`` in a box ``width`` x ``height`` from x0."""
+            start: float, span: float, top: float, y0: float = 0) -> str:
+    """``"x,y x,y ..."`` of ``values`` at ``times`` in a box ``width`` x ``height`` at (x0, y0)."""
     coords = []
     for at, value in zip(times, values, strict=True):
         x = x0 + (at - start) / span * width if span > 0 else x0 + width
-        y = height - (value / top * height if top > 0 else 0)
+        y = y0 + height - (value / top * height if top > 0 else 0)
         coords.append(f"{x:.1f},{y:.1f}")
     return " ".join(coords)
 
@@ -38,7 +38,7 @@ def sparkline(series: list[tuple[float, tuple[float, ...]]], now: float, hour: f
     top = max(value for _, value in recent) or 1
     start = now - hour
     return _points([at for at, _ in recent], [value for _, value in recent], 0, SPARK_WIDTH,
-                   SPARK_HEIGHT - 2, start, hour, top)
+                   SPARK_HEIGHT - 4, start, hour, top, 2)
 
 
 @dataclass
@@ -70,5 +70,6 @@ def depth_chart(series: list[tuple[float, tuple[float, ...]]], now: float, span:
     plot_width = CHART_WIDTH - _CHART_PAD_LEFT - 8
     for state, index in STATES:
         chart.lines.append((state, _points(times, [values[index] for _, values in recent], _CHART_PAD_LEFT,
-                                           plot_width, chart.plot_height, start, now - start, top)))
+                                           plot_width, chart.plot_height - _CHART_PAD_TOP, start, now - start, top,
+                                           _CHART_PAD_TOP)))
     return chart

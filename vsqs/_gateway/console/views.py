@@ -147,6 +147,7 @@ class QueuePage:
     groups: list[tuple[str, dict[str, int]]] | None  # the MAX_GROUPS with the largest backlog
     chart: charts.Chart
     settings_text: dict[str, str]
+    rate: float | None  # the depth's change per second (history), None without two samples
 
 
 def queue_page(gateway: Gateway, cache: StatsCache, history: History, name: str, after: str | None,
@@ -176,4 +177,5 @@ def queue_page(gateway: Gateway, cache: StatsCache, history: History, name: str,
             stats.groups.items(), key=lambda item: (-item[1]["ready"], -item[1]["in_flight"], item[0]))[:MAX_GROUPS],
         chart=charts.depth_chart(history.series(name), time.time()),
         settings_text={key: forms.setting_text(key, settings.get(key)) for key in forms.EDITABLE},
+        rate=history.depth_rate(name),
     )
