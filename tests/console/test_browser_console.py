@@ -104,6 +104,23 @@ def test_open_a_queue_and_peek_its_messages_without_changing_them(page: Any, gat
     assert [m.id for m in queue.receive_batch(10, visibility_timeout=60)] == ids  # nor moved nor reordered
 
 
+def test_page_through_messages_and_delete_one(page: Any, gateway: Server, shoot: Any) -> None:
+    queue = fresh(gateway, "paged")
+    ids = queue.publish_batch([b"m%d" % n for n in range(55)])
+    page.goto("/ui/queues/paged")
+    rows = page.locator("#messages tr[data-message]")
+    expect(rows).to_have_count(50)
+    page.locator("#next-page").click()
+    expect(rows).to_have_count(5)
+    assert [rows.nth(n).get_attribute("data-message") for n in range(5)] == ids[50:]
+    expect(page.locator("#next-page")).to_have_count(0)
+    shoot(page, "second-page")
+    page.locator(f'tr[data-message="{ids[52]}"] .delete-form button').click()
+    expect(page.locator("#notice")).to_be_visible()
+    expect(page.locator(f'tr[data-message="{ids[52]}"]')).to_have_count(0)
+    assert [m.id for m in queue.messages()] == ids[:52] + ids[53:]  # that one gone, the others as they were
+
+
 def test_redrive_a_dead_letter_queue(page: Any, gateway: Server, shoot: Any) -> None:
     dlq = fresh(gateway, "jobs-dead")
     jobs = fresh(gateway, "jobs", dead_letter="jobs-dead", max_receives=1)
