@@ -153,3 +153,54 @@ def test_the_page_says_when_there_is_no_history(tmp_path: Path) -> None:
 
     assert "No history yet" in asyncio.run(note(5.0)) and "starts empty after" in asyncio.run(note(5.0))
     assert "--console-interval 0" in asyncio.run(note(0.0))
+
+
+def test_pages_read_counts_from_a_fresh_sample_and_fresh_stats_after_an_action(tmp_path: Path, monkeypatch) -> None:
+    import time
+
+    from vsqs._gateway.config import GatewayConfig
+    from vsqs._gateway.console import views
+    from vsqs._gateway.state import Gateway
+
+    spool = vsqs.Spool(tmp_path, create=True)
+    queue = spool.create_queue("jobs")
+    queue.publish_batch([b"x"] * 7, durable=False)
+    gateway = Gateway(GatewayConfig(spool=str(tmp_path), gc_interval=0))
+    now = time.time()
+    sampler = History(spool, now=now - 1)
+    assert sampler.sample(_stats_of(spool), now=now)
+    sampler.catch_up(now=now)
+    queue.publish_batch([b"x"] * 3, durable=False)  # after the sample
+    calls: list[str] = []
+    real = vsqs.Queue.stats
+    monkeypatch.setattr(vsqs.Queue, "stats", lambda self, **kw: calls.append(self.path) or real(self, **kw))
+    cache = views.StatsCache(gateway, sampler, ttl=0.0)
+    assert cache.get("jobs")[0].ready == 7 and calls == []  # the sample: no listing
+    assert cache.get("jobs", fresh=True)[0].ready == 10 and len(calls) == 1  # the sampler's own: a listing
+    cache.forget("jobs")  # an action: its result shows at once
+    assert cache.get("jobs")[0].ready == 10 and len(calls) == 2
+    stale = views.StatsCache(gateway, History(spool, period=0.001, now=now - 1), ttl=0.0)
+    assert stale.get("jobs")[0].ready == 10  # no sample at hand: stats()
+
+
+def test_a_missing_record_does_not_hold_back_a_later_one(tmp_path: Path) -> None:
+    spool = vsqs.Spool(tmp_path, create=True)
+    spool.create_queue("jobs")
+    reader = History(spool, now=T0)
+    reader.catch_up(now=T0 + 6)  # period 0: no record (nobody sampled); period 1: none yet
+    assert History(spool, now=T0).sample(_stats_of(spool), now=T0 + 6.5)  # period 1's, written late
+    reader.catch_up(now=T0 + 7)
+    assert len(reader) == 1
+
+
+def test_slow_sampling_spaces_itself_out(tmp_path: Path) -> None:
+    spool = vsqs.Spool(tmp_path, create=True)
+    reader = History(spool, now=T0)
+    period = int(T0 // 5)
+    (tmp_path / ".records").mkdir()
+    slow = history.encode(T0 + 1, {}, took=12.0)  # a sampling that took more than two periods
+    (tmp_path / ".records" / f"console.{period}").write_bytes(slow)
+    reader.catch_up(now=T0 + 2)
+    assert len(reader) == 1 and list(reader)[0].took == 12.0
+    tries = [reader.sample(_stats_of(spool), now=T0 + 5 * step + 0.1) for step in range(1, 7)]
+    assert tries == [period_ % 3 == 0 for period_ in range(period + 1, period + 7)]  # one period in three

@@ -59,6 +59,7 @@ def create_app(config: GatewayConfig) -> ASGIApp:
                            console.sampling(ui)),
     )
     app.state.gateway = gateway
+    app.state.console = ui
     _add_error_handlers(app, gateway)
     _add_operations_routes(app, gateway)
     app.include_router(rest_router)

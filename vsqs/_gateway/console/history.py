@@ -42,14 +42,15 @@ FIELDS = ("ready", "in_flight", "delayed", "dead_lettered", "oldest_ready_age")
 
 @dataclass(frozen=True)
 class Sample:
-    at: float  # epoch seconds
+    at: float  # epoch seconds: when the sampling ended
     queues: dict[str, tuple[float, ...]]  # name -> the FIELDS
+    took: float = 0.0  # seconds the sampling took
 
 
-def encode(at: float, stats: dict[str, QueueStats]) -> bytes:
+def encode(at: float, stats: dict[str, QueueStats], took: float = 0.0) -> bytes:
     queues = {name: [s.ready, s.in_flight, s.delayed, s.dead_lettered, round(s.oldest_ready_age, 3)]
               for name, s in stats.items()}
-    return json.dumps({"t": at, "queues": queues}, separators=(",", ":")).encode()
+    return json.dumps({"t": at, "d": round(took, 3), "queues": queues}, separators=(",", ":")).encode()
 
 
 def decode(data: bytes) -> Sample | None:
@@ -70,7 +71,9 @@ def decode(data: bytes) -> Sample | None:
                 and all(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
                         for v in values)):
             queues[str(name)] = tuple(values)
-    return Sample(float(at), queues)
+    took = doc.get("d", 0.0)
+    took = float(took) if isinstance(took, (int, float)) and not isinstance(took, bool) and 0 <= took < 1e6 else 0.0
+    return Sample(float(at), queues, took)
 
 
 class History:
@@ -87,9 +90,16 @@ class History:
     def sample(self, stats_of: Callable[[str], QueueStats], now: float | None = None) -> bool:
         """If this period's sampling is ours (one process per period), take the
         stats of every queue (up to MAX_QUEUES) and store them as the
-        period's record. Blocking; True if it sampled."""
-        now = time.time() if now is None else now
-        if not self.spool.claim_period(TASK, self.period, now=now):
+        period's record. Blocking; True if it sampled.
+
+        When the last sampling took longer than a period (a deep spool on a
+        slow disk), sampling goes on only every so many periods, as many as
+        it took, so that samplings never pile up in several processes."""
+        started = time.time() if now is None else now
+        period = int(started // self.period)
+        last = self._samples[-1] if self._samples else None
+        stride = max(1, math.ceil(last.took / self.period)) if last is not None else 1
+        if period % stride or not self.spool.claim_period(TASK, self.period, now=started):
             return False
         stats: dict[str, QueueStats] = {}
         for name in self.spool.queues()[:MAX_QUEUES]:
@@ -99,27 +109,30 @@ class History:
                 continue
             except (VsqsError, OSError) as exc:
                 log.warning("console: sampling queue %r failed: %s", name, exc)
-        self.spool.put_record(TASK, int(now // self.period), encode(now, stats), keep=self._samples.maxlen or KEEP)
+        ended = time.time() if now is None else now  # (tests give the time)
+        self.spool.put_record(TASK, period, encode(ended, stats, ended - started), keep=self._samples.maxlen or KEEP)
         return True
 
     def catch_up(self, now: float | None = None) -> None:
-        """Read the records written since the last call (those of periods that
-        had none are passed over, but the current and the last one are
-        looked at again next time: they may still be being written)."""
+        """Read the records written since the last call. A missing record is
+        waited for (looked at again next time: it may still be being
+        written) only if it is of the current or the last period and no later
+        one exists; otherwise that period had no sample."""
         now = time.time() if now is None else now
         current = int(now // self.period)
         with self._lock:
-            period = max(self._next, current - (self._samples.maxlen or 1))
-            while period <= current:
+            waiting = None  # the first recent period whose record may come yet
+            for period in range(max(self._next, current - (self._samples.maxlen or 1)), current + 1):
                 data = self.spool.record(TASK, period)
                 sample = decode(data) if data else None
                 if sample is None:
-                    if period >= current - 1:
-                        break  # may come yet
-                elif sample.at >= self.started:  # none taken before this process started
+                    if period >= current - 1 and waiting is None:
+                        waiting = period
+                    continue
+                waiting = None  # a later record came: the earlier one never will
+                if sample.at >= self.started:  # none taken before this process started
                     self._samples.append(sample)
-                period += 1
-            self._next = period
+            self._next = current + 1 if waiting is None else waiting
 
     def __len__(self) -> int:
         return len(self._samples)
@@ -130,6 +143,13 @@ class History:
     def series(self, name: str) -> list[tuple[float, tuple[float, ...]]]:
         """(time, FIELDS) of queue ``name``, oldest first (samples without it left out)."""
         return [(s.at, s.queues[name]) for s in list(self._samples) if name in s.queues]
+
+    def latest(self, name: str) -> tuple[float, tuple[float, ...], float] | None:
+        """(time, FIELDS, seconds the sampling took) of the newest sample holding queue ``name``, or None."""
+        for sample in reversed(list(self._samples)):
+            if name in sample.queues:
+                return sample.at, sample.queues[name], sample.took
+        return None
 
     def depth_rate(self, name: str, window: float = 60.0) -> float | None:
         """Messages per second the depth (ready + in flight + delayed) grew by over

@@ -61,7 +61,7 @@ class Console:
         self.sessions = Sessions(gateway.config.api_key, gateway.config.console_secret)
         self.history = History(gateway.spool, gateway.config.console_interval or PERIOD)
         self.sampling = gateway.config.console_interval > 0
-        self.cache = views.StatsCache(gateway)
+        self.cache = views.StatsCache(gateway, self.history)
         self.templates = Environment(loader=PackageLoader("vsqs._gateway.console", "templates"),
                                      autoescape=True, undefined=StrictUndefined, trim_blocks=True,
                                      lstrip_blocks=True)
@@ -73,7 +73,7 @@ class Console:
 
     def sample(self) -> bool:
         """One sampling attempt (see :meth:`History.sample`), then this process's catch-up. Blocking."""
-        sampled = self.history.sample(lambda name: self.cache.get(name)[0])
+        sampled = self.history.sample(lambda name: self.cache.get(name, fresh=True)[0])
         self.history.catch_up()
         return sampled
 
@@ -244,7 +244,8 @@ def router(console: Console) -> APIRouter:
             model = await gateway.call(views.queue_page, gateway, console.cache, console.history,
                                        _queue_name(name), after, limit, groups)
         except QueueNotFound:
-            gateway.forget(name) if QUEUE_NAME_RE.fullmatch(name) else None
+            if QUEUE_NAME_RE.fullmatch(name):
+                gateway.forget(name)  # (a handle of a queue deleted and made again elsewhere)
             return console.page(request, "missing.html", 404, name=name)
         return console.page(request, "queue.html", status, q=model, notice=notice, error=error,
                             force_hex=force_hex, editable=forms.EDITABLE, max_group=MAX_GROUP_LENGTH,

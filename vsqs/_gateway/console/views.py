@@ -1,11 +1,13 @@
-"""What the console's pages show, gathered from the public API: one
-``stats()`` per queue for the overview (cached for :data:`STATS_TTL`, so
-any number of open pages refreshing cost the spool at most one listing of
-each queue per period), a queue's settings, counts, groups and a page of
-its messages. Blocking: the routes run these on the thread pool."""
+"""What the console's pages show, gathered from the public API: each
+queue's stats for the overview (from :class:`StatsCache`: the history's
+latest sample, or ``stats()``, so any number of open pages refreshing cost
+the spool at most one listing of each queue per period), a queue's
+settings, counts, groups and a page of its messages. Blocking: the routes
+run these on the thread pool."""
 
 from __future__ import annotations
 
+import math
 import threading
 import time
 from dataclasses import dataclass, field
@@ -24,36 +26,70 @@ SORTS = ("name", "ready", "in_flight", "delayed", "dead_lettered", "oldest_ready
 
 
 class StatsCache:
-    """``Queue.stats()`` of each queue, reused for a couple of seconds."""
+    """Each queue's stats and settings for the pages, at the least cost:
 
-    def __init__(self, gateway: Gateway, ttl: float = STATS_TTL) -> None:
+    * stats this process took less than ``ttl`` seconds ago;
+    * else the latest sample of the history (:mod:`.history`: one process
+      takes ``stats()`` of every queue each period), if it is less than a
+      period (plus ``ttl``) old and newer than the last action on the
+      queue: then a refresh costs the spool only the queue's settings;
+    * else ``Queue.stats()``, one listing of the queue.
+
+    So pages are at most a period and a bit behind, and an action's result
+    shows at once."""
+
+    def __init__(self, gateway: Gateway, history: History | None = None, ttl: float = STATS_TTL) -> None:
         self._gateway = gateway
+        self._history = history
         self._ttl = ttl
-        self._cached: dict[str, tuple[float, QueueStats, dict[str, Any]]] = {}
+        self._cached: dict[str, tuple[float, QueueStats, dict[str, Any], bool]] = {}  # at, stats, settings, taken
+        self._acted: dict[str, float] = {}  # queue -> when an action last changed it (epoch)
         self._lock = threading.Lock()
 
-    def get(self, name: str) -> tuple[QueueStats, dict[str, Any]]:
-        """(stats, settings) of queue ``name``; QueueNotFound if it is gone."""
+    def get(self, name: str, fresh: bool = False) -> tuple[QueueStats, dict[str, Any]]:
+        """(stats, settings) of queue ``name``; QueueNotFound if it is gone.
+        ``fresh``: stats this process took (the sampler's own), never a sample."""
         now = time.monotonic()
         with self._lock:
             hit = self._cached.get(name)
-        if hit is not None and now - hit[0] < self._ttl:
+        if hit is not None and now - hit[0] < self._ttl and (hit[3] or not fresh):
             return hit[1], hit[2]
         queue = self._gateway.queue(name)
-        stats, settings = queue.stats(), dict(queue.settings)
+        sampled = None if fresh else self._sampled(name)
+        stats = queue.stats() if sampled is None else sampled
+        settings = dict(queue.settings)
         with self._lock:
-            self._cached[name] = (now, stats, settings)
+            self._cached[name] = (now, stats, settings, sampled is None)
         return stats, settings
 
+    def _sampled(self, name: str) -> QueueStats | None:
+        if self._history is None:
+            return None
+        latest = self._history.latest(name)
+        if latest is None:
+            return None
+        at, values, took = latest
+        with self._lock:
+            acted = self._acted.get(name, -math.inf)
+        period = self._history.period
+        fresh_for = period * (1 + math.ceil(took / period)) + self._ttl  # until the next sample (see History.sample)
+        if at <= acted or time.time() - at >= fresh_for:
+            return None
+        ready, in_flight, delayed, dead_lettered, oldest = values
+        return QueueStats(int(ready), int(in_flight), int(delayed), float(oldest), dead_lettered=int(dead_lettered))
+
     def forget(self, name: str) -> None:
-        """After an action on ``name``: the next look is fresh."""
+        """After an action on ``name``: the next look takes fresh stats."""
         with self._lock:
             self._cached.pop(name, None)
+            self._acted[name] = time.time()
 
     def keep_only(self, names: set[str]) -> None:
         with self._lock:
             for gone in set(self._cached) - names:
                 del self._cached[gone]
+            for gone in set(self._acted) - names:
+                del self._acted[gone]
 
 
 def dead_letter_name(name: str, settings: dict[str, Any]) -> str | None:
