@@ -92,6 +92,14 @@ def test_charts_are_numbers_only() -> None:
     assert charts.sparkline(series[:1], T0 + 50) == "" and charts.depth_chart([], T0).empty
 
 
+def test_a_short_history_spans_the_whole_sparkline() -> None:
+    """After a restart, 45 s of samples fill the box from its left edge, not the
+    last 45/3600 of it (a sliver that looked like no chart at all)."""
+    series = [(T0 + 5 * i, (float(i), 0.0, 0.0, 0.0, 0.0)) for i in range(10)]
+    xs = [float(point.split(",")[0]) for point in charts.sparkline(series, T0 + 45).split()]
+    assert xs[0] == 0.0 and xs[-1] == float(charts.SPARK_WIDTH)
+
+
 def test_numbers_for_people() -> None:
     assert [humane.count(n) for n in (0, 950, 1200, 35_000, 1_234_567, None)] == ["0", "950", "1.2k", "35k",
                                                                                    "1.2M", "–"]

@@ -31,14 +31,16 @@ def _points(times: list[float], values: list[float], x0: float, width: float, he
 
 def sparkline(series: list[tuple[float, tuple[float, ...]]], now: float, hour: float = 3600.0) -> str:
     """The points of a queue's depth (ready + in flight + delayed) over the last
-    hour, in a SPARK_WIDTH x SPARK_HEIGHT box; "" with fewer than two samples."""
+    hour, in a SPARK_WIDTH x SPARK_HEIGHT box; "" with fewer than two samples.
+    With less than an hour of history (after a restart) the line spans the box
+    from the first sample, as the depth chart does, not a sliver at its right."""
     recent = [(at, sum(values[:3])) for at, values in series if at >= now - hour]
     if len(recent) < 2:
         return ""
     top = max(value for _, value in recent) or 1
-    start = now - hour
+    start = max(recent[0][0], now - hour)
     return _points([at for at, _ in recent], [value for _, value in recent], 0, SPARK_WIDTH,
-                   SPARK_HEIGHT - 4, start, hour, top, 2)
+                   SPARK_HEIGHT - 4, start, now - start, top, 2)
 
 
 @dataclass
