@@ -73,6 +73,20 @@ def test_a_page_skips_what_is_no_message(flat_queue: vsqs.Queue) -> None:
     assert [m.body for m in flat_queue.messages(limit=10, preview=5)] == [b"a", b"b", b"c"]
 
 
+def test_a_header_nested_thousands_deep_is_a_corrupt_envelope(flat_queue: vsqs.Queue) -> None:
+    """json.loads raises RecursionError (no ValueError) on such a header: the
+    page, the group count and receive must skip it as any corrupt envelope."""
+    flat_queue.publish("a", durable=False)
+    flat_queue.publish("hostile", group="g", durable=False)
+    flat_queue.publish("c", durable=False)
+    (hostile,) = [n for place in message_dirs(flat_queue.path) for n in os.listdir(place) if n.endswith("-e")]
+    Path(message_dirs(flat_queue.path)[0], hostile).write_bytes(b"[" * 100_000 + b"\nbody")
+    assert [m.body for m in flat_queue.messages(limit=10, preview=5)] == [b"a", b"c"]
+    assert flat_queue.stats(groups=True).groups is not None
+    received = [flat_queue.receive(visibility_timeout=60) for _ in range(3)]
+    assert [m.body if m else None for m in received] == [b"a", b"c", None]
+
+
 @pytest.mark.parametrize("bad", [{"limit": 0}, {"limit": 10_001}, {"limit": True}, {"after": "../x"},
                                  {"preview": -1}, {"preview": "9"}, {"limit": 5, "bodies": True}])
 def test_bad_page_arguments_are_refused(queue: vsqs.Queue, bad: dict[str, object]) -> None:
