@@ -87,6 +87,38 @@ def test_a_header_nested_thousands_deep_is_a_corrupt_envelope(flat_queue: vsqs.Q
     assert [m.body if m else None for m in received] == [b"a", b"c", None]
 
 
+def test_counting_groups_reads_headers_only_and_skips_what_is_no_message(flat_queue: vsqs.Queue,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """The console's "Count the groups" (stats(groups=True)) reads one message
+    of each group: its header, never a body of up to 256 MiB, and a FIFO or a
+    huge sparse file planted there must not fail the count."""
+    for group in ("big", "fifo", "huge", "fine"):
+        flat_queue.publish(b"x" * 100_000 if group == "big" else b"x", group=group, durable=False)
+    flat_queue.publish(b"x", group="long", attributes={"a": "y" * 6000}, durable=False)  # a header past 4 KiB
+    place = message_dirs(flat_queue.path)[0]
+    by_group = {m.group: m.id for m in flat_queue.messages(bodies=True)}
+    files = {group: next(n for n in os.listdir(place) if n.startswith(by_group[group])) for group in by_group}
+    os.unlink(os.path.join(place, files["fifo"]))
+    os.mkfifo(os.path.join(place, files["fifo"]))
+    with open(os.path.join(place, files["huge"]), "r+b") as f:
+        f.truncate(10 << 30)  # sparse: over what a message file may hold
+    from vsqs._core import fs as _fs
+
+    monkeypatch.setattr(_fs, "read", lambda *args, **kwargs: pytest.fail("a whole message was read"))
+    read_bytes: list[int] = []
+
+    def read_head(path: str, limit: int) -> tuple[bytes, int] | None:
+        found = real(path, limit)
+        read_bytes.append(len(found[0]) if found else 0)
+        return found
+
+    real = _fs.read_head
+    monkeypatch.setattr(_fs, "read_head", read_head)
+    groups = flat_queue.stats(groups=True).groups
+    assert groups is not None and {"big", "fine", "huge", "long"} <= set(groups)
+    assert read_bytes and max(read_bytes) < 100_000
+
+
 @pytest.mark.parametrize("bad", [{"limit": 0}, {"limit": 10_001}, {"limit": True}, {"after": "../x"},
                                  {"preview": -1}, {"preview": "9"}, {"limit": 5, "bodies": True}])
 def test_bad_page_arguments_are_refused(queue: vsqs.Queue, bad: dict[str, object]) -> None:
