@@ -119,6 +119,23 @@ def test_counting_groups_reads_headers_only_and_skips_what_is_no_message(flat_qu
     assert read_bytes and max(read_bytes) < 100_000
 
 
+def test_a_run_of_entries_that_are_no_messages_costs_a_few_passes(flat_queue: vsqs.Queue,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """Thousands of names of no message (distinct ids) before the first message:
+    each pass over the listing must take more than a page's worth, or a page
+    costs one sort of the whole listing per 66 of them (quadratic)."""
+    priority = flat_queue.publish("a", durable=False)[0]
+    for i in range(3000):
+        Path(flat_queue.path, f"{priority}-{1000 + i:016d}-{i:016x}-zz").touch()  # sorts first, parses as nothing
+    import heapq
+
+    passes: list[int] = []
+    real = heapq.nsmallest
+    monkeypatch.setattr(heapq, "nsmallest", lambda n, iterable: passes.append(n) or real(n, iterable))
+    assert [m.body for m in flat_queue.messages(limit=50, preview=5)] == [b"a"]
+    assert len(passes) <= 8
+
+
 @pytest.mark.parametrize("bad", [{"limit": 0}, {"limit": 10_001}, {"limit": True}, {"after": "../x"},
                                  {"preview": -1}, {"preview": "9"}, {"limit": 5, "bodies": True}])
 def test_bad_page_arguments_are_refused(queue: vsqs.Queue, bad: dict[str, object]) -> None:

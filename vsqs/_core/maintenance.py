@@ -115,8 +115,11 @@ class Maintenance:
         # every name of a message starts with its id, and every character
         # that may follow an id sorts before "~": "ID~" is past all of ID's names
         bound = "" if after is None else after + "~"
+        spare = 16  # (a few spare: entries of no message are dropped; doubled each pass, so a run of
+        # thousands of them costs a few passes over the listing, not one per page's worth)
         while len(found) < limit:
-            wanted = limit - len(found) + 16  # (a few spare: entries of no message are dropped)
+            wanted = limit - len(found) + spare
+            spare *= 2
             chosen = heapq.nsmallest(wanted, (entry for entry in entries if entry > bound))
             for entry in chosen:
                 name = _format.parse_name(entry)
