@@ -67,7 +67,7 @@ def create_app(config: GatewayConfig) -> ASGIApp:
     app.include_router(console.router(ui))
     capped = RequestSizeCap(ApiKeyAuth(app, config.api_key), config)
     guarded = BrowserGuard(BodyDeadline(capped, config.body_timeout), config)  # headers first, then the body
-    return RequestMetrics(guarded, gateway.metrics)
+    return RequestMetrics(console.SecurityHeaders(guarded), gateway.metrics)  # (the guard's refusals too)
 
 
 def _together(*lifespans: Callable[[Any], Any]) -> Callable[[Any], Any]:
