@@ -95,6 +95,11 @@ def test_a_record_holds_queue_names_only() -> None:
     assert sample is not None and list(sample.queues) == ["jobs"]
 
 
+def test_a_count_past_a_floats_range_is_no_error() -> None:
+    """The queue page shows its notice's count from the query (?notice=purged&n=...): any int."""
+    assert humane.count(10**400) == "–" and humane.count(-(10**400)) == "–"
+
+
 def test_charts_are_numbers_only() -> None:
     series = [(T0 + 5 * i, (float(i), 1.0, 0.0, 2.0, 0.0)) for i in range(10)]
     spark = charts.sparkline(series, T0 + 50)
