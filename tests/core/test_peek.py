@@ -169,3 +169,18 @@ def test_records_are_shared_through_the_spool(tmp_path: Path) -> None:
         spool.put_record("../x", 1, b"", keep=1)
     with pytest.raises(vsqs.InvalidArgument):
         spool.record("A", 1)
+
+
+def test_an_unreadable_record_is_none(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """docs/FORMAT.md: a reader takes an unreadable record for one being written
+    (EACCES cannot be made as root, so the read is made to fail as it would)."""
+    spool = vsqs.Spool(tmp_path, create=True)
+    assert spool.put_record("console", 7, b"x", keep=10)
+    from vsqs._core import fs as _fs
+    from vsqs._core.errors import StorageError
+
+    def refused(path: str, limit: int) -> bytes:
+        raise StorageError(13, "Permission denied", path)
+
+    monkeypatch.setattr(_fs, "read", refused)
+    assert spool.record("console", 7) is None
