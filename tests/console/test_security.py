@@ -145,6 +145,7 @@ def test_every_console_answer_carries_the_csp_errors_too(open_server, console, n
     for answer in answers:
         assert "default-src 'none'" in answer.headers.get("content-security-policy", ""), answer.request.url
         assert answer.headers["x-frame-options"] == "DENY" and answer.headers["x-content-type-options"] == "nosniff"
+    assert answers[1].headers["cache-control"] == "no-store"
     assert console.get("/ui/static/console.css").headers["cache-control"] == "max-age=300"
     assert "content-security-policy" not in console.get("/healthz").headers  # the API's own answers as they were
 

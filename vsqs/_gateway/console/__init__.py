@@ -64,11 +64,10 @@ def sampling(console: Console) -> Callable[[Any], Any]:
 class SecurityHeaders:
     """Every answer under ``/ui`` carries the console's security headers (CSP,
     X-Frame-Options, ...), the errors too: a 404, 405 or 422 of the router,
-    a refusal of the BrowserGuard, a static file. The pages set their own
-    (and Cache-Control); this adds those an answer lacks."""
+    a refusal of the BrowserGuard, a static file. This adds those an answer
+    lacks (a static file keeps its own Cache-Control)."""
 
-    _ADDED = tuple((name.lower().encode(), value.encode()) for name, value in SECURITY_HEADERS.items()
-                   if name != "Cache-Control")
+    _ADDED = tuple((name.lower().encode(), value.encode()) for name, value in SECURITY_HEADERS.items())
 
     def __init__(self, app: ASGIApp) -> None:
         self.app = app
