@@ -4,6 +4,7 @@ people, and what refreshing the overview costs the spool."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -80,6 +81,23 @@ def test_the_series_is_bounded(tmp_path: Path) -> None:
 def test_a_hostile_record_is_skipped(data: bytes) -> None:
     sample = history.decode(data)
     assert sample is None or sample.queues == {}
+
+
+def test_a_record_nested_thousands_deep_is_skipped() -> None:
+    """json.loads raises RecursionError, no ValueError, on it: every page would fail."""
+    assert history.decode(b'{"t": 1, "queues": ' + b"[" * 100_000) is None
+
+
+def test_a_record_holds_queue_names_only() -> None:
+    """A hostile record of 1 MiB of long names, one a period, must not hold an hour of them in memory."""
+    names = {"jobs": [1, 2, 3, 4, 5], "x" * 100_000: [1, 2, 3, 4, 5], "../up": [1, 2, 3, 4, 5]}
+    sample = history.decode(json.dumps({"t": 1, "queues": names}).encode())
+    assert sample is not None and list(sample.queues) == ["jobs"]
+
+
+def test_a_count_past_a_floats_range_is_no_error() -> None:
+    """The queue page shows its notice's count from the query (?notice=purged&n=...): any int."""
+    assert humane.count(10**400) == "–" and humane.count(-(10**400)) == "–"
 
 
 def test_charts_are_numbers_only() -> None:

@@ -134,6 +134,22 @@ def test_console_pages_carry_a_csp_without_inline_script(open_server, console, n
     assert console.get("/ui/static/..%2fsession.py").status_code == 404
 
 
+def test_every_console_answer_carries_the_csp_errors_too(open_server, console, name):
+    """Not only the pages: the router's 404, 405 and 422, the guard's refusals, static files."""
+    answers = [console.get("/ui/static/console.css"), console.get("/ui/static/nothing.js"),
+               console.get("/ui/no-such-page"), console.get(f"/ui/queues/{name}/purge"),
+               console.get(f"/ui/queues/{name}?limit=many"),
+               console.get("/ui", headers={"Sec-Fetch-Site": "cross-site"}),
+               console.post(f"/ui/queues/{name}/suspend", {}, origin="https://evil.example")]
+    assert [a.status_code for a in answers] == [200, 404, 404, 405, 422, 403, 403]
+    for answer in answers:
+        assert "default-src 'none'" in answer.headers.get("content-security-policy", ""), answer.request.url
+        assert answer.headers["x-frame-options"] == "DENY" and answer.headers["x-content-type-options"] == "nosniff"
+    assert answers[1].headers["cache-control"] == "no-store"
+    assert console.get("/ui/static/console.css").headers["cache-control"] == "max-age=300"
+    assert "content-security-policy" not in console.get("/healthz").headers  # the API's own answers as they were
+
+
 # -- with an API key: sign-in and sessions -------------------------------------------
 
 

@@ -73,6 +73,69 @@ def test_a_page_skips_what_is_no_message(flat_queue: vsqs.Queue) -> None:
     assert [m.body for m in flat_queue.messages(limit=10, preview=5)] == [b"a", b"b", b"c"]
 
 
+def test_a_header_nested_thousands_deep_is_a_corrupt_envelope(flat_queue: vsqs.Queue) -> None:
+    """json.loads raises RecursionError (no ValueError) on such a header: the
+    page, the group count and receive must skip it as any corrupt envelope."""
+    flat_queue.publish("a", durable=False)
+    flat_queue.publish("hostile", group="g", durable=False)
+    flat_queue.publish("c", durable=False)
+    (hostile,) = [n for place in message_dirs(flat_queue.path) for n in os.listdir(place) if n.endswith("-e")]
+    Path(message_dirs(flat_queue.path)[0], hostile).write_bytes(b"[" * 100_000 + b"\nbody")
+    assert [m.body for m in flat_queue.messages(limit=10, preview=5)] == [b"a", b"c"]
+    assert flat_queue.stats(groups=True).groups is not None
+    received = [flat_queue.receive(visibility_timeout=60) for _ in range(3)]
+    assert [m.body if m else None for m in received] == [b"a", b"c", None]
+
+
+def test_counting_groups_reads_headers_only_and_skips_what_is_no_message(flat_queue: vsqs.Queue,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """The console's "Count the groups" (stats(groups=True)) reads one message
+    of each group: its header, never a body of up to 256 MiB, and a FIFO or a
+    huge sparse file planted there must not fail the count."""
+    for group in ("big", "fifo", "huge", "fine"):
+        flat_queue.publish(b"x" * 100_000 if group == "big" else b"x", group=group, durable=False)
+    flat_queue.publish(b"x", group="long", attributes={"a": "y" * 6000}, durable=False)  # a header past 4 KiB
+    place = message_dirs(flat_queue.path)[0]
+    by_group = {m.group: m.id for m in flat_queue.messages(bodies=True)}
+    files = {group: next(n for n in os.listdir(place) if n.startswith(by_group[group])) for group in by_group}
+    os.unlink(os.path.join(place, files["fifo"]))
+    os.mkfifo(os.path.join(place, files["fifo"]))
+    with open(os.path.join(place, files["huge"]), "r+b") as f:
+        f.truncate(10 << 30)  # sparse: over what a message file may hold
+    from vsqs._core import fs as _fs
+
+    monkeypatch.setattr(_fs, "read", lambda *args, **kwargs: pytest.fail("a whole message was read"))
+    read_bytes: list[int] = []
+
+    def read_head(path: str, limit: int) -> tuple[bytes, int] | None:
+        found = real(path, limit)
+        read_bytes.append(len(found[0]) if found else 0)
+        return found
+
+    real = _fs.read_head
+    monkeypatch.setattr(_fs, "read_head", read_head)
+    groups = flat_queue.stats(groups=True).groups
+    assert groups is not None and {"big", "fine", "huge", "long"} <= set(groups)
+    assert read_bytes and max(read_bytes) < 100_000
+
+
+def test_a_run_of_entries_that_are_no_messages_costs_a_few_passes(flat_queue: vsqs.Queue,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """Thousands of names of no message (distinct ids) before the first message:
+    each pass over the listing must take more than a page's worth, or a page
+    costs one sort of the whole listing per 66 of them (quadratic)."""
+    priority = flat_queue.publish("a", durable=False)[0]
+    for i in range(3000):
+        Path(flat_queue.path, f"{priority}-{1000 + i:016d}-{i:016x}-zz").touch()  # sorts first, parses as nothing
+    import heapq
+
+    passes: list[int] = []
+    real = heapq.nsmallest
+    monkeypatch.setattr(heapq, "nsmallest", lambda n, iterable: passes.append(n) or real(n, iterable))
+    assert [m.body for m in flat_queue.messages(limit=50, preview=5)] == [b"a"]
+    assert len(passes) <= 8
+
+
 @pytest.mark.parametrize("bad", [{"limit": 0}, {"limit": 10_001}, {"limit": True}, {"after": "../x"},
                                  {"preview": -1}, {"preview": "9"}, {"limit": 5, "bodies": True}])
 def test_bad_page_arguments_are_refused(queue: vsqs.Queue, bad: dict[str, object]) -> None:
@@ -106,3 +169,18 @@ def test_records_are_shared_through_the_spool(tmp_path: Path) -> None:
         spool.put_record("../x", 1, b"", keep=1)
     with pytest.raises(vsqs.InvalidArgument):
         spool.record("A", 1)
+
+
+def test_an_unreadable_record_is_none(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """docs/FORMAT.md: a reader takes an unreadable record for one being written
+    (EACCES cannot be made as root, so the read is made to fail as it would)."""
+    spool = vsqs.Spool(tmp_path, create=True)
+    assert spool.put_record("console", 7, b"x", keep=10)
+    from vsqs._core import fs as _fs
+    from vsqs._core.errors import StorageError
+
+    def refused(path: str, limit: int) -> bytes:
+        raise StorageError(13, "Permission denied", path)
+
+    monkeypatch.setattr(_fs, "read", refused)
+    assert spool.record("console", 7) is None

@@ -22,7 +22,10 @@ def decode_envelope(data: bytes) -> tuple[dict[str, Any], bytes]:
     end = data.find(b"\n")
     if end < 0:
         raise ValueError("no header line")
-    header = json.loads(data[:end])
+    try:
+        header = json.loads(data[:end])
+    except RecursionError:  # a hostile header nested thousands deep: as corrupt as any other
+        raise ValueError("header nested too deep") from None
     if not isinstance(header, dict):
         raise ValueError("header is not a JSON object")
     return header, data[end + 1 :]

@@ -115,8 +115,11 @@ class Maintenance:
         # every name of a message starts with its id, and every character
         # that may follow an id sorts before "~": "ID~" is past all of ID's names
         bound = "" if after is None else after + "~"
+        spare = 16  # (a few spare: entries of no message are dropped; doubled each pass, so a run of
+        # thousands of them costs a few passes over the listing, not one per page's worth)
         while len(found) < limit:
-            wanted = limit - len(found) + 16  # (a few spare: entries of no message are dropped)
+            wanted = limit - len(found) + spare
+            spare *= 2
             chosen = heapq.nsmallest(wanted, (entry for entry in entries if entry > bound))
             for entry in chosen:
                 name = _format.parse_name(entry)
@@ -218,11 +221,16 @@ class Maintenance:
         )
 
     def _group_name(self, name: _format.Name) -> str:
-        """A group's name, from the envelope of one of its messages (its hash if unreadable)."""
-        data = _fs.read(self._layout.message_file(str(name)))
+        """A group's name, from the header of one of its messages (its hash if
+        unreadable): only the header line is read, never the body, and a file
+        that is no message (a FIFO, a directory, a huge file) names no group."""
+        path = self._layout.message_file(str(name))
         try:
-            header = _envelope.decode_content(name, data, str(name))[1] if data else None
-        except StorageError:
+            read = _fs.read_head(path, 4096) if name.envelope else None
+            if read is not None and b"\n" not in read[0] and read[1] > len(read[0]):
+                read = _fs.read_head(path, MAX_HEADER_BYTES + 1)  # a long header line
+            header = _envelope.decode_envelope(read[0])[0] if read else None
+        except (StorageError, ValueError):
             header = None
         return str((header or {}).get("group") or name.group_hash)
 

@@ -10,7 +10,7 @@ from typing import Any
 from vsqs._core import format as _format
 from vsqs._core import fs as _fs
 from vsqs._core import settings as _settings
-from vsqs._core.errors import DamagedEntry, InvalidArgument, QueueNotFound
+from vsqs._core.errors import InvalidArgument, QueueNotFound, StorageError
 from vsqs._core.queue import Queue
 from vsqs._core.rules import check_queue_name, is_queue_name
 
@@ -143,7 +143,7 @@ class Spool:
         path = os.path.join(self._root, _format.RECORDS_DIR, _format.claim_token(task, period))
         try:
             return _fs.read(path, _MAX_RECORD) or None
-        except DamagedEntry:
+        except StorageError:  # unreadable (EACCES: another user's umask), a FIFO, over 1 MiB: as documented
             return None
 
 

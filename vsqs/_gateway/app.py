@@ -75,7 +75,7 @@ def create_app(config: GatewayConfig) -> ASGIApp:
     routed = SqsDispatch(app, sqs_face)  # POST /: straight to the SQS face, past FastAPI's layers
     capped = RequestSizeCap(ApiKeyAuth(routed, config.api_key), config)
     guarded = BrowserGuard(BodyDeadline(capped, config.body_timeout), config)  # headers first, then the body
-    return RequestMetrics(guarded, gateway.metrics)
+    return RequestMetrics(console.SecurityHeaders(guarded), gateway.metrics)  # (the guard's refusals too)
 
 
 def _together(*lifespans: Callable[[Any], Any]) -> Callable[[Any], Any]:

@@ -23,9 +23,10 @@ from typing import Any
 import anyio.to_thread
 
 from vsqs import VsqsError
-from vsqs._gateway.console.routes import PREFIX, Console, router
+from vsqs._gateway.asgi import ASGIApp, Message, Receive, Scope, Send
+from vsqs._gateway.console.routes import PREFIX, SECURITY_HEADERS, Console, router
 
-__all__ = ["PREFIX", "Console", "router", "sampling"]
+__all__ = ["PREFIX", "Console", "SecurityHeaders", "router", "sampling"]
 
 log = logging.getLogger("vsqs.gateway.console")
 
@@ -58,3 +59,31 @@ def sampling(console: Console) -> Callable[[Any], Any]:
                     await task
 
     return _lifespan
+
+
+class SecurityHeaders:
+    """Every answer under ``/ui`` carries the console's security headers (CSP,
+    X-Frame-Options, ...), the errors too: a 404, 405 or 422 of the router,
+    a refusal of the BrowserGuard, a static file. This adds those an answer
+    lacks (a static file keeps its own Cache-Control)."""
+
+    _ADDED = tuple((name.lower().encode(), value.encode()) for name, value in SECURITY_HEADERS.items())
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        path = scope.get("path", "") if scope["type"] == "http" else ""
+        if path != PREFIX and not path.startswith(PREFIX + "/"):
+            await self.app(scope, receive, send)
+            return
+
+        async def send_with_headers(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                headers = list(message.get("headers", []))
+                present = {name.lower() for name, _ in headers}
+                headers += [(name, value) for name, value in self._ADDED if name not in present]
+                message["headers"] = headers
+            await send(message)
+
+        await self.app(scope, receive, send_with_headers)

@@ -30,6 +30,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 from vsqs import QueueNotFound, QueueStats, Spool, VsqsError
+from vsqs._core.rules import is_queue_name
 
 log = logging.getLogger("vsqs.gateway.console")
 
@@ -55,10 +56,11 @@ def encode(at: float, stats: dict[str, QueueStats], took: float = 0.0) -> bytes:
 
 def decode(data: bytes) -> Sample | None:
     """A record's sample; None if it does not parse (being written, or not ours).
-    Entries that are not five finite numbers are left out."""
+    Entries that are not a queue name and five finite numbers are left out
+    (so a hostile record of 1 MiB costs no more memory than a true one)."""
     try:
         doc = json.loads(data)
-    except ValueError:
+    except (ValueError, RecursionError):  # (RecursionError: nested thousands deep)
         return None
     if not isinstance(doc, dict) or not isinstance(doc.get("queues"), dict):
         return None
@@ -67,10 +69,10 @@ def decode(data: bytes) -> Sample | None:
         return None
     queues: dict[str, tuple[float, ...]] = {}
     for name, values in list(doc["queues"].items())[:MAX_QUEUES]:
-        if (isinstance(values, list) and len(values) == len(FIELDS)
+        if (is_queue_name(name) and isinstance(values, list) and len(values) == len(FIELDS)
                 and all(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
                         for v in values)):
-            queues[str(name)] = tuple(values)
+            queues[name] = tuple(values)
     took = doc.get("d", 0.0)
     took = float(took) if isinstance(took, (int, float)) and not isinstance(took, bool) and 0 <= took < 1e6 else 0.0
     return Sample(float(at), queues, took)

@@ -18,7 +18,10 @@ def count(value: float | None) -> str:
     """``950``, ``1.2k``, ``35k``, ``1.2M``: three significant figures at most."""
     if value is None:
         return "–"
-    number = float(value)
+    try:
+        number = float(value)
+    except OverflowError:  # an int past a float's range (a page's ?n= is any int)
+        return "–"
     if not math.isfinite(number):
         return "–"
     sign = "-" if number < 0 else ""
