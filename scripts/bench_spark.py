@@ -43,7 +43,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-import vsqs  # noqa: E402
+import vsqs
 
 
 def fill(path: str, count: int, body: bytes) -> vsqs.Queue:

@@ -10,7 +10,9 @@ given to settle, then removes their manifests.
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import signal
 import threading
 from collections.abc import Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -51,10 +53,27 @@ class LegacyPartition(InputPartition):
         self.receipts = receipts
 
 
+# Signals that end a Python worker when its executor or driver goes away
+# (PySpark's daemon sends SIGHUP to its workers when the JVM exits): held off
+# while a chunk is claimed and recorded, so that every claim reaches the manifest.
+_DEFERRED_SIGNALS = {signal.SIGHUP, signal.SIGTERM, signal.SIGINT}
+
+
+@contextlib.contextmanager
+def _recording() -> Iterator[None]:
+    """Defer the signals above in this thread (a claim and its record are one step)."""
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, _DEFERRED_SIGNALS)
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+
+
 def read_partition(options: Options, columns: list[str], partition: StreamPartition) -> Iterator[tuple[Any, ...]]:
     """The rows of one partition; deletes its settle list meanwhile."""
     queue = options.queue()
-    settler = _Settler(queue, partition)
+    with _recording():  # the deleting threads inherit the mask: signals go to this thread
+        settler = _Settler(queue, partition)
     try:
         content = wants_content(columns)
         for message in _claimed(queue, options, partition, content):
@@ -78,8 +97,9 @@ def _claimed(queue: Queue, options: Options, partition: StreamPartition, content
         receipts = manifest.chunks.get(chunk, [])
         if not receipts:
             continue
-        renewed = _extend(queue, receipts, timeout, followed)
-        manifest.write_chunk(generation, chunk, renewed)  # (lost to a concurrent attempt: its receipts are as good)
+        with _recording():
+            renewed = _extend(queue, receipts, timeout, followed)
+            manifest.write_chunk(generation, chunk, renewed)  # (lost to a concurrent attempt: its receipts are as good)
         count += len(receipts)
         for receipt in renewed:
             try:
@@ -91,11 +111,15 @@ def _claimed(queue: Queue, options: Options, partition: StreamPartition, content
     chunk = last
     size = CLAIM_FIRST
     while count < partition.each:
-        got = queue.receive_batch(min(partition.each - count, size), visibility_timeout=timeout, read_bodies=content)
+        with _recording():
+            got = queue.receive_batch(
+                min(partition.each - count, size), visibility_timeout=timeout, read_bodies=content
+            )
+            recorded = not got or manifest.write_chunk(generation, chunk, [m.receipt for m in got])
         size = min(2 * size, CLAIM_CHUNK)
         if not got:
             break
-        if not manifest.write_chunk(generation, chunk, [m.receipt for m in got]):
+        if not recorded:
             # another attempt of this partition claims at the same time (a
             # speculative copy): give these back, keep what is recorded
             for message in got:

@@ -24,7 +24,13 @@ from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
 
 from vsqs import InvalidArgument, Queue
 from vsqs._spark import manifest as manifests
-from vsqs._spark.claims import LegacyPartition, StreamPartition, read_legacy, read_partition, settle_receipts
+from vsqs._spark.claims import (
+    LegacyPartition,
+    StreamPartition,
+    read_legacy,
+    read_partition,
+    settle_receipts,
+)
 from vsqs._spark.options import MAX_PER_TRIGGER, MESSAGES_PER_PARTITION, Options
 
 try:  # pyspark >= 4.2: admission control and Trigger.AvailableNow for Python sources
