@@ -99,11 +99,13 @@ def test_task_killed_mid_claim_is_retried_on_the_same_messages(spark, queue, tmp
     assert queue.stats().total == 0  # nothing claimed was left behind
 
 
-def test_query_dying_during_claims_replays_the_same_batch_on_restart(spark, queue, tmp_path):  # noqa: F811
+def test_query_dying_during_claims_replays_the_same_batch_on_restart(spark, flat_queue, tmp_path):  # noqa: F811
     """Batch 1's task fails in both attempts, after claiming: the query dies
     with batch 1 in its offset log and not committed (as when the driver dies
     while executors claim). The restarted query replays batch 1 with the
-    messages the dead run claimed, and drains the queue to empty."""
+    messages the dead run claimed, and drains the queue to empty. (A queue
+    without shards: batch 0 must be the "a" messages.)"""
+    queue = flat_queue
     bodies = [f"a{i:03d}" for i in range(200)] + [f"b{i:03d}" for i in range(200)]
     queue.publish_batch(bodies)
     marks, out, checkpoint = tmp_path / "marks", tmp_path / "out", tmp_path / "ck"

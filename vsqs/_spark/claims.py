@@ -36,7 +36,8 @@ MAX_FOLLOWED = 100  # stale receipts followed to their message's current name, p
 
 class StreamPartition(InputPartition):
     """Partition ``index`` of micro-batch ``seq`` of query ``query``: claim up
-    to ``each`` messages; delete the messages of ``settle`` ((batch, partition) pairs)."""
+    to ``each`` messages (its share of the batch); delete the messages of
+    ``settle`` ((batch, partition) pairs)."""
 
     def __init__(self, query: str, seq: int, index: int, each: int, settle: list[tuple[int, int]]) -> None:
         self.query = query
@@ -128,7 +129,7 @@ def _claimed(queue: Queue, options: Options, partition: StreamPartition, content
         chunk += 1
         count += len(got)
         yield from got
-    manifest.seal(generation, chunk)
+    manifest.seal(generation, chunk, count)
 
 
 def _extend(queue: Queue, receipts: list[str], timeout: float, followed: list[int]) -> list[str]:
