@@ -141,7 +141,7 @@ def stream_run(spark, directory: str, count: int, body: bytes, options: dict[str
         "latest_offset_ms": [p["durationMs"].get("latestOffset", 0) for p in batches],
         "driver_ms": [p["durationMs"]["triggerExecution"] - p["durationMs"].get("addBatch", 0) for p in batches],
         "offset_bytes": max(f.stat().st_size for f in offsets),
-        "progress_bytes": max(len(json.dumps(p)) for p in progress),
+        "progress_bytes": max(len(p.json if hasattr(p, "json") else json.dumps(p, default=str)) for p in progress),
     }
     shutil.rmtree(path, ignore_errors=True)
     shutil.rmtree(checkpoint, ignore_errors=True)
