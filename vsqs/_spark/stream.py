@@ -24,6 +24,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
+from pyspark.sql.types import StructType
 
 from vsqs import InvalidArgument, Queue
 from vsqs._spark import manifest as manifests
@@ -68,14 +69,16 @@ class ClaimingStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     one operation per message.
     """
 
-    def __init__(self, options: Options, columns: list[str]) -> None:
+    def __init__(self, options: Options, columns: list[str], schema: StructType) -> None:
         self.options = options
         self.columns = columns
+        self.schema = schema
         self._budget: int | None = None  # Trigger.AvailableNow: messages left to plan
         self._queue: Queue | None = None  # the driver's handle
         self._clean_through: tuple[str, int] | None = None  # (query, seq): no manifests left up to seq
         self._planned: dict[int, int] = {}  # seq -> messages this run planned for it (AvailableNow)
         self._fruitless = 0  # claiming batches in a row that claimed nothing
+        self._last_full = False  # the last batch claimed all it planned: more are likely there
         self._idle_until = 0.0  # after fruitless batches: no claiming batch before this (monotonic)
 
     def _driver_queue(self) -> Queue:
@@ -109,14 +112,16 @@ class ClaimingStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             pending = manifests.pending_batches(queue.path, query, seq)[:MAX_SETTLE_ENTRIES]
         self._account(queue, query, seq)
         wanted = self._wanted(limit)
-        if wanted:
+        if wanted and not self._last_full:
+            # a listing of the queue: at the start, and once claims came up short
+            # (while every batch claims all it planned, the partitions find out)
             wanted = min(wanted, queue.stats().ready)
         if not wanted and not pending:
             self._clean_through = (query, seq)
             return start
+        self._planned[seq + 1] = wanted
         if self._budget is not None:
             self._budget -= wanted
-            self._planned[seq + 1] = wanted
         if wanted:
             parts = self.options.num_partitions or max(
                 MIN_CLAIM_PARTITIONS, math.ceil(wanted / MESSAGES_PER_PARTITION)
@@ -141,7 +146,9 @@ class ClaimingStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         claim, and stop planning claims where they find nothing (a message of
         a group whose slot another consumer holds is visible but not claimable)."""
         planned = self._planned.pop(seq, None)
+        self._planned.clear()  # (only the batch after seq is planned next)
         claimed = manifests.claimed_in(queue.path, query, seq)
+        self._last_full = bool(planned) and claimed is not None and claimed >= planned
         if claimed is None:  # a batch that only deleted, or one already settled
             return
         if self._budget is not None and planned is not None:
@@ -203,7 +210,7 @@ class ClaimingStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if isinstance(partition, LegacyPartition):
             return read_legacy(self.options, self.columns, partition)
         assert isinstance(partition, StreamPartition)
-        return read_partition(self.options, self.columns, partition)
+        return read_partition(self.options, self.schema, partition)
 
     def stop(self) -> None:
         pass
