@@ -235,6 +235,9 @@ class NfsCluster:
             "spark.cores.max": str(self.cores * executors),
             "spark.pyspark.python": sys.executable,
             "spark.sql.shuffle.partitions": str(self.cores * executors),
+            # the first job waits for every executor (standalone's default is not to wait)
+            "spark.scheduler.minRegisteredResourcesRatio": "1.0",
+            "spark.scheduler.maxRegisteredResourcesWaitingTime": f"{STARTUP_TIMEOUT:.0f}s",
         }
 
     # -- stop ----------------------------------------------------------------------------
