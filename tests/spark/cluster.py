@@ -33,7 +33,7 @@ import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 
 KIT = Path(os.environ.get("NETFS_KIT") or Path(__file__).resolve().parents[3] / "shared" / "netfs")
 CACHE_S = 3  # entry/attr/negative cache seconds on every client (as NFS actimeo/lookupcache)
@@ -146,7 +146,7 @@ class NfsCluster:
     def _kit(self, action: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
             ["bash", str(KIT / "setup_nfsfuse.sh"), action, str(self.nfs_base)],
-            env=self._kit_env, capture_output=True, text=True, timeout=600, stdin=subprocess.DEVNULL,
+            check=False, env=self._kit_env, capture_output=True, text=True, timeout=600, stdin=subprocess.DEVNULL,
         )
 
     def _start_nfs(self) -> None:
@@ -254,7 +254,7 @@ class NfsCluster:
             self._kit("down")
             self._nfs_up = False
 
-    def __enter__(self) -> NfsCluster:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -218,7 +218,7 @@ def test_a_killed_driver_restarts_from_its_checkpoint_and_loses_nothing(cluster,
     and before Spark committed it; the restarted query replays batch 1, the
     same messages, and drains the rest."""
     queue = vsqs.Queue(spool / "q", create=True)
-    bodies = ["k%d" % i for i in range(30)]
+    bodies = [f"k{i}" for i in range(30)]
     queue.publish_batch(bodies)
     checkpoint, out = tmp_path / "ck", tmp_path / "batches"
 
