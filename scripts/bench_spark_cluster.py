@@ -152,8 +152,10 @@ def main() -> int:
     if args.markdown:
         _report.emit([
             _report.provenance(REPO, args.dir or tempfile.gettempdir(),
+                               f"the spool on nfs-ganesha (NFSv3) through one userspace client per host; "
                                f"{args.messages:,} messages of {args.body_size} B, {args.cores} core(s) a "
-                               f"worker, {args.per_trigger:,} a trigger; one figure per round"),
+                               f"worker, {args.per_trigger:,} a trigger; one figure per round; load average "
+                               f"{os.getloadavg()[0]:.0f} at the end"),
             _report.table(["workload", "one worker, msg/s", "two workers, msg/s", "two/one (same round)",
                            "≥ 1.6x"], rows, right=[1, 2, 3]),
         ], args.markdown)
