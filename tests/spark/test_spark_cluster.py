@@ -170,7 +170,7 @@ def test_an_executor_killed_mid_job_loses_nothing(spark, spool, tmp_path):
             os.write(fd, b"%d" % jvm)
             os.close(fd)
             os.kill(jvm, signal.SIGKILL)
-            time.sleep(60)  # never returns: the JVM's death ends this worker
+            os.kill(os.getpid(), signal.SIGKILL)  # and its Python worker, holding e7
         return body
 
     output = str(spool / "out")
@@ -223,7 +223,8 @@ def test_a_killed_driver_restarts_from_its_checkpoint_and_loses_nothing(cluster,
     checkpoint, out = tmp_path / "ck", tmp_path / "batches"
 
     assert _run_driver(cluster, queue, checkpoint, out, kill_at=1) == -signal.SIGKILL
-    assert queue.stats().in_flight == 10  # batch 1: claimed, not deleted; batch 0 deleted
+    stats = queue.stats()  # batch 1 claimed and not deleted, batch 2 not yet claimed
+    assert stats.in_flight >= 10 and stats.total >= 20
     assert _run_driver(cluster, queue, checkpoint, out, kill_at=-1) == 0
 
     attempts: dict[int, list[list]] = {}
