@@ -58,7 +58,7 @@ def spark():
 
 
 def _utc(epoch: float) -> datetime.datetime:
-    return datetime.datetime.fromtimestamp(epoch, tz=datetime.timezone.utc).replace(tzinfo=None)
+    return datetime.datetime.fromtimestamp(epoch, tz=datetime.UTC).replace(tzinfo=None)
 
 
 def _drain(queue: vsqs.Queue) -> list[vsqs.Message]:

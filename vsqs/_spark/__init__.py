@@ -7,7 +7,9 @@ helpers, over the public vsqs API (pyspark >= 4.0 and pyarrow).
     columns.py   the columns a write takes, and the checks of their values
     reader.py    batch read: a snapshot of the queue
     writer.py    batch and streaming writes: stage per task attempt, publish on commit
-    stream.py    streaming read: claim on the driver, delete on Spark's commit
+    stream.py    streaming read: the driver's plan of each micro-batch (offsets)
+    claims.py    streaming read on the executors: claim or re-read, read, delete
+    manifest.py  streaming read: what each partition claimed, kept in the queue
     process.py   process_queue: Spark tasks as queue workers
     checks.py    the engine's rules, asked so that an error can name a column or option
 

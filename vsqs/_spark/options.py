@@ -13,7 +13,7 @@ from vsqs import InvalidArgument, Queue
 from vsqs._core.limits import MAX_CLOCK_SKEW, MAX_VISIBILITY_TIMEOUT
 from vsqs._spark.checks import seconds_fault
 
-DEFAULT_MAX_PER_TRIGGER = 1000
+DEFAULT_MAX_PER_TRIGGER = 20_000
 MAX_PER_TRIGGER = 100_000  # also the cap of a ReadAllAvailable (Trigger.Once) batch
 DEFAULT_VISIBILITY_TIMEOUT = 300.0
 MAX_PARTITIONS = 100_000

@@ -66,7 +66,7 @@ def wants_content(columns: list[str]) -> bool:
 
 def timestamp(epoch: float) -> datetime.datetime:
     """A ``sent_at`` value: epoch seconds as an aware UTC datetime."""
-    return datetime.datetime.fromtimestamp(epoch, tz=datetime.timezone.utc)
+    return datetime.datetime.fromtimestamp(epoch, tz=datetime.UTC)
 
 
 def row(values: Mapping[str, Any], columns: list[str]) -> tuple[Any, ...]:

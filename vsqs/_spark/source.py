@@ -8,9 +8,10 @@ Four modes, one class (:class:`VsqsDataSource`, short name ``vsqs``):
   dedup_id, priority and attributes columns); every task attempt stages its
   rows and the driver publishes exactly the stages of the attempts Spark
   committed (``writer.py``);
-- streaming read: each micro-batch claims messages on the driver (the
-  receipts go into the offset log) and deletes them once Spark committed
-  the batch (``stream.py``);
+- streaming read: the driver plans each micro-batch (a few numbers in the
+  offset log); executors claim its messages, recording them in manifests in
+  the queue so that a replay re-reads them, and delete them once Spark
+  committed the batch (``stream.py``, ``claims.py``, ``manifest.py``);
 - streaming write: as the batch write, per micro-batch (``writer.py``).
 
 This package only uses the public vsqs API (and the engine's shared limits

@@ -1,23 +1,37 @@
-"""Streaming read: claim on the driver, read on executors, delete on commit.
+"""Streaming read: the driver plans, executors claim, read and delete.
 
-Each micro-batch claims messages on the driver; their receipts go into
-Spark's offset log, so a batch's contents are fixed and a restarted query
-replays it. The messages are deleted once Spark has committed the batch.
+The driver does a bounded amount of work per micro-batch: one listing of the
+queue (are there messages?) and one of the query's manifests (what is left
+to delete?). Its offsets are a few numbers: ``{"v": 1, "query": Q, "seq": N,
+"parts": P, "each": M, "settle": [[batch, partitions], ...]}``. Each of the
+P partitions of batch N claims up to M messages on an executor, records
+their receipts in a manifest (``manifest.py``) before returning a row of
+them, and deletes, in parallel threads, the messages of the batches in
+``settle``: committed batches (Spark calls ``latestOffset(start)`` only once
+the batch ending at ``start`` is in its commit log). A partition run again
+(a task retry, a replay after a driver crash) re-reads its manifest instead
+of claiming: a replayed batch is the same batch.
 """
 
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
 
-from vsqs import Message, Queue, StaleReceipt
-from vsqs._core.limits import MAX_BATCH
-from vsqs._spark.options import MAX_PER_TRIGGER, Options
-from vsqs._spark.schema import row, timestamp, wants_content
+from vsqs import InvalidArgument, Queue
+from vsqs._spark import manifest as manifests
+from vsqs._spark.claims import (
+    LegacyPartition,
+    StreamPartition,
+    read_legacy,
+    read_partition,
+    settle_receipts,
+)
+from vsqs._spark.options import MAX_PER_TRIGGER, MESSAGES_PER_PARTITION, Options
 
 try:  # pyspark >= 4.2: admission control and Trigger.AvailableNow for Python sources
     from pyspark.sql.streaming.datasource import (
@@ -37,38 +51,25 @@ except ImportError:  # pragma: no cover - older pyspark
 
 log = logging.getLogger("vsqs.spark")
 
-_CLAIM_CHUNK = MAX_BATCH  # Queue.receive_batch takes at most this many at once
-_DELETE_THREADS = 8  # a committed batch is deleted by this many threads ...
-_PARALLEL_DELETES_FROM = 64  # ... when it has at least this many messages
-_SETTLED_KEPT = 64  # seqs of recently deleted batches remembered
-
-
-class ClaimedPartition(InputPartition):
-    """Claimed messages of one micro-batch: [id, receipt, receive_count, sent_at_us, priority]."""
-
-    def __init__(self, messages: list[list[Any]]) -> None:
-        self.messages = messages
+OFFSET_VERSION = 1
+MAX_SETTLE_ENTRIES = 64  # batches settled by one micro-batch (more wait for the next)
+MIN_CLAIM_PARTITIONS = 2  # a claiming batch has at least this many partitions (if it wants that many messages)
 
 
 class ClaimingStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
-    """Each micro-batch claims messages on the driver in ``latestOffset``.
+    """Plans micro-batches on the driver; executors claim, read and delete.
 
-    An offset is ``{"seq": n, "messages": [[id, receipt, receive_count,
-    sent_at_us, priority], ...]}``: the batch's messages, so that Spark's
-    offset log fixes a batch's contents and a restarted query replays it.
-    Executors read each message by its receipt (``Queue.read_message``). A
-    batch's messages are deleted once Spark has committed it: in
-    ``commit(end)``, and in ``latestOffset(start)``, which Spark calls only
-    after the batch ending at ``start`` is in its commit log (it never calls
-    ``commit`` for the last batch of a run).
+    ``read`` and the helpers of ``claims.py`` run on the executors; every
+    other method runs on the driver and does a bounded amount of work, not
+    one operation per message.
     """
 
     def __init__(self, options: Options, columns: list[str]) -> None:
         self.options = options
         self.columns = columns
-        self._settled: dict[int, None] = {}  # recent seqs whose messages this process deleted
-        self._budget: int | None = None  # Trigger.AvailableNow: messages left to claim
-        self._queue: Queue | None = None  # the driver's handle (keeps its cached listing)
+        self._budget: int | None = None  # Trigger.AvailableNow: messages left to plan
+        self._queue: Queue | None = None  # the driver's handle
+        self._clean_through: tuple[str, int] | None = None  # (query, seq): no manifests left up to seq
 
     def _driver_queue(self) -> Queue:
         if self._queue is None:
@@ -78,18 +79,54 @@ class ClaimingStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     # -- offsets (driver) --
 
     def initialOffset(self) -> dict[str, Any]:
-        return {"seq": 0, "messages": []}
+        # a new query: a new id for its manifests (carried by every later offset)
+        return {"v": OFFSET_VERSION, "query": manifests.new_query_id(), "seq": 0}
 
     def getDefaultReadLimit(self) -> ReadLimit:
         return ReadMaxRows(self.options.max_per_trigger)
 
     def prepareForTriggerAvailableNow(self) -> None:
         # "what is available now": as many messages as are visible now. The
-        # query ends once that many were claimed, even if producers keep going.
+        # query ends once that many were planned, even if producers keep going.
         self._budget = self._driver_queue().stats().ready
 
     def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
-        self._settle(start)  # the batch ending at start is committed: delete it
+        queue = self._driver_queue()
+        if "messages" in start:  # an offset of vsqs < 0.2 (receipts in the offset log)
+            self._settle_legacy(start)
+            start = {"v": OFFSET_VERSION, "query": manifests.new_query_id(), "seq": int(start.get("seq", 0))}
+        query, seq = _query_of(start), int(start["seq"])
+        pending: list[tuple[int, int]] = []
+        if self._clean_through != (query, seq):
+            # every batch up to seq is committed: what is left of them is to delete
+            pending = manifests.pending_batches(queue.path, query, seq)[:MAX_SETTLE_ENTRIES]
+        wanted = self._wanted(limit)
+        if wanted:
+            wanted = min(wanted, queue.stats().ready)
+        if not wanted and not pending:
+            self._clean_through = (query, seq)
+            return start
+        if self._budget is not None:
+            self._budget -= wanted
+        if wanted:
+            parts = self.options.num_partitions or max(
+                MIN_CLAIM_PARTITIONS, math.ceil(wanted / MESSAGES_PER_PARTITION)
+            )
+            parts = min(parts, wanted)
+            each = math.ceil(wanted / parts)
+        else:  # a batch that only deletes (the last one of a run, typically): one task per partition to settle
+            parts = max(1, min(self.options.num_partitions or 64, max(p for _, p in pending)))
+            each = 0
+        return {
+            "v": OFFSET_VERSION,
+            "query": query,
+            "seq": seq + 1,
+            "parts": parts,
+            "each": each,
+            "settle": [list(entry) for entry in pending],
+        }
+
+    def _wanted(self, limit: ReadLimit) -> int:
         if isinstance(limit, ReadMaxRows):
             wanted = limit.max_rows
         elif isinstance(limit, ReadAllAvailable):
@@ -98,104 +135,57 @@ class ClaimingStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             wanted = self.options.max_per_trigger
         if self._budget is not None:
             wanted = min(wanted, self._budget)
-        claimed = self._claim(wanted)
-        if not claimed:
-            return start
-        if self._budget is not None:
-            self._budget -= len(claimed)
-        return {"seq": int(start["seq"]) + 1, "messages": claimed}
-
-    def _claim(self, wanted: int) -> list[list[Any]]:
-        queue = self._driver_queue()
-        got: list[Message] = []
-        while len(got) < wanted:
-            batch = queue.receive_batch(
-                min(wanted - len(got), _CLAIM_CHUNK),
-                visibility_timeout=self.options.visibility_timeout,
-                read_bodies=False,
-            )
-            if not batch:
-                break
-            got.extend(batch)
-        return [[m.id, m.receipt, m.receive_count, round(m.sent_at * 1_000_000), m.priority] for m in got]
+        return max(0, wanted)
 
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> list[InputPartition]:
-        if int(end["seq"]) == int(start["seq"]):
+        if "messages" in end:  # replay of a batch planned by vsqs < 0.2
+            if int(end.get("seq", 0)) == int(start.get("seq", 0)):
+                return []
+            return [LegacyPartition(chunk) for chunk in self.options.split([m[1] for m in end["messages"]])]
+        if int(end["seq"]) == int(start.get("seq", -1)) and _query_of(end) == start.get("query"):
             return []
-        messages = end.get("messages") or []
-        return [ClaimedPartition(chunk) for chunk in self.options.split(messages)]
+        query, seq = _query_of(end), int(end["seq"])
+        parts, each = _bounded(end.get("parts"), 1, 100_000), _bounded(end.get("each"), 0, MAX_PER_TRIGGER)
+        settle: list[list[tuple[int, int]]] = [[] for _ in range(parts)]
+        spread = 0
+        for entry in end.get("settle") or []:
+            batch, batch_parts = _bounded(entry[0], 0, 1 << 62), _bounded(entry[1], 0, 100_000)
+            for index in range(batch_parts):
+                settle[spread % parts].append((batch, index))
+                spread += 1
+        return [StreamPartition(query, seq, index, each, settle[index]) for index in range(parts)]
 
     def commit(self, end: dict[str, Any]) -> None:
-        self._settle(end)
+        # Nothing to do here: the next micro-batch deletes this one's messages
+        # (in its executors), and Spark never calls commit for a run's last batch.
+        pass
 
-    def _settle(self, offset: dict[str, Any]) -> None:
-        """Delete the messages of a committed batch (idempotent)."""
-        seq = int(offset.get("seq", 0))
-        messages = offset.get("messages") or []
-        if seq in self._settled or not messages:
-            return
-        queue = self._driver_queue()
-
-        def delete(receipt: str) -> bool:
-            try:
-                queue.delete(receipt)
-                return True
-            except StaleReceipt:  # already deleted (replay), or re-received after the lease ran out
-                return False
-
-        receipts = [entry[1] for entry in messages]
-        if len(receipts) < _PARALLEL_DELETES_FROM:
-            stale = sum(1 for receipt in receipts if not delete(receipt))
-        else:  # on NFS each unlink is a round trip: overlap them (a local disk gains little)
-            with ThreadPoolExecutor(_DELETE_THREADS, thread_name_prefix="vsqs-delete") as pool:
-                stale = sum(1 for done in pool.map(delete, receipts) if not done)
-        self._settled[seq] = None
-        while len(self._settled) > _SETTLED_KEPT:  # forgetting one only costs a repeated, harmless delete
-            del self._settled[next(iter(self._settled))]
-        if stale:
-            log.info(
-                "batch %d: %d of %d messages were no longer held by their receipt "
-                "(deleted already, or re-delivered after the visibility timeout)",
-                seq,
-                stale,
-                len(messages),
-            )
+    def _settle_legacy(self, offset: dict[str, Any]) -> None:
+        """Delete the messages of a committed batch planned by vsqs < 0.2 (once, on upgrade)."""
+        receipts = [entry[1] for entry in offset.get("messages") or [] if isinstance(entry, list) and len(entry) > 1]
+        stale = settle_receipts(self._driver_queue(), receipts)
+        log.info("upgraded a vsqs < 0.2 checkpoint: deleted its last batch (%d stale)", stale)
 
     # -- reading (executors) --
 
     def read(self, partition: InputPartition) -> Iterator[tuple[Any, ...]]:
-        assert isinstance(partition, ClaimedPartition)
-        queue = self.options.queue()
-        content = wants_content(self.columns)
-        skipped = 0
-        for entry in partition.messages:
-            # [id, receipt, receive_count, sent_at_us, priority]: all but the
-            # receipt are in the receipt too (and in the message read by it)
-            try:
-                # reading also proves that the receipt still holds the message
-                message = queue.read_message(entry[1])
-            except StaleReceipt:
-                # The lease ran out and another consumer received the message
-                # (or it was deleted): it is theirs now; leave it out.
-                skipped += 1
-                continue
-            values = {
-                "id": message.id,
-                "body": message.body,
-                "state": "in_flight",
-                "receive_count": message.receive_count,
-                "sent_at": timestamp(message.sent_at),
-                "priority": message.priority,
-                "group": message.group if content else None,
-                "attributes": message.attributes if content else None,
-            }
-            yield row(values, self.columns)
-        if skipped:
-            log.warning(
-                "%d claimed messages were no longer held by this query (their lease ran out "
-                "and another consumer received them); they are left out of this batch",
-                skipped,
-            )
+        if isinstance(partition, LegacyPartition):
+            return read_legacy(self.options, self.columns, partition)
+        assert isinstance(partition, StreamPartition)
+        return read_partition(self.options, self.columns, partition)
 
     def stop(self) -> None:
         pass
+
+
+def _query_of(offset: dict[str, Any]) -> str:
+    query = offset.get("query")
+    if not manifests.valid_query_id(query):
+        raise InvalidArgument(f"not an offset of the vsqs source: {offset!r:.200}")
+    return str(query)
+
+
+def _bounded(value: Any, low: int, high: int) -> int:
+    if type(value) is not int or not low <= value <= high:
+        raise InvalidArgument(f"not an offset of the vsqs source: {value!r:.100} out of range")
+    return value

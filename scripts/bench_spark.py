@@ -1,0 +1,240 @@
+#!/usr/bin/env python3
+"""Benchmark the streaming read of the ``vsqs`` Spark source (issue 15).
+
+Run from the repository root, with the project installed in .venv::
+
+    .venv/bin/python scripts/bench_spark.py              # about 3 minutes on a quiet 2-core machine
+    .venv/bin/python scripts/bench_spark.py --quick      # a smoke run
+    .venv/bin/python scripts/bench_spark.py --help
+
+Each figure is measured ``--repeat`` times (default 2), in the same run as
+its references, and reported as a ratio to them, since the machine may be
+shared:
+
+* **library reference**: two processes, each receiving and deleting
+  messages one at a time (``Queue.receive`` + ``delete``) until the queue is
+  empty; also with ``receive_batch(100)``;
+* **vsqs stream**: ``readStream.format("vsqs")`` with the default options
+  on ``local[2]``, all columns (bodies read), ``Trigger.AvailableNow``, the
+  ``noop`` sink; timed from ``start()`` to the end of the query, in a
+  session whose Python workers are already warm;
+* **Spark file stream**: ``readStream.format("text")`` of one file per
+  message (as a Spark user would otherwise do it), same trigger and sink;
+  fewer messages (``--file-messages``), as it is slow;
+* **driver time per batch** at 5,000 and 50,000 messages a trigger, from
+  Spark's progress reports: ``latestOffset`` (the source's planning) and
+  everything but the batch's execution (``triggerExecution - addBatch``),
+  with the size of each offset-log file and of each progress report.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing
+import os
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+import vsqs
+
+
+def fill(path: str, count: int, body: bytes) -> vsqs.Queue:
+    queue = vsqs.Queue(path, create=True)
+    for start in range(0, count, 10_000):
+        queue.publish_batch([body] * min(10_000, count - start), durable=False)
+    return queue
+
+
+def _consume(path: str, batch: int, out: multiprocessing.Queue) -> None:
+    queue = vsqs.Queue(path)
+    done = 0
+    while True:
+        if batch == 1:
+            message = queue.receive(visibility_timeout=300)
+            got = [message] if message is not None else []
+        else:
+            got = queue.receive_batch(batch, visibility_timeout=300)
+        if not got:
+            break
+        for message in got:
+            queue.delete(message.receipt)
+        done += len(got)
+    out.put(done)
+
+
+def library_rate(directory: str, count: int, body: bytes, batch: int) -> float:
+    """Messages a second of two processes receiving and deleting until empty."""
+    path = os.path.join(directory, f"lib-{batch}-{time.monotonic_ns()}")
+    fill(path, count, body)
+    results: multiprocessing.Queue = multiprocessing.Queue()
+    workers = [multiprocessing.Process(target=_consume, args=(path, batch, results)) for _ in range(2)]
+    began = time.perf_counter()
+    for worker in workers:
+        worker.start()
+    done = sum(results.get() for _ in workers)
+    for worker in workers:
+        worker.join()
+    elapsed = time.perf_counter() - began
+    assert done == count and vsqs.Queue(path).stats().total == 0, (done, count)
+    shutil.rmtree(path)
+    return count / elapsed
+
+
+def spark_session(master: str):
+    from pyspark.sql import SparkSession
+
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    os.chdir(ROOT)  # the Python workers find pyspark_vsqs here
+    spark = (
+        SparkSession.builder.master(master)
+        .appName("vsqs-bench-spark")
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.driver.host", "127.0.0.1")
+        .config("spark.driver.bindAddress", "127.0.0.1")
+        .config("spark.sql.shuffle.partitions", "2")
+        .getOrCreate()
+    )
+    spark.sparkContext.setLogLevel("ERROR")
+    return spark
+
+
+def stream_run(spark, directory: str, count: int, body: bytes, options: dict[str, str]) -> dict:
+    """Drain a queue of ``count`` messages with the vsqs source; rate and per-batch figures."""
+    tag = time.monotonic_ns()
+    path = os.path.join(directory, f"stream-{tag}")
+    checkpoint = os.path.join(directory, f"ck-{tag}")
+    fill(path, count, body)
+    reader = spark.readStream.format("vsqs")
+    for key, value in options.items():
+        reader = reader.option(key, value)
+    began = time.perf_counter()
+    query = (
+        reader.load(path)
+        .writeStream.format("noop")
+        .option("checkpointLocation", checkpoint)
+        .trigger(availableNow=True)
+        .start()
+    )
+    query.awaitTermination()
+    elapsed = time.perf_counter() - began
+    left = vsqs.Queue(path).stats().total
+    progress = [p for p in query.recentProgress]
+    rows = sum(p["numInputRows"] for p in progress)
+    assert rows == count and left == 0, (rows, count, left)
+    batches = [p for p in progress if p["numInputRows"]]
+    offsets = [f for f in Path(checkpoint, "offsets").iterdir() if f.name.isdigit()]
+    result = {
+        "rate": count / elapsed,
+        "batches": len(batches),
+        "latest_offset_ms": [p["durationMs"].get("latestOffset", 0) for p in batches],
+        "driver_ms": [p["durationMs"]["triggerExecution"] - p["durationMs"].get("addBatch", 0) for p in batches],
+        "offset_bytes": max(f.stat().st_size for f in offsets),
+        "progress_bytes": max(len(json.dumps(p)) for p in progress),
+    }
+    shutil.rmtree(path, ignore_errors=True)
+    shutil.rmtree(checkpoint, ignore_errors=True)
+    return result
+
+
+def file_stream_rate(spark, directory: str, count: int, body: bytes) -> float:
+    """Messages a second of Spark's own file stream source, one file per message."""
+    tag = time.monotonic_ns()
+    source = os.path.join(directory, f"files-{tag}")
+    os.makedirs(source)
+    for n in range(count):
+        with open(os.path.join(source, f"m{n:08d}.txt"), "wb") as stream:
+            stream.write(body)
+    checkpoint = os.path.join(directory, f"fck-{tag}")
+    began = time.perf_counter()
+    query = (
+        spark.readStream.format("text")
+        .load(source)
+        .writeStream.format("noop")
+        .option("checkpointLocation", checkpoint)
+        .trigger(availableNow=True)
+        .start()
+    )
+    query.awaitTermination()
+    elapsed = time.perf_counter() - began
+    rows = sum(p["numInputRows"] for p in query.recentProgress)
+    assert rows == count, (rows, count)
+    shutil.rmtree(source, ignore_errors=True)
+    shutil.rmtree(checkpoint, ignore_errors=True)
+    return count / elapsed
+
+
+def _ms(values: list[float]) -> str:
+    if not values:
+        return "-"
+    return f"median {statistics.median(values):.0f} ms (min {min(values):.0f}, max {max(values):.0f}, {len(values)} batches)"
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--messages", type=int, default=50_000, help="messages per streaming run (50,000)")
+    parser.add_argument("--file-messages", type=int, default=3_000, help="messages (files) of the file-stream run")
+    parser.add_argument("--body-size", type=int, default=100)
+    parser.add_argument("--repeat", type=int, default=2)
+    parser.add_argument("--master", default="local[2]")
+    parser.add_argument("--dir", default=None, help="where to make the queues (default: a temporary directory)")
+    parser.add_argument("--quick", action="store_true", help="10,000 messages, one repetition")
+    parser.add_argument("--skip-driver", action="store_true", help="skip the 5,000/50,000 per trigger runs")
+    args = parser.parse_args()
+    if args.quick:
+        args.messages, args.file_messages, args.repeat = 10_000, 500, 1
+    body = b"x" * args.body_size
+    directory = tempfile.mkdtemp(prefix="vsqs-bench-spark-", dir=args.dir)
+    try:
+        spark = spark_session(args.master)
+        stream_run(spark, directory, 2_000, body, {})  # warm the Python workers up
+        rows = []
+        for repetition in range(args.repeat):
+            lib = library_rate(directory, args.messages, body, 1)
+            lib_batch = library_rate(directory, args.messages, body, 100)
+            stream = stream_run(spark, directory, args.messages, body, {})
+            files = file_stream_rate(spark, directory, args.file_messages, body)
+            rows.append((lib, lib_batch, stream, files))
+            print(
+                f"run {repetition + 1}: library receive+delete {lib:,.0f} msg/s, "
+                f"library receive_batch(100)+delete {lib_batch:,.0f} msg/s, "
+                f"vsqs stream (defaults) {stream['rate']:,.0f} msg/s in {stream['batches']} batches, "
+                f"file stream {files:,.0f} msg/s",
+                flush=True,
+            )
+            print(
+                f"       ratios: vsqs stream / library = {stream['rate'] / lib:.2f}, "
+                f"/ library batch = {stream['rate'] / lib_batch:.2f}, "
+                f"/ file stream = {stream['rate'] / files:.1f}x",
+                flush=True,
+            )
+        if not args.skip_driver:
+            for per_trigger in (5_000, 50_000):
+                count = max(args.messages, 2 * per_trigger)
+                for repetition in range(args.repeat):
+                    run = stream_run(spark, directory, count, body, {"maxMessagesPerTrigger": str(per_trigger)})
+                    print(
+                        f"{per_trigger:,} a trigger, run {repetition + 1}: {run['rate']:,.0f} msg/s; "
+                        f"latestOffset {_ms(run['latest_offset_ms'])}; "
+                        f"driver (trigger - addBatch) {_ms(run['driver_ms'])}; "
+                        f"largest offset file {run['offset_bytes']:,} B, largest progress report "
+                        f"{run['progress_bytes']:,} B",
+                        flush=True,
+                    )
+        spark.stop()
+    finally:
+        shutil.rmtree(directory, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,230 @@
+"""The executors' side of the streaming read: claim (or re-read), read, delete.
+
+A partition of micro-batch N claims its messages chunk by chunk with
+``Queue.receive_batch`` and records each chunk's receipts in its manifest
+before it returns a row of them; a later attempt of the partition re-reads
+the manifest (extending the messages' visibility) instead of claiming. In
+parallel threads it deletes the messages of the committed batches it was
+given to settle, then removes their manifests.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import signal
+import threading
+from collections.abc import Iterable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from pyspark.sql.datasource import InputPartition
+
+from vsqs import InvalidReceipt, Message, Queue, StaleReceipt
+from vsqs._spark import manifest as manifests
+from vsqs._spark.options import Options
+from vsqs._spark.schema import row, timestamp, wants_content
+
+log = logging.getLogger("vsqs.spark")
+
+CLAIM_FIRST = 50  # messages claimed (and recorded in one manifest file) by a partition's first chunk ...
+CLAIM_CHUNK = 1000  # ... doubling up to this many: the first rows come soon, later chunks cost little
+SETTLE_THREADS = 4  # threads deleting a committed batch, alongside the claims
+SETTLE_SLICE = 250  # receipts per deleting job
+MAX_FOLLOWED = 100  # stale receipts followed to their message's current name, per attempt (a listing each)
+
+
+class StreamPartition(InputPartition):
+    """Partition ``index`` of micro-batch ``seq`` of query ``query``: claim up
+    to ``each`` messages; delete the messages of ``settle`` ((batch, partition) pairs)."""
+
+    def __init__(self, query: str, seq: int, index: int, each: int, settle: list[tuple[int, int]]) -> None:
+        self.query = query
+        self.seq = seq
+        self.index = index
+        self.each = each
+        self.settle = settle
+
+
+class LegacyPartition(InputPartition):
+    """Receipts of a batch planned by vsqs < 0.2, replayed after an upgrade."""
+
+    def __init__(self, receipts: list[str]) -> None:
+        self.receipts = receipts
+
+
+# Signals that end a Python worker when its executor or driver goes away
+# (PySpark's daemon sends SIGHUP to its workers when the JVM exits): held off
+# while a chunk is claimed and recorded, so that every claim reaches the manifest.
+_DEFERRED_SIGNALS = {signal.SIGHUP, signal.SIGTERM, signal.SIGINT}
+
+
+@contextlib.contextmanager
+def _recording() -> Iterator[None]:
+    """Defer the signals above in this thread (a claim and its record are one step)."""
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, _DEFERRED_SIGNALS)
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+
+
+def read_partition(options: Options, columns: list[str], partition: StreamPartition) -> Iterator[tuple[Any, ...]]:
+    """The rows of one partition; deletes its settle list meanwhile."""
+    queue = options.queue()
+    with _recording():  # the deleting threads inherit the mask: signals go to this thread
+        settler = _Settler(queue, partition)
+    try:
+        content = wants_content(columns)
+        for message in _claimed(queue, options, partition, content):
+            yield _row(message, columns, content)
+    finally:
+        settler.finish()
+
+
+def _claimed(queue: Queue, options: Options, partition: StreamPartition, content: bool) -> Iterator[Message]:
+    """Re-read what earlier attempts recorded, then claim the rest (unless sealed)."""
+    if not partition.each:  # a batch that only deletes: no manifest (which would need deleting in turn)
+        return
+    path = manifests.partition_dir(queue.path, partition.query, partition.seq, partition.index)
+    manifest = manifests.read_manifest(path)
+    generation = manifest.generation + 1
+    timeout = options.visibility_timeout
+    last = manifest.sealed_chunks if manifest.sealed_chunks is not None else (max(manifest.chunks, default=-1) + 1)
+    count = 0
+    followed = [MAX_FOLLOWED]
+    for chunk in range(last):
+        receipts = manifest.chunks.get(chunk, [])
+        if not receipts:
+            continue
+        with _recording():
+            renewed = _extend(queue, receipts, timeout, followed)
+            manifest.write_chunk(generation, chunk, renewed)  # (lost to a concurrent attempt: its receipts are as good)
+        count += len(receipts)
+        for receipt in renewed:
+            try:
+                yield queue.read_message(receipt)
+            except StaleReceipt:  # taken from us since the extension: theirs now
+                continue
+    if manifest.sealed:
+        return
+    chunk = last
+    size = CLAIM_FIRST
+    while count < partition.each:
+        with _recording():
+            got = queue.receive_batch(
+                min(partition.each - count, size), visibility_timeout=timeout, read_bodies=content
+            )
+            recorded = not got or manifest.write_chunk(generation, chunk, [m.receipt for m in got])
+        size = min(2 * size, CLAIM_CHUNK)
+        if not got:
+            break
+        if not recorded:
+            # another attempt of this partition claims at the same time (a
+            # speculative copy): give these back, keep what is recorded
+            for message in got:
+                _release(queue, message.receipt)
+            break
+        chunk += 1
+        count += len(got)
+        yield from got
+    manifest.seal(generation, chunk)
+
+
+def _extend(queue: Queue, receipts: list[str], timeout: float, followed: list[int]) -> list[str]:
+    """Extend the visibility of recorded messages; their new receipts (those
+    still held by this query: a message taken by another consumer after the
+    lease ran out is theirs, and left out)."""
+    renewed = []
+    outcomes = queue.change_visibility_batch([(receipt, timeout) for receipt in receipts])
+    for receipt, outcome in zip(receipts, outcomes, strict=True):
+        if isinstance(outcome, str):
+            renewed.append(outcome)
+            continue
+        if isinstance(outcome, StaleReceipt) and followed[0] > 0:
+            # perhaps extended already by an attempt that died before recording it
+            followed[0] -= 1
+            try:
+                renewed.append(queue.change_visibility(queue.current_receipt(receipt), timeout))
+            except (StaleReceipt, InvalidReceipt):
+                pass
+    return renewed
+
+
+def _release(queue: Queue, receipt: str) -> None:
+    try:
+        queue.release(receipt)
+    except (StaleReceipt, InvalidReceipt):
+        pass
+
+
+def _row(message: Message, columns: list[str], content: bool) -> tuple[Any, ...]:
+    values = {
+        "id": message.id,
+        "body": message.body if content else None,
+        "state": "in_flight",
+        "receive_count": message.receive_count,
+        "sent_at": timestamp(message.sent_at),
+        "priority": message.priority,
+        "group": message.group if content else None,
+        "attributes": message.attributes if content else None,
+    }
+    return row(values, columns)
+
+
+class _Settler:
+    """Deletes the messages of committed batches in background threads while
+    the partition claims; ``finish`` waits for it (the task ends after it)."""
+
+    def __init__(self, queue: Queue, partition: StreamPartition) -> None:
+        self._queue = queue
+        self._partition = partition
+        self._thread: threading.Thread | None = None
+        if partition.settle:
+            self._thread = threading.Thread(target=self._run, name="vsqs-settle", daemon=True)
+            self._thread.start()
+
+    def _run(self) -> None:
+        queue, partition = self._queue, self._partition
+        try:
+            with ThreadPoolExecutor(SETTLE_THREADS, thread_name_prefix="vsqs-delete") as pool:
+                for batch, index in partition.settle:
+                    path = manifests.partition_dir(queue.path, partition.query, batch, index)
+                    manifest = manifests.read_manifest(path)
+                    if manifest.sealed:
+                        receipts = manifest.receipts()
+                        slices = [receipts[i : i + SETTLE_SLICE] for i in range(0, len(receipts), SETTLE_SLICE)]
+                        stale = sum(pool.map(lambda part: settle_receipts(queue, part), slices))
+                        if stale:
+                            log.info(
+                                "batch %d: %d of %d messages were no longer held by their receipt "
+                                "(deleted already, or re-delivered after the visibility timeout)",
+                                batch, stale, len(receipts),
+                            )
+                    else:  # never sealed: no attempt delivered it; give it back
+                        for receipt in manifest.receipts():
+                            _release(queue, receipt)
+                    manifests.remove_partition(path)
+        except Exception:  # a failed delete only delays: the messages come back after their lease
+            log.exception("deleting the messages of a committed micro-batch failed")
+
+    def finish(self) -> None:
+        if self._thread is not None:
+            self._thread.join()
+
+
+def settle_receipts(queue: Queue, receipts: Iterable[str]) -> int:
+    """Delete the messages of ``receipts``; how many were no longer held."""
+    return sum(1 for outcome in queue.delete_batch(receipts) if outcome is not None)
+
+
+def read_legacy(options: Options, columns: list[str], partition: LegacyPartition) -> Iterator[tuple[Any, ...]]:
+    """Rows of a batch planned by vsqs < 0.2: its messages read by their receipts."""
+    queue = options.queue()
+    content = wants_content(columns)
+    for receipt in partition.receipts:
+        try:
+            message = queue.read_message(receipt)
+        except (StaleReceipt, InvalidReceipt):
+            continue
+        yield _row(message, columns, content)

@@ -1,0 +1,206 @@
+"""Claim manifests of the streaming read: what each partition of a micro-batch claimed.
+
+A task that claims messages for partition P of micro-batch N of query Q
+writes their receipts, chunk by chunk, before it returns a row of them, under
+the queue's reserved ``.spark/`` directory (docs/FORMAT.md, "Spark claim
+manifests", version 1)::
+
+    .spark/stream/Q/N/pP/G.K.json   receipts of chunk K, as of generation G
+    .spark/stream/Q/N/pP/G.end.json the partition is sealed: it has K chunks
+
+A file is written whole to a temporary name, synced, and linked to its name
+(``link`` fails if the name exists: a file is never overwritten), so it is
+complete or absent. A later attempt of the same partition (a task retry, a
+replay after a driver crash) reads the chunks instead of claiming new
+messages; it extends their visibility, which gives new receipts, and records
+them as its own generation G+1 (chunk K of the highest generation holding it
+wins). A sealed partition is re-read exactly; an unsealed one (its attempt
+died while claiming) is re-read and then claims the rest.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import secrets
+import stat
+from dataclasses import dataclass, field
+
+MANIFEST_VERSION = 1
+ROOT = (".spark", "stream")
+MAX_MANIFEST_FILE = 4 << 20  # a chunk file holds at most CLAIM_CHUNK receipts: far less
+_QUERY = re.compile(r"[0-9a-f]{16}\Z")
+_BATCH = re.compile(r"(0|[1-9][0-9]{0,17})\Z")
+_PARTITION = re.compile(r"p(0|[1-9][0-9]{0,5})\Z")
+_FILE = re.compile(r"(0|[1-9][0-9]{0,5})\.(0|[1-9][0-9]{0,8}|end)\.json\Z")
+
+
+def new_query_id() -> str:
+    """A fresh id for a query's manifests (16 hex digits)."""
+    return secrets.token_hex(8)
+
+
+def valid_query_id(text: object) -> bool:
+    return isinstance(text, str) and _QUERY.match(text) is not None
+
+
+def query_dir(queue_path: str, query: str) -> str:
+    return os.path.join(queue_path, *ROOT, query)
+
+
+def partition_dir(queue_path: str, query: str, batch: int, partition: int) -> str:
+    return os.path.join(query_dir(queue_path, query), str(batch), f"p{partition}")
+
+
+def pending_batches(queue_path: str, query: str, through: int) -> list[tuple[int, int]]:
+    """``(batch, partitions)`` of each batch up to ``through`` whose manifests
+    are still there (not yet settled): two listings per such batch."""
+    found = []
+    for name in _listdir(query_dir(queue_path, query)):
+        if _BATCH.match(name) and int(name) <= through:
+            batch = int(name)
+            parts = [int(p[1:]) for p in _listdir(os.path.join(query_dir(queue_path, query), name)) if _PARTITION.match(p)]
+            found.append((batch, max(parts) + 1 if parts else 0))
+    return sorted(found)
+
+
+@dataclass
+class Manifest:
+    """One partition's manifest, as found: the current receipts of each chunk."""
+
+    path: str
+    chunks: dict[int, list[str]] = field(default_factory=dict)
+    generation: int = -1  # the highest generation found (-1: none)
+    sealed_chunks: int | None = None  # set once the partition was sealed
+
+    @property
+    def sealed(self) -> bool:
+        return self.sealed_chunks is not None
+
+    def receipts(self) -> list[str]:
+        """The current receipts, chunk by chunk (up to the seal, if sealed)."""
+        last = self.sealed_chunks if self.sealed_chunks is not None else len(self.chunks)
+        return [r for k in sorted(self.chunks) if k < last for r in self.chunks[k]]
+
+    def write_chunk(self, generation: int, chunk: int, receipts: list[str]) -> bool:
+        """Record ``receipts`` as chunk ``chunk`` of ``generation``; False if
+        another attempt recorded that chunk of that generation first."""
+        return _write_new(self.path, f"{generation}.{chunk}.json", {"v": MANIFEST_VERSION, "receipts": receipts})
+
+    def seal(self, generation: int, chunks: int) -> int:
+        """Seal the partition at ``chunks`` chunks; returns the count that
+        stands (another attempt's, if it sealed first)."""
+        if _write_new(self.path, f"{generation}.end.json", {"v": MANIFEST_VERSION, "chunks": chunks}):
+            self.sealed_chunks = chunks
+            return chunks
+        again = read_manifest(self.path)
+        self.sealed_chunks = again.sealed_chunks if again.sealed else chunks
+        return self.sealed_chunks
+
+
+def read_manifest(path: str) -> Manifest:
+    """The manifest in ``path`` (empty if there is none). Files that do not
+    parse are skipped: a chunk written by no one (or damaged) is no chunk."""
+    manifest = Manifest(path)
+    best: dict[int, int] = {}  # chunk -> generation of the receipts kept
+    for name in _listdir(path):
+        match = _FILE.match(name)
+        if match is None:
+            continue
+        generation = int(match.group(1))
+        content = _read_json(os.path.join(path, name))
+        if content is None or content.get("v") != MANIFEST_VERSION:
+            continue
+        manifest.generation = max(manifest.generation, generation)
+        if match.group(2) == "end":
+            chunks = content.get("chunks")
+            if type(chunks) is int and chunks >= 0:
+                manifest.sealed_chunks = min(chunks, manifest.sealed_chunks if manifest.sealed else chunks)
+            continue
+        chunk = int(match.group(2))
+        receipts = content.get("receipts")
+        if not isinstance(receipts, list) or not all(isinstance(r, str) for r in receipts):
+            continue
+        if best.get(chunk, -1) < generation:
+            best[chunk] = generation
+            manifest.chunks[chunk] = receipts
+    return manifest
+
+
+def remove_partition(path: str) -> None:
+    """Remove a settled partition's manifest (and its batch directory once empty)."""
+    for name in _listdir(path):
+        if _FILE.match(name) or name.startswith(".tmp-"):
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(os.path.join(path, name))
+    for directory in (path, os.path.dirname(path)):
+        try:
+            os.rmdir(directory)
+        except OSError:  # not empty (another partition, a foreign file) or gone
+            return
+
+
+def remove_batch_if_empty(queue_path: str, query: str, batch: int) -> None:
+    with contextlib.suppress(OSError):
+        os.rmdir(os.path.join(query_dir(queue_path, query), str(batch)))
+
+
+def _listdir(path: str) -> list[str]:
+    try:
+        return os.listdir(path)
+    except (FileNotFoundError, NotADirectoryError):
+        return []
+
+
+def _read_json(path: str) -> dict | None:
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode) or info.st_size > MAX_MANIFEST_FILE:
+            return None
+        with os.fdopen(fd, "rb", closefd=False) as stream:
+            data = stream.read(MAX_MANIFEST_FILE + 1)
+    finally:
+        os.close(fd)
+    try:
+        content = json.loads(data)
+    except (ValueError, UnicodeDecodeError):
+        return None
+    return content if isinstance(content, dict) else None
+
+
+def _write_new(directory: str, name: str, content: dict) -> bool:
+    """Write ``content`` durably as ``directory/name`` unless that name exists."""
+    os.makedirs(directory, exist_ok=True)
+    temporary = os.path.join(directory, f".tmp-{secrets.token_hex(8)}")
+    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
+    try:
+        with os.fdopen(fd, "wb", closefd=False) as stream:
+            stream.write(json.dumps(content, separators=(",", ":")).encode())
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    try:
+        os.link(temporary, os.path.join(directory, name))
+        won = True
+    except FileExistsError:
+        won = False
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(temporary)
+    if won:
+        _sync_directory(directory)
+    return won
+
+
+def _sync_directory(directory: str) -> None:
+    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
