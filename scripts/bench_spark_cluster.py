@@ -14,7 +14,8 @@ Each round measures, on an application with one executor (one worker's
 ``--cores``) and then on one with an executor on each worker:
 
 * ``stream``: ``readStream.format("vsqs")`` with ``Trigger.AvailableNow``
-  into the ``noop`` sink, ``--per-trigger`` messages a micro-batch, from
+  into the ``noop`` sink, ``--per-trigger`` messages a micro-batch (default:
+  the source's default), from
   ``start()`` until the query ends (the queue is then empty);
 * ``process_queue``: a function that returns nothing, one task per executor
   core, until the tasks stop (they wait ``--wait`` s on an empty queue).
@@ -52,14 +53,14 @@ def _fill(path: str, count: int, size: int) -> vsqs.Queue:
     return queue
 
 
-def _stream(spark, queue: vsqs.Queue, checkpoint: str, per_trigger: int) -> tuple[float, int]:
+def _stream(spark, queue: vsqs.Queue, checkpoint: str, per_trigger: int | None) -> tuple[float, int]:
     """Seconds to drain ``queue`` with the streaming source, and the rows it read."""
     started = time.perf_counter()
+    reader = spark.readStream.format("vsqs").option("visibilityTimeout", "600")
+    if per_trigger is not None:
+        reader = reader.option("maxMessagesPerTrigger", str(per_trigger))
     query = (
-        spark.readStream.format("vsqs")
-        .option("maxMessagesPerTrigger", str(per_trigger))
-        .option("visibilityTimeout", "600")
-        .load(queue.path)
+        reader.load(queue.path)
         .writeStream.format("noop")
         .option("checkpointLocation", checkpoint)
         .trigger(availableNow=True)
@@ -79,7 +80,8 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--messages", type=int, default=4000)
     parser.add_argument("--body-size", type=int, default=100)
-    parser.add_argument("--per-trigger", type=int, default=1000, help="maxMessagesPerTrigger")
+    parser.add_argument("--per-trigger", type=int, default=None,
+                        help="maxMessagesPerTrigger (default: the source's own default)")
     parser.add_argument("--cores", type=int, default=1, help="cores of each worker (and its executor)")
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--wait", type=float, default=0.2, help="process_queue: idle seconds before a task stops")
@@ -154,7 +156,8 @@ def main() -> int:
             _report.provenance(REPO, args.dir or tempfile.gettempdir(),
                                f"the spool on nfs-ganesha (NFSv3) through one userspace client per host; "
                                f"{args.messages:,} messages of {args.body_size} B, {args.cores} core(s) a "
-                               f"worker, {args.per_trigger:,} a trigger; one figure per round; load average "
+                               f"worker, {'the default' if args.per_trigger is None else f'{args.per_trigger:,}'} a trigger; "
+                               f"one figure per round; load average "
                                f"{os.getloadavg()[0]:.0f} at the end"),
             _report.table(["workload", "one worker, msg/s", "two workers, msg/s", "two/one (same round)",
                            "≥ 1.6x"], rows, right=[1, 2, 3]),
