@@ -39,6 +39,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -53,7 +54,7 @@ def fill(path: str, count: int, body: bytes) -> vsqs.Queue:
     return queue
 
 
-def _consume(path: str, batch: int, out: multiprocessing.Queue) -> None:
+def _consume(path: str, batch: int, out: Any) -> None:
     queue = vsqs.Queue(path)
     done = 0
     while True:
@@ -74,8 +75,9 @@ def library_rate(directory: str, count: int, body: bytes, batch: int) -> float:
     """Messages a second of two processes receiving and deleting until empty."""
     path = os.path.join(directory, f"lib-{batch}-{time.monotonic_ns()}")
     fill(path, count, body)
-    results: multiprocessing.Queue = multiprocessing.Queue()
-    workers = [multiprocessing.Process(target=_consume, args=(path, batch, results)) for _ in range(2)]
+    context = multiprocessing.get_context("spawn")  # this process runs a JVM gateway: no fork
+    results = context.Queue()
+    workers = [context.Process(target=_consume, args=(path, batch, results)) for _ in range(2)]
     began = time.perf_counter()
     for worker in workers:
         worker.start()
@@ -139,7 +141,7 @@ def stream_run(spark, directory: str, count: int, body: bytes, options: dict[str
         "latest_offset_ms": [p["durationMs"].get("latestOffset", 0) for p in batches],
         "driver_ms": [p["durationMs"]["triggerExecution"] - p["durationMs"].get("addBatch", 0) for p in batches],
         "offset_bytes": max(f.stat().st_size for f in offsets),
-        "progress_bytes": max(len(json.dumps(p)) for p in progress),
+        "progress_bytes": max(len(p.json if hasattr(p, "json") else json.dumps(p, default=str)) for p in progress),
     }
     shutil.rmtree(path, ignore_errors=True)
     shutil.rmtree(checkpoint, ignore_errors=True)

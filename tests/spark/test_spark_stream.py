@@ -92,16 +92,20 @@ def test_task_killed_mid_claim_is_retried_on_the_same_messages(spark, queue, tmp
     assert failed, "the first attempt did not fail"
     batches = _recorded(out)
     first_try = {line for p in failed for line in p.read_text().split()}
-    assert first_try <= {message_id for message_id, _ in batches[0]}  # re-read, not left in flight
+    delivered = [message_id for rows in batches.values() for message_id, _ in rows]
+    assert first_try <= set(delivered)  # re-read by the retry, not left in flight
+    assert len(delivered) == len(set(delivered)) == len(bodies)
     assert Counter(body for rows in batches.values() for _, body in rows) == Counter(bodies)
     assert queue.stats().total == 0  # nothing claimed was left behind
 
 
-def test_query_dying_during_claims_replays_the_same_batch_on_restart(spark, queue, tmp_path):  # noqa: F811
+def test_query_dying_during_claims_replays_the_same_batch_on_restart(spark, flat_queue, tmp_path):  # noqa: F811
     """Batch 1's task fails in both attempts, after claiming: the query dies
     with batch 1 in its offset log and not committed (as when the driver dies
     while executors claim). The restarted query replays batch 1 with the
-    messages the dead run claimed, and drains the queue to empty."""
+    messages the dead run claimed, and drains the queue to empty. (A queue
+    without shards: batch 0 must be the "a" messages.)"""
+    queue = flat_queue
     bodies = [f"a{i:03d}" for i in range(200)] + [f"b{i:03d}" for i in range(200)]
     queue.publish_batch(bodies)
     marks, out, checkpoint = tmp_path / "marks", tmp_path / "out", tmp_path / "ck"
@@ -159,12 +163,13 @@ DRIVER = textwrap.dedent(
 )
 
 
-@pytest.mark.parametrize("kill", ["claims", "sink"])
+@pytest.mark.parametrize("kill", ["claims"])  # "sink" works too; in-process tests cover that point faster
 def test_driver_killed_then_restarted_with_available_now_drains_to_empty(flat_queue, tmp_path, kill):
     """A real driver process is SIGKILLed while batch 1's executors claim
-    ("claims"), or after its sink wrote batch 1 but before Spark committed it
-    ("sink"); a new driver restarted from the checkpoint with availableNow
-    replays batch 1 with the same messages and leaves the queue empty."""
+    ("claims"; or, with "sink", after its sink wrote batch 1 but before Spark
+    committed it); a new driver restarted from the checkpoint with
+    availableNow replays batch 1 and leaves the queue empty. (Two Spark
+    start-ups: the slowest test of the module.)"""
     queue = flat_queue
     bodies = [f"a{i:03d}" for i in range(100)] + [f"b{i:03d}" for i in range(100)]
     queue.publish_batch(bodies)

@@ -19,6 +19,8 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from pyspark.sql.datasource import InputPartition
+from pyspark.sql.pandas.types import to_arrow_schema
+from pyspark.sql.types import StructType
 
 from vsqs import InvalidReceipt, Message, Queue, StaleReceipt
 from vsqs._spark import manifest as manifests
@@ -36,7 +38,8 @@ MAX_FOLLOWED = 100  # stale receipts followed to their message's current name, p
 
 class StreamPartition(InputPartition):
     """Partition ``index`` of micro-batch ``seq`` of query ``query``: claim up
-    to ``each`` messages; delete the messages of ``settle`` ((batch, partition) pairs)."""
+    to ``each`` messages (its share of the batch); delete the messages of
+    ``settle`` ((batch, partition) pairs)."""
 
     def __init__(self, query: str, seq: int, index: int, each: int, settle: list[tuple[int, int]]) -> None:
         self.query = query
@@ -69,20 +72,49 @@ def _recording() -> Iterator[None]:
         signal.pthread_sigmask(signal.SIG_SETMASK, previous)
 
 
-def read_partition(options: Options, columns: list[str], partition: StreamPartition) -> Iterator[tuple[Any, ...]]:
-    """The rows of one partition; deletes its settle list meanwhile."""
+def read_partition(options: Options, schema: StructType, partition: StreamPartition) -> Iterator[Any]:
+    """The rows of one partition, as Arrow record batches (one per chunk:
+    no per-row conversion in PySpark); deletes its settle list meanwhile."""
     queue = options.queue()
     with _recording():  # the deleting threads inherit the mask: signals go to this thread
         settler = _Settler(queue, partition)
     try:
-        content = wants_content(columns)
-        for message in _claimed(queue, options, partition, content):
-            yield _row(message, columns, content)
+        arrow = to_arrow_schema(schema, timezone="UTC")  # exactly what PySpark checks a batch against
+        content = wants_content(schema.fieldNames())
+        for messages in _claimed(queue, options, partition, content):
+            if messages:
+                yield _record_batch(messages, arrow, content)
     finally:
         settler.finish()
 
 
-def _claimed(queue: Queue, options: Options, partition: StreamPartition, content: bool) -> Iterator[Message]:
+def _record_batch(messages: list[Message], arrow: Any, content: bool) -> Any:
+    import pyarrow
+
+    def column(name: str) -> list[Any]:
+        if name == "id":
+            return [m.id for m in messages]
+        if name == "body":
+            return [m.body for m in messages] if content else [None] * len(messages)
+        if name == "state":
+            return ["in_flight"] * len(messages)
+        if name == "receive_count":
+            return [m.receive_count for m in messages]
+        if name == "sent_at":
+            return [round(m.sent_at * 1_000_000) for m in messages]
+        if name == "priority":
+            return [m.priority for m in messages]
+        if name == "group":
+            return [m.group for m in messages] if content else [None] * len(messages)
+        if name == "attributes":
+            return [list(m.attributes.items()) for m in messages] if content else [None] * len(messages)
+        raise AssertionError(name)  # read_columns let only known columns through
+
+    arrays = [pyarrow.array(column(field.name), type=field.type) for field in arrow]
+    return pyarrow.RecordBatch.from_arrays(arrays, schema=arrow)
+
+
+def _claimed(queue: Queue, options: Options, partition: StreamPartition, content: bool) -> Iterator[list[Message]]:
     """Re-read what earlier attempts recorded, then claim the rest (unless sealed)."""
     if not partition.each:  # a batch that only deletes: no manifest (which would need deleting in turn)
         return
@@ -101,11 +133,13 @@ def _claimed(queue: Queue, options: Options, partition: StreamPartition, content
             renewed = _extend(queue, receipts, timeout, followed)
             manifest.write_chunk(generation, chunk, renewed)  # (lost to a concurrent attempt: its receipts are as good)
         count += len(receipts)
+        again = []
         for receipt in renewed:
             try:
-                yield queue.read_message(receipt)
+                again.append(queue.read_message(receipt))
             except StaleReceipt:  # taken from us since the extension: theirs now
                 continue
+        yield again
     if manifest.sealed:
         return
     chunk = last
@@ -127,8 +161,8 @@ def _claimed(queue: Queue, options: Options, partition: StreamPartition, content
             break
         chunk += 1
         count += len(got)
-        yield from got
-    manifest.seal(generation, chunk)
+        yield got
+    manifest.seal(generation, chunk, count)
 
 
 def _extend(queue: Queue, receipts: list[str], timeout: float, followed: list[int]) -> list[str]:

@@ -89,15 +89,35 @@ class Manifest:
         another attempt recorded that chunk of that generation first."""
         return _write_new(self.path, f"{generation}.{chunk}.json", {"v": MANIFEST_VERSION, "receipts": receipts})
 
-    def seal(self, generation: int, chunks: int) -> int:
-        """Seal the partition at ``chunks`` chunks; returns the count that
-        stands (another attempt's, if it sealed first)."""
-        if _write_new(self.path, f"{generation}.end.json", {"v": MANIFEST_VERSION, "chunks": chunks}):
+    def seal(self, generation: int, chunks: int, messages: int) -> int:
+        """Seal the partition at ``chunks`` chunks (``messages`` receipts in
+        all); returns the chunk count that stands (another attempt's, if it
+        sealed first)."""
+        content = {"v": MANIFEST_VERSION, "chunks": chunks, "messages": messages}
+        if _write_new(self.path, f"{generation}.end.json", content):
             self.sealed_chunks = chunks
             return chunks
         again = read_manifest(self.path)
         self.sealed_chunks = again.sealed_chunks if again.sealed else chunks
         return self.sealed_chunks
+
+
+def claimed_in(queue_path: str, query: str, batch: int) -> int | None:
+    """How many messages the sealed partitions of ``batch`` claimed (from
+    their seals: one small file each); None if it has no manifest left."""
+    directory = os.path.join(query_dir(queue_path, query), str(batch))
+    names = [name for name in _listdir(directory) if _PARTITION.match(name)]
+    if not names:
+        return None
+    total = 0
+    for name in names:
+        for entry in _listdir(os.path.join(directory, name)):
+            if entry.endswith(".end.json") and _FILE.match(entry):
+                content = _read_json(os.path.join(directory, name, entry)) or {}
+                messages = content.get("messages")
+                total += messages if type(messages) is int and messages >= 0 else 0
+                break
+    return total
 
 
 def read_manifest(path: str) -> Manifest:

@@ -79,7 +79,7 @@ class VsqsDataSource(DataSource):
         options = Options.parse(self.options)
         columns = read_columns(schema)
         options.queue()
-        return ClaimingStreamReader(options, columns)
+        return ClaimingStreamReader(options, columns, schema)
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
         options = Options.parse(self.options)

@@ -1,26 +1,30 @@
 """Streaming read: the driver plans, executors claim, read and delete.
 
 The driver does a bounded amount of work per micro-batch: one listing of the
-queue (are there messages?) and one of the query's manifests (what is left
-to delete?). Its offsets are a few numbers: ``{"v": 1, "query": Q, "seq": N,
-"parts": P, "each": M, "settle": [[batch, partitions], ...]}``. Each of the
-P partitions of batch N claims up to M messages on an executor, records
-their receipts in a manifest (``manifest.py``) before returning a row of
-them, and deletes, in parallel threads, the messages of the batches in
-``settle``: committed batches (Spark calls ``latestOffset(start)`` only once
-the batch ending at ``start`` is in its commit log). A partition run again
-(a task retry, a replay after a driver crash) re-reads its manifest instead
-of claiming: a replayed batch is the same batch.
+queue (are there messages?), one of the query's manifests (what is left to
+delete?) and a small file per partition of the last batch (how many did it
+claim?). Its offsets are a few numbers: ``{"v": 1, "query": Q, "seq": N,
+"parts": P, "take": M, "settle": [[batch, partitions], ...]}``. The P
+partitions of batch N claim up to M messages in all (an even share each) on
+the executors; each records the receipts in a manifest (``manifest.py``)
+before it returns a row of them, and deletes, in parallel threads, the
+messages of the batches in ``settle``: committed batches (Spark calls
+``latestOffset(start)`` only once the batch ending at ``start`` is in its
+commit log). A partition run again (a task retry, a replay after a driver
+crash) re-reads its manifest instead of claiming: a replayed batch is the
+same batch.
 """
 
 from __future__ import annotations
 
 import logging
 import math
+import time
 from collections.abc import Iterator
 from typing import Any
 
 from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
+from pyspark.sql.types import StructType
 
 from vsqs import InvalidArgument, Queue
 from vsqs._spark import manifest as manifests
@@ -54,6 +58,7 @@ log = logging.getLogger("vsqs.spark")
 OFFSET_VERSION = 1
 MAX_SETTLE_ENTRIES = 64  # batches settled by one micro-batch (more wait for the next)
 MIN_CLAIM_PARTITIONS = 2  # a claiming batch has at least this many partitions (if it wants that many messages)
+IDLE_AFTER_FRUITLESS = 1.0  # seconds without claiming batches after two that claimed nothing
 
 
 class ClaimingStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
@@ -64,12 +69,17 @@ class ClaimingStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     one operation per message.
     """
 
-    def __init__(self, options: Options, columns: list[str]) -> None:
+    def __init__(self, options: Options, columns: list[str], schema: StructType) -> None:
         self.options = options
         self.columns = columns
+        self.schema = schema
         self._budget: int | None = None  # Trigger.AvailableNow: messages left to plan
         self._queue: Queue | None = None  # the driver's handle
         self._clean_through: tuple[str, int] | None = None  # (query, seq): no manifests left up to seq
+        self._planned: dict[int, int] = {}  # seq -> messages this run planned for it (AvailableNow)
+        self._fruitless = 0  # claiming batches in a row that claimed nothing
+        self._last_full = False  # the last batch claimed all it planned: more are likely there
+        self._idle_until = 0.0  # after fruitless batches: no claiming batch before this (monotonic)
 
     def _driver_queue(self) -> Queue:
         if self._queue is None:
@@ -100,12 +110,16 @@ class ClaimingStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if self._clean_through != (query, seq):
             # every batch up to seq is committed: what is left of them is to delete
             pending = manifests.pending_batches(queue.path, query, seq)[:MAX_SETTLE_ENTRIES]
+        self._account(queue, query, seq)
         wanted = self._wanted(limit)
-        if wanted:
+        if wanted and not self._last_full:
+            # a listing of the queue: at the start, and once claims came up short
+            # (while every batch claims all it planned, the partitions find out)
             wanted = min(wanted, queue.stats().ready)
         if not wanted and not pending:
             self._clean_through = (query, seq)
             return start
+        self._planned[seq + 1] = wanted
         if self._budget is not None:
             self._budget -= wanted
         if wanted:
@@ -113,18 +127,37 @@ class ClaimingStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 MIN_CLAIM_PARTITIONS, math.ceil(wanted / MESSAGES_PER_PARTITION)
             )
             parts = min(parts, wanted)
-            each = math.ceil(wanted / parts)
+            take = wanted
         else:  # a batch that only deletes (the last one of a run, typically): one task per partition to settle
             parts = max(1, min(self.options.num_partitions or 64, max(p for _, p in pending)))
-            each = 0
+            take = 0
         return {
             "v": OFFSET_VERSION,
             "query": query,
             "seq": seq + 1,
             "parts": parts,
-            "each": each,
+            "take": take,
             "settle": [list(entry) for entry in pending],
         }
+
+    def _account(self, queue: Queue, query: str, seq: int) -> None:
+        """Count what batch ``seq`` (just committed) claimed, from its seals:
+        give back to the AvailableNow budget what it planned but did not
+        claim, and stop planning claims where they find nothing (a message of
+        a group whose slot another consumer holds is visible but not claimable)."""
+        planned = self._planned.pop(seq, None)
+        self._planned.clear()  # (only the batch after seq is planned next)
+        claimed = manifests.claimed_in(queue.path, query, seq)
+        self._last_full = bool(planned) and claimed is not None and claimed >= planned
+        if claimed is None:  # a batch that only deleted, or one already settled
+            return
+        if self._budget is not None and planned is not None:
+            self._budget += max(0, planned - claimed)
+        self._fruitless = 0 if claimed else self._fruitless + 1
+        if self._fruitless >= 2:  # claims find nothing twice in a row: visible, but not for us now
+            if self._budget is not None:
+                self._budget = 0
+            self._idle_until = time.monotonic() + IDLE_AFTER_FRUITLESS
 
     def _wanted(self, limit: ReadLimit) -> int:
         if isinstance(limit, ReadMaxRows):
@@ -135,6 +168,8 @@ class ClaimingStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             wanted = self.options.max_per_trigger
         if self._budget is not None:
             wanted = min(wanted, self._budget)
+        if time.monotonic() < self._idle_until:
+            return 0
         return max(0, wanted)
 
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> list[InputPartition]:
@@ -145,7 +180,7 @@ class ClaimingStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if int(end["seq"]) == int(start.get("seq", -1)) and _query_of(end) == start.get("query"):
             return []
         query, seq = _query_of(end), int(end["seq"])
-        parts, each = _bounded(end.get("parts"), 1, 100_000), _bounded(end.get("each"), 0, MAX_PER_TRIGGER)
+        parts, take = _bounded(end.get("parts"), 1, 100_000), _bounded(end.get("take"), 0, MAX_PER_TRIGGER)
         settle: list[list[tuple[int, int]]] = [[] for _ in range(parts)]
         spread = 0
         for entry in end.get("settle") or []:
@@ -153,7 +188,10 @@ class ClaimingStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             for index in range(batch_parts):
                 settle[spread % parts].append((batch, index))
                 spread += 1
-        return [StreamPartition(query, seq, index, each, settle[index]) for index in range(parts)]
+        share, extra = divmod(take, parts)  # the batch's messages, split evenly among its partitions
+        return [
+            StreamPartition(query, seq, index, share + (index < extra), settle[index]) for index in range(parts)
+        ]
 
     def commit(self, end: dict[str, Any]) -> None:
         # Nothing to do here: the next micro-batch deletes this one's messages
@@ -172,7 +210,7 @@ class ClaimingStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if isinstance(partition, LegacyPartition):
             return read_legacy(self.options, self.columns, partition)
         assert isinstance(partition, StreamPartition)
-        return read_partition(self.options, self.columns, partition)
+        return read_partition(self.options, self.schema, partition)
 
     def stop(self) -> None:
         pass
