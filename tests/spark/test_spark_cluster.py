@@ -1,17 +1,31 @@
-"""Opt-in: speculative execution on a real (small) standalone cluster.
+"""Spark on a real standalone cluster whose workers are two NFS client hosts.
 
-Spark never launches a speculative copy on ``local[N]`` (it will not run a
-copy on the same host), so this module starts a standalone master on
-127.0.0.1 and two one-core workers on 127.0.0.2 and 127.0.0.3 from the pyspark
-wheel. It takes about a minute and a few JVMs, so it runs only with
+One cluster for the module (tests/spark/cluster.py): a master on 127.0.0.1
+and two workers on 127.0.0.2 and 127.0.0.3, each in its own mount namespace
+with its own NFS client of one nfs-ganesha export, mounted at the path where
+this process (the driver) has its own client. Every queue lives on that
+export. Applications get one one-core executor per worker, so two can run at
+once (the module's session and a driver started as a separate process).
 
-    VSQS_SPARK_CLUSTER_TESTS=1 scripts/test tests/spark/test_spark_cluster.py
+What "nothing lost, nothing twice" means here (SQS at-least-once): every
+message published is processed, and the queue ends empty; a message is
+processed a second time only if an attempt that held it died without
+deleting it (a speculated straggler, a killed executor: its function never
+returned, so its result is not in the output), or, for the streaming query,
+as part of the *same* batch replayed under the same batch id after a driver
+kill (a sink idempotent on the batch id writes it once).
+
+Needs root, /dev/fuse, java and the team's netfs kit (``../shared/netfs``
+beside the checkout, or ``$NETFS_KIT``): skipped with the reason otherwise,
+except in CI (``NETFS_REQUIRED=1``, set by .ci/run), where it must run.
+About two minutes with an idle machine, most of it JVMs starting.
 """
 
 from __future__ import annotations
 
+import json
 import os
-import socket
+import signal
 import subprocess
 import sys
 import time
@@ -22,119 +36,84 @@ import pytest
 
 import vsqs
 import vsqs.spark
+from tests.conftest import ROOT
+from tests.spark.cluster import ClusterUnavailable, NfsCluster, driver_session
 
-pytestmark = pytest.mark.skipif(
-    os.environ.get("VSQS_SPARK_CLUSTER_TESTS") != "1",
-    reason="opt-in: set VSQS_SPARK_CLUSTER_TESTS=1 (starts a standalone Spark cluster)",
-)
+pytestmark = pytest.mark.timeout(900)  # a hang guard: JVMs start slowly on a shared machine
 
-WORKER_HOSTS = ("127.0.0.2", "127.0.0.3")
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def _wait_for(path: Path, text: str, count: int, timeout: float = 90) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if path.exists() and path.read_text(errors="replace").count(text) >= count:
-            return
-        time.sleep(0.2)
-    raise AssertionError(f"{path} never showed {text!r} {count} times:\n{path.read_text()[-3000:]}")
+APP_CONF = {"spark.executor.cores": "1", "spark.cores.max": "2"}  # one 1-core executor per worker
 
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
-    import pyspark
-
-    home = os.path.dirname(pyspark.__file__)
-    spark_class = os.path.join(home, "bin", "spark-class")
-    root = tmp_path_factory.mktemp("cluster")
-    conf = root / "spark-defaults.conf"
-    conf.write_text("spark.master.rest.enabled false\n")
-    env = {**os.environ, "SPARK_HOME": home, "PYSPARK_PYTHON": sys.executable}
-    port = _free_port()
-    master_url = f"spark://127.0.0.1:{port}"
-    processes = []
-    logs = []
-
-    def start(name: str, args: list[str], host: str) -> None:
-        log = root / f"{name}.log"
-        logs.append(log)
-        with open(log, "wb") as out:
-            processes.append(
-                subprocess.Popen(  # spark-class execs java: the pid is the JVM's
-                    [spark_class, *args, "--properties-file", str(conf)],
-                    env={**env, "SPARK_LOCAL_IP": host},
-                    stdout=out,
-                    stderr=subprocess.STDOUT,
-                    cwd=root,
-                )
-            )
-
     try:
-        start(
-            "master",
-            ["org.apache.spark.deploy.master.Master", "--host", "127.0.0.1", "--port", str(port),
-             "--webui-port", "0"],
-            "127.0.0.1",
-        )
-        _wait_for(root / "master.log", "I have been elected leader", 1)
-        for i, host in enumerate(WORKER_HOSTS):
-            start(
-                f"worker{i}",
-                ["org.apache.spark.deploy.worker.Worker", "--host", host, "--cores", "1",
-                 "--memory", "1g", "--webui-port", "0", "--work-dir", str(root / f"work{i}"),
-                 master_url],
-                host,
-            )
-        _wait_for(root / "master.log", "Registering worker", len(WORKER_HOSTS))
-        yield master_url
-    finally:
-        for process in processes:
-            process.terminate()
-        for process in processes:
-            try:
-                process.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
+        with NfsCluster(tmp_path_factory.mktemp("nfs-cluster"), workers=2, cores=2) as running:
+            yield running
+    except ClusterUnavailable as why:
+        if os.environ.get("NETFS_REQUIRED") == "1":
+            pytest.fail(f"NFS Spark cluster required (NETFS_REQUIRED=1) but unavailable: {why}")
+        pytest.skip(f"NFS Spark cluster unavailable: {why}")
 
 
 @pytest.fixture(scope="module")
 def spark(cluster):
-    from pyspark.sql import SparkSession
-
-    os.environ["PYSPARK_PYTHON"] = sys.executable
-    session = (
-        SparkSession.builder.master(cluster)
-        .appName("vsqs-speculation")
-        .config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.driver.host", "127.0.0.1")
-        .config("spark.driver.bindAddress", "127.0.0.1")
-        .config("spark.executor.memory", "512m")
-        .config("spark.pyspark.python", sys.executable)
-        .config("spark.speculation", "true")
-        .config("spark.speculation.interval", "200ms")
-        .config("spark.speculation.multiplier", "1.5")
-        .config("spark.speculation.quantile", "0.5")
-        .config("spark.speculation.minTaskRuntime", "1s")
-        .getOrCreate()
-    )
-    session.sparkContext.setLogLevel("ERROR")
-    yield session
-    session.stop()
+    speculation = {
+        "spark.speculation": "true",
+        "spark.speculation.interval": "200ms",
+        "spark.speculation.multiplier": "1.5",
+        "spark.speculation.quantile": "0.5",
+        "spark.speculation.minTaskRuntime": "1s",
+    }
+    with driver_session(cluster, "vsqs-cluster-tests", **APP_CONF, **speculation) as session:
+        yield session
 
 
-def test_a_speculated_stragglers_message_is_redelivered_not_lost(spark, tmp_path):
-    queue = vsqs.Queue(tmp_path / "q", create=True)
+@pytest.fixture
+def spool(cluster, request) -> Path:
+    """A fresh directory on the NFS export (the same path on every host)."""
+    path = cluster.spool / request.node.name
+    path.mkdir()
+    return path
+
+
+def _drain(queue: vsqs.Queue) -> list[vsqs.Message]:
+    messages = []
+    while batch := queue.receive_batch(100, visibility_timeout=60):
+        messages.extend(batch)
+        for message in batch:
+            message.delete()
+    return messages
+
+
+def _wait_until_nothing_in_flight(queue: vsqs.Queue) -> None:
+    """Wait for the leases of a dead attempt to run out (bounded by their visibility timeout)."""
+    deadline = time.monotonic() + 120
+    while queue.stats().in_flight and time.monotonic() < deadline:
+        time.sleep(0.2)
+
+
+def test_the_workers_are_two_hosts_of_one_export(spark, cluster):
+    """Each executor sees the spool through its own NFS client (its own mount namespace)."""
+    spool = str(cluster.spool)
+
+    def where(_: object) -> tuple[str, int]:  # this host's view of the spool
+        return os.readlink("/proc/self/ns/mnt"), os.stat(spool).st_dev
+
+    # a barrier stage runs its two tasks at once: one on each one-core executor
+    seen = set(spark.sparkContext.parallelize(range(2), 2).barrier().mapPartitions(
+        lambda part: [where(part)]).collect())
+    driver = (os.readlink("/proc/self/ns/mnt"), os.stat(spool).st_dev)
+    namespaces = {ns for ns, _ in seen}
+    devices = {dev for _, dev in seen}
+    assert len(namespaces) == len(devices) == 2  # two hosts, each with its own client
+    assert driver[0] not in namespaces and driver[1] not in devices
+
+
+def test_a_speculated_stragglers_message_is_redelivered_not_lost(spark, spool, tmp_path):
+    queue = vsqs.Queue(spool / "q", create=True)
     bodies = [b"m%d" % i for i in range(20)]
     ids = dict(zip(bodies, queue.publish_batch(bodies), strict=True))
-    marker = tmp_path / "straggling"
+    marker = tmp_path / "straggling"  # local disk: every namespace sees it
 
     def fn(body):
         if body == b"m0" and not marker.exists():
@@ -143,7 +122,7 @@ def test_a_speculated_stragglers_message_is_redelivered_not_lost(spark, tmp_path
         time.sleep(0.05)  # the other task takes a while too, so the straggler stands out
         return body
 
-    output = str(tmp_path / "out")
+    output = str(spool / "out")
     first = vsqs.spark.process_queue(
         spark, queue, fn, output=output, parallelism=2, wait=0.2, visibility_timeout=2
     )
@@ -153,12 +132,109 @@ def test_a_speculated_stragglers_message_is_redelivered_not_lost(spark, tmp_path
     [held] = list(queue.messages())  # m0: not deleted, not processed, not lost
     assert held.id == ids[b"m0"]
 
-    # the killed straggler stops extending its lease: m0 comes back
-    deadline = time.monotonic() + 90
-    while queue.stats().in_flight and time.monotonic() < deadline:
-        time.sleep(0.2)
+    _wait_until_nothing_in_flight(queue)  # the killed straggler no longer extends its lease
     second = vsqs.spark.process_queue(spark, queue, fn, output=output, parallelism=2, wait=0.2)
     assert (second.processed, second.redelivered) == (1, 1)
     assert queue.stats().total == 0
-    got = Counter(m.body for m in vsqs.Queue(output).receive_batch(100, visibility_timeout=60))
-    assert got == Counter(bodies)
+    # exactly once each: the straggler's fn never returned, so it published nothing
+    assert Counter(m.body for m in _drain(vsqs.Queue(output))) == Counter(bodies)
+
+
+def test_an_executor_killed_mid_job_loses_nothing(spark, spool, tmp_path):
+    """SIGKILL the executor JVM (and so its Python worker) while it holds a
+    message: Spark retries the task elsewhere, the message comes back after
+    its visibility timeout, and every result is published exactly once."""
+    queue = vsqs.Queue(spool / "q", create=True)
+    bodies = [b"e%d" % i for i in range(30)]
+    queue.publish_batch(bodies)
+    marker = tmp_path / "killed"
+
+    def executor_jvm() -> int:  # defined here: the executors cannot import this module
+        """The pid of the executor JVM above this Python worker."""
+        pid = os.getpid()
+        while pid > 1:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                if b"CoarseGrainedExecutorBackend" in f.read():
+                    return pid
+            with open(f"/proc/{pid}/stat") as f:
+                pid = int(f.read().rsplit(")", 1)[1].split()[1])  # the parent
+        raise RuntimeError("no executor JVM above this Python worker")
+
+    def fn(body):
+        if body == b"e7":
+            try:
+                fd = os.open(marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY)  # only the first time
+            except FileExistsError:
+                return body
+            jvm = executor_jvm()
+            os.write(fd, b"%d" % jvm)
+            os.close(fd)
+            os.kill(jvm, signal.SIGKILL)
+            os.kill(os.getpid(), signal.SIGKILL)  # and its Python worker, holding e7
+        return body
+
+    output = str(spool / "out")
+    result = vsqs.spark.process_queue(
+        spark, queue, fn, output=output, parallelism=2, wait=0.2, visibility_timeout=2
+    )
+    killed = int(marker.read_text())
+    assert not os.path.exists(f"/proc/{killed}")  # that executor is gone
+    if queue.stats().total:  # the retried task ended before e7's lease ran out
+        _wait_until_nothing_in_flight(queue)
+        result += vsqs.spark.process_queue(spark, queue, fn, output=output, parallelism=2, wait=0.2)
+    assert result.redelivered >= 1 and result.lost == 0 and result.failed == 0
+    # (result.processed leaves out what the killed attempt had done: counts come
+    # from the attempts that succeeded; the output below is the whole truth)
+    assert queue.stats().total == 0
+    assert Counter(m.body for m in _drain(vsqs.Queue(output))) == Counter(bodies)
+
+
+def _run_driver(cluster: NfsCluster, queue: vsqs.Queue, checkpoint: Path, out: Path, kill_at: int) -> int:
+    """Run tests/spark/stream_driver.py as its own process group; return its exit status."""
+    # one executor: the driver is what this test kills, and each JVM costs start-up time
+    conf = {**cluster.session_conf("vsqs-cluster-stream"), "spark.executor.cores": "1", "spark.cores.max": "1"}
+    log = out.parent / f"driver-{kill_at}.log"
+    with open(log, "wb") as output:
+        driver = subprocess.Popen(
+            [sys.executable, "-m", "tests.spark.stream_driver", json.dumps(conf), queue.path,
+             str(checkpoint), str(out), "10", str(kill_at)],
+            cwd=ROOT, stdout=output, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+        try:
+            status = driver.wait(timeout=600)
+        finally:
+            try:  # whatever happened, no driver JVM is left behind
+                os.killpg(driver.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+    if status not in (0, -signal.SIGKILL):
+        raise AssertionError(f"driver exited {status}:\n{log.read_text(errors='replace')[-3000:]}")
+    return status
+
+
+def test_a_killed_driver_restarts_from_its_checkpoint_and_loses_nothing(cluster, spool, tmp_path):
+    """The driver (Python and JVM) is SIGKILLed after its sink recorded batch 1
+    and before Spark committed it; the restarted query replays batch 1, the
+    same messages, and drains the rest."""
+    queue = vsqs.Queue(spool / "q", create=True)
+    bodies = [f"k{i}" for i in range(30)]
+    queue.publish_batch(bodies)
+    checkpoint, out = tmp_path / "ck", tmp_path / "batches"
+
+    assert _run_driver(cluster, queue, checkpoint, out, kill_at=1) == -signal.SIGKILL
+    stats = queue.stats()  # batch 1 claimed and not deleted, batch 2 not yet claimed
+    assert stats.in_flight >= 10 and stats.total >= 20
+    assert _run_driver(cluster, queue, checkpoint, out, kill_at=-1) == 0
+
+    attempts: dict[int, list[list]] = {}
+    for path in sorted(out.glob("*.json")):
+        attempts.setdefault(int(path.name.split("-")[0]), []).append(json.loads(path.read_text()))
+    assert len(attempts[1]) == 2  # batch 1 ran twice: before the kill and after the restart
+    for batch_id, runs in attempts.items():
+        assert all(run == runs[0] for run in runs), f"batch {batch_id} replayed differently"
+    # one copy of each batch id (what an idempotent sink keeps) holds every message once
+    delivered = Counter(body for runs in attempts.values() for _, body, _ in runs[0])
+    assert delivered == Counter(bodies)
+    assert {count for runs in attempts.values() for _, _, count in runs[0]} == {1}
+    assert queue.stats().total == 0
