@@ -126,8 +126,10 @@ def test_a_speculated_stragglers_message_is_redelivered_not_lost(spark, spool, t
     first = vsqs.spark.process_queue(
         spark, queue, fn, output=output, parallelism=2, wait=0.2, visibility_timeout=2
     )
-    # the job finished without waiting for the straggler: its speculative copy won
-    assert marker.exists() and first.tasks == 2
+    # the job finished without waiting for the straggler: its speculative copy won. The counts
+    # include every attempt (ProcessResult.tasks): the two that returned, and the killed
+    # straggler if its first report reached the driver before Spark killed it
+    assert marker.exists() and first.tasks - first.died == 2 and first.died <= 1
     assert first.processed == 19 and first.lost == 0
     [held] = list(queue.messages())  # m0: not deleted, not processed, not lost
     assert held.id == ids[b"m0"]
