@@ -13,12 +13,15 @@ processed a second time only if an attempt that held it died without
 deleting it (a speculated straggler, a killed executor: its function never
 returned, so its result is not in the output), or, for the streaming query,
 as part of the *same* batch replayed under the same batch id after a driver
-kill (a sink idempotent on the batch id writes it once).
+kill (a sink idempotent on the batch id writes it once). The streaming
+driver is killed at each point of a micro-batch in turn, on one queue and
+checkpoint (the same test as on ``local``: tests/spark/stream_driver.py).
 
 Needs root, /dev/fuse, java and the team's netfs kit (``../shared/netfs``
 beside the checkout, or ``$NETFS_KIT``): skipped with the reason otherwise,
 except in CI (``NETFS_REQUIRED=1``, set by .ci/run), where it must run.
-About two minutes with an idle machine, most of it JVMs starting.
+Most of the time is JVMs starting: the cluster, the module's session, and
+the five streaming drivers of the driver-kill test (one cluster for all).
 """
 
 from __future__ import annotations
