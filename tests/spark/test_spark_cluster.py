@@ -13,21 +13,21 @@ processed a second time only if an attempt that held it died without
 deleting it (a speculated straggler, a killed executor: its function never
 returned, so its result is not in the output), or, for the streaming query,
 as part of the *same* batch replayed under the same batch id after a driver
-kill (a sink idempotent on the batch id writes it once).
+kill (a sink idempotent on the batch id writes it once). The streaming
+driver is killed at each point of a micro-batch in turn, on one queue and
+checkpoint (the same test as on ``local``: tests/spark/stream_driver.py).
 
 Needs root, /dev/fuse, java and the team's netfs kit (``../shared/netfs``
 beside the checkout, or ``$NETFS_KIT``): skipped with the reason otherwise,
 except in CI (``NETFS_REQUIRED=1``, set by .ci/run), where it must run.
-About two minutes with an idle machine, most of it JVMs starting.
+Most of the time is JVMs starting: the cluster, the module's session, and
+the five streaming drivers of the driver-kill test (one cluster for all).
 """
 
 from __future__ import annotations
 
-import json
 import os
 import signal
-import subprocess
-import sys
 import time
 from collections import Counter
 from pathlib import Path
@@ -36,8 +36,8 @@ import pytest
 
 import vsqs
 import vsqs.spark
-from tests.conftest import ROOT
 from tests.spark.cluster import ClusterUnavailable, NfsCluster, driver_session
+from tests.spark.stream_driver import driver_runner, kill_at_each_point
 
 pytestmark = pytest.mark.timeout(900)  # a hang guard: JVMs start slowly on a shared machine
 
@@ -191,52 +191,19 @@ def test_an_executor_killed_mid_job_loses_nothing(spark, spool, tmp_path):
     assert Counter(m.body for m in _drain(vsqs.Queue(output))) == Counter(bodies)
 
 
-def _run_driver(cluster: NfsCluster, queue: vsqs.Queue, checkpoint: Path, out: Path, kill_at: int) -> int:
-    """Run tests/spark/stream_driver.py as its own process group; return its exit status."""
-    # one executor: the driver is what this test kills, and each JVM costs start-up time
-    conf = {**cluster.session_conf("vsqs-cluster-stream"), "spark.executor.cores": "1", "spark.cores.max": "1"}
-    log = out.parent / f"driver-{kill_at}.log"
-    with open(log, "wb") as output:
-        driver = subprocess.Popen(
-            [sys.executable, "-m", "tests.spark.stream_driver", json.dumps(conf), queue.path,
-             str(checkpoint), str(out), "10", str(kill_at)],
-            cwd=ROOT, stdout=output, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-            start_new_session=True,
-        )
-        try:
-            status = driver.wait(timeout=600)
-        finally:
-            try:  # whatever happened, no driver JVM is left behind
-                os.killpg(driver.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-    if status not in (0, -signal.SIGKILL):
-        raise AssertionError(f"driver exited {status}:\n{log.read_text(errors='replace')[-3000:]}")
-    return status
-
-
-def test_a_killed_driver_restarts_from_its_checkpoint_and_loses_nothing(cluster, spool, tmp_path):
-    """The driver (Python and JVM) is SIGKILLed after its sink recorded batch 1
-    and before Spark committed it; the restarted query replays batch 1, the
-    same messages, and drains the rest."""
-    queue = vsqs.Queue(spool / "q", create=True)
-    bodies = [f"k{i}" for i in range(30)]
-    queue.publish_batch(bodies)
-    checkpoint, out = tmp_path / "ck", tmp_path / "batches"
-
-    assert _run_driver(cluster, queue, checkpoint, out, kill_at=1) == -signal.SIGKILL
-    stats = queue.stats()  # batch 1 claimed and not deleted, batch 2 not yet claimed
-    assert stats.in_flight >= 10 and stats.total >= 20
-    assert _run_driver(cluster, queue, checkpoint, out, kill_at=-1) == 0
-
-    attempts: dict[int, list[list]] = {}
-    for path in sorted(out.glob("*.json")):
-        attempts.setdefault(int(path.name.split("-")[0]), []).append(json.loads(path.read_text()))
-    assert len(attempts[1]) == 2  # batch 1 ran twice: before the kill and after the restart
-    for batch_id, runs in attempts.items():
-        assert all(run == runs[0] for run in runs), f"batch {batch_id} replayed differently"
-    # one copy of each batch id (what an idempotent sink keeps) holds every message once
-    delivered = Counter(body for runs in attempts.values() for _, body, _ in runs[0])
-    assert delivered == Counter(bodies)
-    assert {count for runs in attempts.values() for _, _, count in runs[0]} == {1}
-    assert queue.stats().total == 0
+@pytest.mark.timeout(5 * 600 + 60)  # a hang guard: five drivers, each bounded by driver_runner's 600 s
+def test_a_driver_killed_at_each_point_of_the_stream_loses_nothing(cluster, spool, tmp_path):
+    """The streaming driver (its Python and JVM, a process of its own) is
+    SIGKILLed at each point of a micro-batch in turn (tests/spark/stream_driver.py):
+    while batch 1's tasks claim on the two workers, after its sink wrote
+    batch 2, once batch 2 is committed and before the next batch is planned,
+    and in the last batch, which only deletes; each time a new driver
+    restarts from the same checkpoint. The killed drivers' executors die with
+    them (the workers kill them). Replayed batches are the same batches, one
+    copy of each batch id holds every message once, the queue ends empty."""
+    # one one-core executor on each worker: both hosts claim (the module's
+    # session holds the other core of each worker)
+    conf = {**cluster.session_conf("vsqs-cluster-stream"), "spark.executor.cores": "1", "spark.cores.max": "2"}
+    (tmp_path / "out").mkdir()
+    kill_at_each_point(driver_runner(conf, tmp_path), vsqs.Queue(spool / "q", create=True), tmp_path / "ck",
+                       tmp_path / "out")
