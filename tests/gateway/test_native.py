@@ -15,7 +15,7 @@ pytest.importorskip("fastapi", reason="the gateway needs the server extra: pip i
 import httpx
 
 import vsqs
-from tests.gateway.server import running_gateway, tree_around
+from tests.gateway.server import _BOOKKEEPING, running_gateway, tree_around
 
 MAX_MESSAGE = 4096  # the module's gateway takes bodies up to this size
 
@@ -463,7 +463,8 @@ def test_api_key(tmp_path, monkeypatch):
             refused = http.put("/queues/q", headers=headers)
             assert refused.status_code == 401 and refused.json()["error"]["code"] == "unauthorized"
         assert http.get("/metrics").status_code == 401
-        assert os.listdir(spool) == []
+        # refused requests made nothing (the gateway's own bookkeeping comes with time, on a slow machine)
+        assert [name for name in os.listdir(spool) if name not in _BOOKKEEPING] == []
         assert http.put("/queues/q", headers={"Authorization": "Bearer s3cret"}).status_code == 201
         assert http.get("/queues", headers={"X-Api-Key": "s3cret"}).json() == {"queues": ["q"]}
 
@@ -480,7 +481,7 @@ def test_api_key(tmp_path, monkeypatch):
         with pytest.raises(botocore.exceptions.ClientError) as refused:
             sqs("made-up").create_queue(QueueName="intruder")
         assert refused.value.response["Error"]["Code"] == "SignatureDoesNotMatch"
-        assert os.listdir(spool) == ["q"]
+        assert [name for name in os.listdir(spool) if name not in _BOOKKEEPING] == ["q"]
         assert sqs("s3cret").get_queue_url(QueueName="q")["QueueUrl"].endswith("/q")
 
 
