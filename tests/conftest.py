@@ -61,3 +61,58 @@ def message_files(path: str | os.PathLike[str]) -> Counter[str]:
 def vsqs_command() -> list[str]:
     """The CLI as a subprocess, run by this interpreter."""
     return [sys.executable, "-m", "vsqs"]
+
+
+# -- two workers (pytest-xdist), as scripts/test runs the suite: -n 2 --dist loadgroup --
+
+# Tests that must share one worker, whatever their module: the network
+# filesystems and the Spark cluster on NFS (root-level mounts, ganesha, sshd,
+# JVMs: one set-up at a time), and the console's browser tests (one
+# artifacts/console directory, emptied by the session that starts them).
+SHARED_WORKER = {
+    "tests/system/netfs/": "netfs",
+    "tests/spark/test_spark_cluster.py": "netfs",
+    "tests/console/": "console",
+}
+
+# Groups handed out first, slowest first, so that no long one starts last and
+# runs alone at the end (measured with --durations; a wrong guess costs time only).
+SLOW_FIRST = (
+    "netfs",
+    "tests/spark/test_demo.py",
+    "tests/spark/test_spark.py",
+    "tests/spark/test_spark_stream.py",
+    "tests/gateway/test_schema.py",
+    "console",
+    "tests/gateway/test_sqs_query.py",
+    "tests/system/test_crash.py",
+)
+
+
+def _worker_group(item: pytest.Item) -> str:
+    """The group of a test under --dist loadgroup: its module (so a module's
+    fixtures are set up once, on one worker, and its tests run in file order),
+    or the group of SHARED_WORKER its path falls under."""
+    path = item.nodeid.split("::", 1)[0]
+    for prefix, group in SHARED_WORKER.items():
+        if path.startswith(prefix):
+            return group
+    return path
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the marks
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Under ``--dist loadgroup``: every test in its _worker_group, the slow
+    groups first. Without xdist, nothing changes (not even the order)."""
+    if config.getoption("dist", default="no") != "loadgroup":
+        return
+    for item in items:
+        if item.get_closest_marker("xdist_group") is None:
+            item.add_marker(pytest.mark.xdist_group(_worker_group(item)))
+
+    def rank(item: pytest.Item) -> int:
+        mark = item.get_closest_marker("xdist_group")
+        name = mark.args[0] if mark and mark.args else mark.kwargs.get("name") if mark else None
+        return SLOW_FIRST.index(name) if name in SLOW_FIRST else len(SLOW_FIRST)
+
+    items.sort(key=rank)  # stable: file order within a group, collection order among the rest

@@ -15,6 +15,9 @@ from schemathesis.specs.openapi.checks import response_schema_conformance
 
 from tests.gateway.server import running_gateway, tree_around
 
+# a hang guard, not a timing: some 500 generated requests take over 120 s on a loaded machine
+pytestmark = pytest.mark.timeout(600)
+
 
 @pytest.fixture(scope="module")
 def gateway(tmp_path_factory):
