@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import logging
 import secrets
+from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from typing import Any
 
@@ -38,6 +39,7 @@ log = logging.getLogger("vsqs.spark")
 STAGE_CHUNK_ROWS = 1000  # rows per publish_staged call (one directory fsync each)
 STAGE_CHUNK_BYTES = 16 << 20
 COMMIT_THREADS = 8  # stages the driver's commit publishes at once
+STAGE_IN_FLIGHT = 2  # chunks a task stages at once
 
 
 @dataclass
@@ -78,19 +80,41 @@ def _chunks(items: Iterable[Any]) -> Iterator[list[Any]]:
         yield chunk
 
 
-def _stage_rows(queue: Queue, stage_prefix: str, chunks: Iterable[list[Any]]) -> StagedCommit:
+def _stage_rows(open_queue: Callable[[], Queue], stage_prefix: str, chunks: Iterable[list[Any]]) -> StagedCommit:
     """Stage every message of one task attempt, chunk by chunk, as the rows
-    arrive; nothing is visible to receivers until the driver commits the stage."""
+    arrive; nothing is visible to receivers until the driver commits the stage.
+
+    Up to STAGE_IN_FLIGHT chunks are staged at once, each by a handle of its
+    own (``open_queue()``): a chunk's publish ends waiting for its slowest
+    fsync, then renames and syncs the stage directory, and the next chunk's
+    files are written and flushed meanwhile. The task returns (or raises)
+    only once every chunk it started is staged (or has failed)."""
     stage: str | None = None
     rows = 0
-    for chunk in chunks:
-        if not chunk:
-            continue
-        if any(item is None for item in chunk):
-            raise InvalidArgument("vsqs cannot write a row whose 'body' is null")
-        stage = stage or _task_stage(stage_prefix)
-        rows += len(queue.publish_staged(chunk, stage=stage))
+    with ThreadPoolExecutor(STAGE_IN_FLIGHT, thread_name_prefix="vsqs-stage") as pool:
+        in_flight: deque[Future[list[str]]] = deque()
+        try:
+            for chunk in chunks:
+                if not chunk:
+                    continue
+                if any(item is None for item in chunk):
+                    raise InvalidArgument("vsqs cannot write a row whose 'body' is null")
+                stage = stage or _task_stage(stage_prefix)
+                while len(in_flight) >= STAGE_IN_FLIGHT:
+                    rows += len(in_flight.popleft().result())
+                in_flight.append(pool.submit(_stage_chunk, open_queue, chunk, stage))
+            while in_flight:
+                rows += len(in_flight.popleft().result())
+        finally:
+            for future in in_flight:  # a failure: the chunks started end before the task does
+                future.cancel()
+            wait(in_flight)
     return StagedCommit(stage, rows)
+
+
+def _stage_chunk(open_queue: Callable[[], Queue], chunk: list[Any], stage: str) -> list[str]:
+    """Stage one chunk through a handle of its own (one thread's)."""
+    return open_queue().publish_staged(chunk, stage=stage)
 
 
 def _commit_stages(open_queue: Callable[[], Queue], prefix: str, messages: Sequence[WriterCommitMessage | None]) -> int:
@@ -149,8 +173,7 @@ class StagedWriter(DataSourceArrowWriter):
         self.job = job  # unique per write; the prefix of every stage of this write
 
     def write(self, iterator: Iterator[Any]) -> StagedCommit:
-        queue = self.options.queue()
-        return _stage_rows(queue, f"spark-{self.job}", _arrow_chunks(iterator, self.columns))
+        return _stage_rows(self.options.queue, f"spark-{self.job}", _arrow_chunks(iterator, self.columns))
 
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
         published = _commit_stages(self.options.queue, f"spark-{self.job}", messages)
@@ -179,12 +202,11 @@ class StagedStreamWriter(_StreamWriterBase):
 
         context = TaskContext.get()
         batch_id = context.getLocalProperty("streaming.sql.batchId") if context else None
-        queue = self.options.queue()
         if _ARROW_STREAM_WRITES:
             chunks = _arrow_chunks(iterator, self.columns)
         else:  # pragma: no cover - pyspark 4.0
             chunks = _row_chunks(iterator, self.columns)
-        return _stage_rows(queue, self._prefix(batch_id if batch_id is not None else "x"), chunks)
+        return _stage_rows(self.options.queue, self._prefix(batch_id if batch_id is not None else "x"), chunks)
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         published = _commit_stages(self.options.queue, self._prefix(batchId), messages)
