@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import os
 import signal
 import threading
 from collections.abc import Iterable, Iterator
@@ -73,34 +72,10 @@ def _recording() -> Iterator[None]:
         signal.pthread_sigmask(signal.SIG_SETMASK, previous)
 
 
-_HANDLES: dict[tuple[Options, int, int], Queue] = {}  # this worker's queue handles (a worker runs many tasks)
-MAX_HANDLES = 8
-
-
-def _worker_queue(options: Options) -> Queue:
-    """This Python worker's handle of the queue, kept from task to task: a
-    new handle lists the whole queue on its first claim (about a third of a
-    claiming task's time at 50,000 messages), a kept one lists again only
-    once its listing runs dry. Keyed by the directory's identity too, so a
-    queue removed and made again gets a new handle."""
-    try:
-        info = os.stat(options.path)
-    except OSError:
-        return options.queue()  # (QueueNotFound, or make it with ``create``)
-    key = (options, info.st_dev, info.st_ino)
-    queue = _HANDLES.get(key)
-    if queue is None:
-        queue = options.queue()
-        if len(_HANDLES) >= MAX_HANDLES:
-            _HANDLES.clear()
-        _HANDLES[key] = queue
-    return queue
-
-
 def read_partition(options: Options, schema: StructType, partition: StreamPartition) -> Iterator[Any]:
     """The rows of one partition, as Arrow record batches (one per chunk:
     no per-row conversion in PySpark); deletes its settle list meanwhile."""
-    queue = _worker_queue(options)
+    queue = options.queue()
     with _recording():  # the deleting threads inherit the mask: signals go to this thread
         settler = _Settler(queue, partition)
     try:
