@@ -80,6 +80,7 @@ class ClaimingStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._fruitless = 0  # claiming batches in a row that claimed nothing
         self._last_full = False  # the last batch claimed all it planned: more are likely there
         self._idle_until = 0.0  # after fruitless batches: no claiming batch before this (monotonic)
+        self._ready_now: int | None = None  # visible messages counted just before the first batch (AvailableNow)
 
     def _driver_queue(self) -> Queue:
         if self._queue is None:
@@ -98,7 +99,7 @@ class ClaimingStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def prepareForTriggerAvailableNow(self) -> None:
         # "what is available now": as many messages as are visible now. The
         # query ends once that many were planned, even if producers keep going.
-        self._budget = self._driver_queue().stats().ready
+        self._budget = self._ready_now = self._driver_queue().stats().ready
 
     def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
         queue = self._driver_queue()
@@ -115,7 +116,10 @@ class ClaimingStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if wanted and not self._last_full:
             # a listing of the queue: at the start, and once claims came up short
             # (while every batch claims all it planned, the partitions find out)
-            wanted = min(wanted, queue.stats().ready)
+            # (the count prepareForTriggerAvailableNow just made serves the first batch)
+            ready = queue.stats().ready if self._ready_now is None else self._ready_now
+            wanted = min(wanted, ready)
+        self._ready_now = None
         if not wanted and not pending:
             self._clean_through = (query, seq)
             return start
