@@ -29,8 +29,8 @@ from vsqs._spark.schema import row, timestamp, wants_content
 
 log = logging.getLogger("vsqs.spark")
 
-CLAIM_FIRST = 200  # messages claimed (and recorded in one manifest file) by a partition's first chunk ...
-CLAIM_CHUNK = 2500  # ... doubling up to this many: the first rows come soon, later chunks cost little
+CLAIM_FIRST = 50  # messages claimed (and recorded in one manifest file) by a partition's first chunk ...
+CLAIM_CHUNK = 1000  # ... doubling up to this many: the first rows come soon, later chunks cost little
 SETTLE_THREADS = 4  # threads deleting a committed batch, alongside the claims
 SETTLE_SLICE = 250  # receipts per deleting job
 MAX_FOLLOWED = 100  # stale receipts followed to their message's current name, per attempt (a listing each)
