@@ -92,7 +92,7 @@ class NativeFastPath:
             for route in routes:
                 if not isinstance(route, Route):
                     break
-                if method in (route.methods or ()):
+                if route.methods is None or method in route.methods:  # (None: every method)
                     fast = _FastRoute(route) if isinstance(route, APIRoute) and route.name in FAST_ROUTES else None
                     candidates.append((route, fast))
             self._by_method[method] = candidates
