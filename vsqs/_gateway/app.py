@@ -41,6 +41,7 @@ from vsqs._gateway.config import CONFIG_FILE_ENV, SECRET_ENVS, GatewayConfig
 from vsqs._gateway.errors import ApiError, api_error_of, error_response, without_paths
 from vsqs._gateway.limits import KEEP_ALIVE_TIMEOUT, MAX_REQUEST_HEAD_BYTES
 from vsqs._gateway.metrics import RequestMetrics
+from vsqs._gateway.rest.fast import NativeFastPath
 from vsqs._gateway.rest.routes import router as rest_router
 from vsqs._gateway.size_cap import RequestSizeCap, http_refusal
 from vsqs._gateway.sqs.endpoint import SqsDispatch, SqsFace
@@ -72,7 +73,8 @@ def create_app(config: GatewayConfig) -> ASGIApp:
     app.include_router(console.router(ui))
     sqs_face = SqsFace(gateway)
     app.router.routes.append(sqs_route(sqs_face))
-    routed = SqsDispatch(app, sqs_face)  # POST /: straight to the SQS face, past FastAPI's layers
+    # POST /: straight to the SQS face; the hot native routes: past FastAPI's layers, from their declarations
+    routed = SqsDispatch(NativeFastPath(app), sqs_face)
     capped = RequestSizeCap(ApiKeyAuth(routed, config.api_key), config)
     guarded = BrowserGuard(BodyDeadline(capped, config.body_timeout), config)  # headers first, then the body
     return RequestMetrics(console.SecurityHeaders(guarded), gateway.metrics)  # (the guard's refusals too)

@@ -12,7 +12,7 @@ and its JSON is parsed on the thread pool when large.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any
 
 from fastapi import Request, Response
@@ -69,6 +69,29 @@ class _BoundedRequest(Request):
         return self._bounded_json
 
 
+async def call_bounded(handler: Callable[[Request], Awaitable[Response]], request: Request, route: str) -> Response:
+    """``handler(request)`` with the body caps of the route named ``route``
+    (:func:`body_limits`): a declared Content-Length over them is refused
+    before anything is read, a body that grows past them while read too, and
+    its JSON is parsed with bounded cost. FastAPI's routes
+    (:class:`BoundedRoute`) and the fast path (:mod:`.fast`) both call it."""
+    max_bytes, max_values, code = body_limits(route, gateway_of(request).config)
+    too_large = ApiError(413, code, f"the request body is over {max_bytes} bytes", "body")
+    try:
+        length = declared_length(request.scope)
+    except ValueError:
+        length = None  # the face's cap has answered it already
+    if length is not None and length > max_bytes:
+        raise too_large
+    receive = capped_receive(request.receive, max_bytes, lambda: _Refused(too_large))
+    bounded_request = _BoundedRequest(request.scope, receive)
+    bounded_request.max_values = max_values
+    try:
+        return await handler(bounded_request)
+    except _Refused as refused:
+        raise refused.error from None
+
+
 class BoundedRoute(APIRoute):
     """A native route that refuses a body over its own caps (:func:`body_limits`)
     before reading it in full, and parses its JSON with bounded cost."""
@@ -78,20 +101,6 @@ class BoundedRoute(APIRoute):
         name = self.name
 
         async def bounded(request: Request) -> Response:
-            max_bytes, max_values, code = body_limits(name, gateway_of(request).config)
-            too_large = ApiError(413, code, f"the request body is over {max_bytes} bytes", "body")
-            try:
-                length = declared_length(request.scope)
-            except ValueError:
-                length = None  # the face's cap has answered it already
-            if length is not None and length > max_bytes:
-                raise too_large
-            receive = capped_receive(request.receive, max_bytes, lambda: _Refused(too_large))
-            bounded_request = _BoundedRequest(request.scope, receive)
-            bounded_request.max_values = max_values
-            try:
-                return await handler(bounded_request)
-            except _Refused as refused:
-                raise refused.error from None
+            return await call_bounded(handler, request, name)
 
         return bounded
