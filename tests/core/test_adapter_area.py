@@ -88,9 +88,9 @@ def test_hostile_entries_are_reported_and_left(tmp_path, caplog):
     _age(tree, 8 * DAY)
     with caplog.at_level(logging.WARNING, "vsqs"):
         sweep = collect_area(str(queue), time.time(), 900, 7 * DAY)
-    assert sweep.files == 3 and sweep.trees == 0  # the plain manifest files of the abandoned tree went
+    assert sweep.files == 0 and sweep.trees == 0  # a tree holding damage is never removed whole
     assert len(sweep.reported) == 6
-    assert sorted(os.listdir(os.path.join(tree, "3", "p0"))) == ["0.1.json", "1.0.json"]
+    assert sorted(os.listdir(os.path.join(tree, "3", "p0"))) == ["0.0.json", "0.1.json", "0.end.json", "1.0.json"]
     assert os.path.islink(os.path.join(tree, "3", "p2")) and os.path.isdir(os.path.join(tree, "3", "p1", "0.2.json"))
     assert (outside / "precious").read_bytes() == b"x" and os.listdir(outside) == ["precious"]
     assert "FIFO" in caplog.text and "symbolic link" in caplog.text and "too deep" in caplog.text
@@ -125,3 +125,25 @@ def test_queue_gc_counts_the_area(queue, stage_grace, kept):
     _age(tree, 8 * DAY)
     removed = queue.collect_garbage(stage_grace=stage_grace)
     assert os.path.exists(tree) is kept and removed == (0 if kept else 3)
+
+
+def test_a_tree_a_dead_gc_left_half_removed_goes_next_time(tmp_path):
+    """An abandoned tree first leaves the adapter's sight by one rename; one
+    that a gc left behind half-way (``.gc-*``) is removed by the next, whatever its age."""
+    _tree(str(tmp_path), ".gc-0123456789abcdef", {"3/p0/0.0.json": b"{}"})  # fresh mtimes
+    sweep = collect_area(str(tmp_path), time.time(), 900, 7 * DAY)
+    assert (sweep.files, sweep.trees) == (1, 1)
+    assert os.listdir(tmp_path / ".spark" / "stream") == []
+
+
+def test_an_abandoned_tree_is_out_of_sight_before_its_files_go(tmp_path, monkeypatch):
+    tree = _tree(str(tmp_path), "9" * 16, MANIFEST)
+    _age(tree, 8 * DAY)
+    seen = []
+    monkeypatch.setattr(adapter_area, "_unlink", lambda path: seen.append(os.path.exists(tree)) or False)
+    collect_area(str(tmp_path), time.time(), 900, 7 * DAY)  # (a gc that dies at its first unlink)
+    assert seen and not any(seen)
+    assert [name[:4] for name in os.listdir(tmp_path / ".spark" / "stream")] == [".gc-"]
+    monkeypatch.undo()
+    sweep = collect_area(str(tmp_path), time.time(), 900, 7 * DAY)
+    assert (sweep.files, sweep.trees) == (3, 1)

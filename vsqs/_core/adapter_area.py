@@ -8,14 +8,16 @@ and age only (docs/FORMAT.md, "Garbage collection of .spark/")::
 
 - A TREE none of whose entries (directories included) was modified within
   ``tree_grace`` seconds belongs to a job that is gone for good (a streaming
-  query whose checkpoint is not coming back): it is removed whole.
+  query whose checkpoint is not coming back): it is renamed ``.gc-HEX`` (out
+  of the adapter's sight in one step) and removed whole; a ``.gc-*`` tree
+  left by a gc that died is removed by the next.
 - In any tree, a file being written (name ``.tmp-*``) older than ``grace``
   and a directory below TREE left empty for ``grace`` are removed.
 - Only regular files of at most MAX_ADAPTER_FILE bytes and directories are
   ever removed. Anything else (a symbolic link, a FIFO, a socket, a device, a
   larger file, a directory deeper than MAX_ADAPTER_DEPTH, a file where a
   directory belongs) is reported and left, and so are the directories that
-  hold it. Nothing is followed, opened or read: ``lstat``, ``unlink``,
+  hold it; a tree holding such an entry is never removed whole. Nothing is followed, opened or read: ``lstat``, ``unlink``,
   ``rmdir``.
 - At most MAX_ADAPTER_ENTRIES entries are looked at per pass (trees in a
   random order, so that one huge tree cannot starve the others for ever).
@@ -26,6 +28,7 @@ from __future__ import annotations
 import logging
 import os
 import random
+import secrets
 import stat
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -39,6 +42,8 @@ from vsqs._core.limits import (
 )
 
 log = logging.getLogger("vsqs")
+
+REMOVING_PREFIX = ".gc-"  # a tree gc took out of the adapter's sight, being removed
 
 Report = Callable[[str, str], None]
 
@@ -108,33 +113,49 @@ def _collect_tree(tree: str, now: float, grace: float, tree_grace: float, budget
         return
     entries: list[tuple[str, os.stat_result, int]] = []  # children before their directory
     newest = _scan(tree, 1, budget, entries, info.st_mtime)
-    abandoned = newest <= now - tree_grace
+    clean = not any(_damage(entry, depth) for _, entry, depth in entries)
+    abandoned = os.path.basename(tree).startswith(REMOVING_PREFIX) or (clean and newest <= now - tree_grace)
+    if abandoned and not os.path.basename(tree).startswith(REMOVING_PREFIX):
+        # out of the adapter's sight in one step: a gc that dies half-way never leaves
+        # a part of a tree (a manifest without its seal, say) where the adapter looks
+        gone = os.path.join(os.path.dirname(tree), REMOVING_PREFIX + secrets.token_hex(8))
+        try:
+            os.rename(tree, gone)
+        except OSError:  # gone meanwhile, or refused: the next gc tries again
+            return
+        log.warning("removing %s, untouched for %.0f s: the job that wrote it is gone (its messages "
+                    "came back when their leases ran out)", tree, now - newest)
+        entries = [(gone + path[len(tree):], entry, depth) for path, entry, depth in entries]
+        tree = gone
     kept: set[str] = set()  # directories holding something left: never rmdir'ed (it would fail anyway)
     for path, entry, depth in entries:
         mode = entry.st_mode
         parent = os.path.dirname(path)
-        if stat.S_ISDIR(mode):
-            if depth > MAX_ADAPTER_DEPTH:
-                damaged(path, "a directory too deep")
+        why = _damage(entry, depth)
+        if why is not None:
+            damaged(path, why)
+            kept.add(parent)
+        elif stat.S_ISDIR(mode):
+            if path in kept or not (abandoned or entry.st_mtime <= now - grace) or not _rmdir(path):
                 kept.add(parent)
-            elif path in kept or not (abandoned or entry.st_mtime <= now - grace) or not _rmdir(path):
-                kept.add(parent)
-        elif stat.S_ISREG(mode):
-            if entry.st_size > MAX_ADAPTER_FILE:
-                damaged(path, f"a file of {entry.st_size} bytes (over {MAX_ADAPTER_FILE})")
-                kept.add(parent)
-            elif (abandoned or (os.path.basename(path).startswith(ADAPTER_WRITING_PREFIX)
-                                and entry.st_mtime <= now - grace)) and _unlink(path):
-                sweep.files += 1
-            else:
-                kept.add(parent)
+        elif (abandoned or (os.path.basename(path).startswith(ADAPTER_WRITING_PREFIX)
+                            and entry.st_mtime <= now - grace)) and _unlink(path):
+            sweep.files += 1
         else:
-            damaged(path, _kind(mode))
             kept.add(parent)
     if abandoned and tree not in kept and _rmdir(tree):
         sweep.trees += 1
-        log.warning("removed %s, untouched for %.0f s: the job that wrote it is gone (its messages "
-                    "came back when their leases ran out)", tree, now - newest)
+
+
+def _damage(entry: os.stat_result, depth: int) -> str | None:
+    """Why an entry of a tree is no file or directory of the adapter's (None if it may be one)."""
+    if stat.S_ISDIR(entry.st_mode):
+        return "a directory too deep" if depth > MAX_ADAPTER_DEPTH else None
+    if not stat.S_ISREG(entry.st_mode):
+        return _kind(entry.st_mode)
+    if entry.st_size > MAX_ADAPTER_FILE:
+        return f"a file of {entry.st_size} bytes (over {MAX_ADAPTER_FILE})"
+    return None
 
 
 def _scan(directory: str, depth: int, budget: list[int], entries: list[tuple[str, os.stat_result, int]],
