@@ -130,8 +130,9 @@ def test_query_dying_during_claims_replays_the_same_batch_on_restart(spark, flat
 
 
 def test_a_replay_whose_manifests_gc_removed_claims_nothing(spark, flat_queue, tmp_path):  # noqa: F811
-    """The sink (idempotent on the batch id: it skips an id it already wrote)
-    writes batch 1 and then the query dies before Spark commits it. The query
+    """The sink (idempotent on the batch id: it reads the batch, and keeps
+    the first copy of an id, as an INSERT ... ON CONFLICT DO NOTHING keyed by
+    the batch id would) writes batch 1 and then the query dies before Spark commits it. The query
     stays stopped past gc's grace for its manifests (here: gc with a grace of
     0 removes them), and new messages arrive. The restarted query replays
     batch 1: it must not claim the new messages under batch 1's id (the sink
@@ -143,9 +144,10 @@ def test_a_replay_whose_manifests_gc_removed_claims_nothing(spark, flat_queue, t
     out.mkdir()
 
     def sink(df, batch_id, dies_after: int | None = None):
+        rows = [(r.id, r.body.decode()) for r in df.collect()]
         target = out / f"{batch_id}.json"
-        if not target.exists():  # idempotent on the batch id, as Delta's txnVersion
-            target.write_text(json.dumps([(r.id, r.body.decode()) for r in df.collect()]))
+        if not target.exists():  # idempotent on the batch id: keeps the first copy (an INSERT keyed by it)
+            target.write_text(json.dumps(rows))
         if batch_id == dies_after:
             raise RuntimeError("injected: the query dies after its sink wrote the batch")
 
