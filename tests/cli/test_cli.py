@@ -171,8 +171,31 @@ def test_gc(run, queue):
     open(orphan, "w").close()
     os.utime(orphan, (0, 0))
     result = run("gc", queue.path)
-    assert result.output.strip() == "requeued 1 expired messages, removed 1 files (orphans, past retention)"
+    assert result.output.strip() == (
+        "requeued 1 expired messages, removed 1 files (orphans, past retention, abandoned stages and Spark manifests)"
+    )
     assert not os.path.exists(orphan)
+
+
+def test_gc_removes_an_abandoned_spark_query_and_reports_damage(run, queue, caplog):
+    """A streaming query's manifests untouched for the stage grace go; a query
+    holding a FIFO is reported (a warning: on stderr outside pytest) and left."""
+    trees = [os.path.join(queue.path, ".spark", "stream", query) for query in ("0123456789abcdef", "fedcba9876543210")]
+    for tree in trees:
+        os.makedirs(os.path.join(tree, "7", "p0"))
+        for name in ("0.0.json", "0.end.json"):
+            with open(os.path.join(tree, "7", "p0", name), "w") as stream:
+                stream.write("{}")
+    os.mkfifo(os.path.join(trees[1], "7", "p0", "0.1.json"))
+    for tree in trees:
+        for directory, _, files in os.walk(tree, topdown=False):
+            for path in [os.path.join(directory, name) for name in files] + [directory]:
+                os.utime(path, (0, 0))
+    result = run("gc", queue.path)
+    assert "removed 2 files" in result.output
+    assert "is a FIFO: skipped, left in place" in caplog.text
+    assert not os.path.exists(trees[0])
+    assert sorted(os.listdir(os.path.join(trees[1], "7", "p0"))) == ["0.0.json", "0.1.json", "0.end.json"]
 
 
 def test_work_burst(run, queue, tmp_path):

@@ -172,8 +172,11 @@ def kill_at_each_point(run: Callable[[list[str]], int], queue: Any, checkpoint: 
     bodies = [f"k{i:02d}" for i in range(MESSAGES)]
     queue.publish_batch(bodies)
     common = [queue.path, str(checkpoint), str(out), str(PER_TRIGGER), str(PARTITIONS)]
-    committed = lambda batch: (checkpoint / "commits" / str(batch)).exists()
-    logged = lambda batch: (checkpoint / "offsets" / str(batch)).exists()
+    def committed(batch: int) -> bool:
+        return (checkpoint / "commits" / str(batch)).exists()
+
+    def logged(batch: int) -> bool:
+        return (checkpoint / "offsets" / str(batch)).exists()
 
     for kill in KILLS:
         point, _, batch_text = kill.partition(":")

@@ -122,11 +122,13 @@ def stats(
 @seconds_option("--grace", 900.0, "Remove .new files older than this (publishers that died).")
 @click.pass_context
 def gc(ctx: click.Context, queue: str, grace: float) -> None:
-    """Requeue expired messages and remove files of dead publishers."""
+    """Requeue expired messages and remove files of dead publishers, expired
+    messages, stages and Spark claim manifests of jobs gone for 7 days."""
     q = open_queue(ctx, queue)
     requeued = q.requeue_expired()
     removed = q.collect_garbage(grace=grace)
-    click.echo(f"requeued {requeued} expired messages, removed {removed} files (orphans, past retention)")
+    click.echo(f"requeued {requeued} expired messages, removed {removed} files "
+               "(orphans, past retention, abandoned stages and Spark manifests)")
 
 
 @click.command()

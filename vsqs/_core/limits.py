@@ -39,6 +39,14 @@ MAX_QUEUE_NAME = 80  # characters of a queue's name in a spool
 MAX_STAGE_NAME = 128  # characters of a stage's name
 MAX_SHARDS = 256  # shard directories of a queue (a power of two)
 MAX_RECEIVE_COUNT = 999_999_999  # the receive count a name can hold
+# the queue's area reserved for the Spark adapter (docs/FORMAT.md): a name, kept here
+# because the engine's gc and the adapter (which may import only this and a few
+# other shared modules) must agree on it
+SPARK_AREA = ".spark"
+ADAPTER_WRITING_PREFIX = ".tmp-"  # a file of the area being written (gc removes it after its grace)
+MAX_ADAPTER_FILE = 4 * 1024 * 1024  # a file of the area: a larger one is damage, left in place
+MAX_ADAPTER_DEPTH = 3  # directory levels below .spark/KIND/ (TREE/BATCH/PARTITION): deeper is damage
+MAX_ADAPTER_ENTRIES = 200_000  # entries of the area one gc looks at (the next gc goes on)
 
 # -- defaults of maintenance (seconds) --
 DEFAULT_GC_GRACE = 900.0  # a .new file this old belongs to a dead publisher

@@ -6,6 +6,7 @@ listing (or a few)."""
 from __future__ import annotations
 
 import heapq
+import logging
 import math
 import threading
 import time
@@ -15,6 +16,7 @@ from typing import Any
 from vsqs._core import envelope as _envelope
 from vsqs._core import format as _format
 from vsqs._core import fs as _fs
+from vsqs._core.adapter_area import collect_area
 from vsqs._core.dead_letters import DeadLetters
 from vsqs._core.dedup import Reservations
 from vsqs._core.errors import DamagedEntry, InvalidArgument, StorageError
@@ -32,6 +34,8 @@ from vsqs._core.message import MessageInfo, QueueStats
 from vsqs._core.rules import check_seconds
 from vsqs._core.settings_store import SettingsStore
 from vsqs._core.stages import Stages
+
+log = logging.getLogger("vsqs")
 
 
 class Maintenance:
@@ -56,6 +60,7 @@ class Maintenance:
         self._groups = groups
         self._reservations = reservations
         self._lock = lock  # the queue's: it guards the group leases
+        self._area_reported: set[str] = set()  # entries of .spark/ reported as damage
 
     def state_of(self, name: _format.Name, now: int) -> str:
         """"ready", "in_flight" or "delayed" at ``now`` (µs), with the clock skew allowed."""
@@ -285,8 +290,10 @@ class Maintenance:
 
     def collect_garbage(self, grace: float = DEFAULT_GC_GRACE, stage_grace: float = DEFAULT_STAGE_GRACE) -> int:
         """Remove old ``.new`` files, stages, messages past the queue's
-        ``retention``, spent group leases and de-duplication reservations;
-        how many files went (see :meth:`Queue.collect_garbage`)."""
+        ``retention``, spent group leases and de-duplication reservations,
+        and leftovers in ``.spark/`` (``adapter_area``: trees untouched for
+        ``stage_grace``, files being written older than ``grace``); how many
+        files went (see :meth:`Queue.collect_garbage`)."""
         grace = check_seconds(grace, "grace", math.inf)
         stage_grace = check_seconds(stage_grace, "stage_grace", math.inf)
         retention = self._settings.current()["retention"]
@@ -314,4 +321,13 @@ class Maintenance:
         with self._lock:
             removed += self._groups.sweep()
         removed += self._reservations.sweep(self._settings.current()["dedup_window"], present)
+        removed += collect_area(self._layout.path, now, grace, stage_grace, self._report_area).files
         return removed
+
+    def _report_area(self, path: str, why: str) -> None:
+        """Report damage in ``.spark/`` once per entry and handle (gc runs every minute in a gateway)."""
+        if path not in self._area_reported:
+            if len(self._area_reported) >= 1000:  # bounded memory: report them all again
+                self._area_reported.clear()
+            self._area_reported.add(path)
+            log.warning("queue %s: %s is %s: skipped, left in place", self._layout.path, path, why)

@@ -794,7 +794,7 @@ class Queue:
         """Remove ``.new`` files older than ``grace`` seconds (left by publishers
         that died mid-write), stages untouched for ``stage_grace`` seconds
         (left by jobs that died before commit), messages sent longer ago than
-        the queue's ``retention``, and spent group leases and de-duplication
-        reservations; return how many files went."""
+        the queue's ``retention``, spent group leases, de-duplication reservations
+        and ``.spark/`` trees untouched for ``stage_grace``; how many files went."""
         self._open_parts()
         return self._maintenance.collect_garbage(grace, stage_grace)

@@ -1,8 +1,8 @@
 """The gateway's housekeeping: a periodic garbage collection of the spool.
 
 Messages past their queue's ``retention``, ``.new`` files left by publishers
-that died, stale stages, spent group leases and de-duplication reservations
-go only when someone runs :meth:`vsqs.Queue.collect_garbage` (``vsqs gc``).
+that died, stale stages, spent group leases, de-duplication reservations and
+the leftovers of Spark streaming queries in ``.spark/`` go only when someone runs :meth:`vsqs.Queue.collect_garbage` (``vsqs gc``).
 A gateway does it by itself every ``--gc-interval`` seconds: at the start of
 each period every gateway process (``--workers N``, other hosts) tries
 :meth:`vsqs.Spool.claim_period`; the one that wins runs the sweep over the

@@ -39,14 +39,17 @@ MAX_FOLLOWED = 100  # stale receipts followed to their message's current name, p
 class StreamPartition(InputPartition):
     """Partition ``index`` of micro-batch ``seq`` of query ``query``: claim up
     to ``each`` messages (its share of the batch); delete the messages of
-    ``settle`` ((batch, partition) pairs)."""
+    ``settle`` ((batch, partition) pairs). ``replay``: the batch was planned
+    by an earlier run of the query (a restart replays it from its offset log)."""
 
-    def __init__(self, query: str, seq: int, index: int, each: int, settle: list[tuple[int, int]]) -> None:
+    def __init__(self, query: str, seq: int, index: int, each: int, settle: list[tuple[int, int]],
+                 replay: bool = False) -> None:
         self.query = query
         self.seq = seq
         self.index = index
         self.each = each
         self.settle = settle
+        self.replay = replay
 
 
 class LegacyPartition(InputPartition):
@@ -120,6 +123,13 @@ def _claimed(queue: Queue, options: Options, partition: StreamPartition, content
         return
     path = manifests.partition_dir(queue.path, partition.query, partition.seq, partition.index)
     manifest = manifests.read_manifest(path)
+    if partition.replay and manifest.generation < 0:
+        # A replay with no manifest: the earlier run claimed nothing here (it died
+        # first), or it did and gc removed the manifest after the query was gone for
+        # longer than its grace (docs/spark.md). Claim nothing: the replayed batch may
+        # already be in an idempotent sink, which would skip new messages given under
+        # its id (and the next batch would delete them). The next batch claims them.
+        return
     generation = manifest.generation + 1
     timeout = options.visibility_timeout
     last = manifest.sealed_chunks if manifest.sealed_chunks is not None else (max(manifest.chunks, default=-1) + 1)

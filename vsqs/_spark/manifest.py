@@ -28,9 +28,11 @@ import secrets
 import stat
 from dataclasses import dataclass, field
 
+from vsqs._core.limits import ADAPTER_WRITING_PREFIX, MAX_ADAPTER_FILE, SPARK_AREA
+
 MANIFEST_VERSION = 1
-ROOT = (".spark", "stream")
-MAX_MANIFEST_FILE = 4 << 20  # a chunk file holds at most CLAIM_CHUNK receipts: far less
+ROOT = (SPARK_AREA, "stream")  # gc's generic rule for the area (docs/FORMAT.md) sees Q as a tree
+MAX_MANIFEST_FILE = MAX_ADAPTER_FILE  # a chunk file holds at most CLAIM_CHUNK receipts: far less
 _QUERY = re.compile(r"[0-9a-f]{16}\Z")
 _BATCH = re.compile(r"(0|[1-9][0-9]{0,17})\Z")
 _PARTITION = re.compile(r"p(0|[1-9][0-9]{0,5})\Z")
@@ -152,7 +154,7 @@ def read_manifest(path: str) -> Manifest:
 def remove_partition(path: str) -> None:
     """Remove a settled partition's manifest (and its batch directory once empty)."""
     for name in _listdir(path):
-        if _FILE.match(name) or name.startswith(".tmp-"):
+        if _FILE.match(name) or name.startswith(ADAPTER_WRITING_PREFIX):
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(os.path.join(path, name))
     for directory in (path, os.path.dirname(path)):
@@ -197,7 +199,7 @@ def _read_json(path: str) -> dict | None:
 def _write_new(directory: str, name: str, content: dict) -> bool:
     """Write ``content`` durably as ``directory/name`` unless that name exists."""
     os.makedirs(directory, exist_ok=True)
-    temporary = os.path.join(directory, f".tmp-{secrets.token_hex(8)}")
+    temporary = os.path.join(directory, f"{ADAPTER_WRITING_PREFIX}{secrets.token_hex(8)}")
     fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
     try:
         with os.fdopen(fd, "wb", closefd=False) as stream:

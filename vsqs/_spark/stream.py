@@ -193,8 +193,10 @@ class ClaimingStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 settle[spread % parts].append((batch, index))
                 spread += 1
         share, extra = divmod(take, parts)  # the batch's messages, split evenly among its partitions
+        replay = seq not in self._planned  # planned by an earlier run: a restart replays it (see claims)
         return [
-            StreamPartition(query, seq, index, share + (index < extra), settle[index]) for index in range(parts)
+            StreamPartition(query, seq, index, share + (index < extra), settle[index], replay)
+            for index in range(parts)
         ]
 
     def commit(self, end: dict[str, Any]) -> None:

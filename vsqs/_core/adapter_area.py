@@ -1,0 +1,222 @@
+"""Garbage collection of ``.spark/``, the area a queue reserves for the Spark adapter.
+
+The engine does not know the adapter's file formats (docs/FORMAT.md, "Spark
+claim manifests"); gc applies one generic rule to the area, by kind of entry
+and age only (docs/FORMAT.md, "Garbage collection of .spark/")::
+
+    .spark/KIND/TREE/...      e.g. .spark/stream/QUERY/BATCH/pPART/FILE
+
+- A TREE none of whose entries (directories included) was modified within
+  ``tree_grace`` seconds belongs to a job that is gone for good (a streaming
+  query whose checkpoint is not coming back): it is renamed ``.gc-HEX`` (out
+  of the adapter's sight in one step) and removed whole; a ``.gc-*`` tree
+  left by a gc that died is removed by the next.
+- In any tree, a file being written (name ``.tmp-*``) older than ``grace``
+  and a directory below TREE left empty for ``grace`` are removed.
+- Only regular files of at most MAX_ADAPTER_FILE bytes and directories are
+  ever removed. Anything else (a symbolic link, a FIFO, a socket, a device, a
+  larger file, a directory deeper than MAX_ADAPTER_DEPTH, a file where a
+  directory belongs) is reported and left, and so are the directories that
+  hold it; a tree holding such an entry is never removed whole. Nothing is followed, opened or read: ``lstat``, ``unlink``,
+  ``rmdir``.
+- At most MAX_ADAPTER_ENTRIES entries are looked at per pass (trees in a
+  random order, so that one huge tree cannot starve the others for ever).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import random
+import secrets
+import stat
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from vsqs._core.limits import (
+    ADAPTER_WRITING_PREFIX,
+    MAX_ADAPTER_DEPTH,
+    MAX_ADAPTER_ENTRIES,
+    MAX_ADAPTER_FILE,
+    SPARK_AREA,
+)
+
+log = logging.getLogger("vsqs")
+
+REMOVING_PREFIX = ".gc-"  # a tree gc took out of the adapter's sight, being removed
+
+Report = Callable[[str, str], None]
+
+
+@dataclass
+class AreaSweep:
+    """What one pass over the area did: files removed, trees (jobs) removed whole, entries reported."""
+
+    files: int = 0
+    trees: int = 0
+    reported: list[str] = field(default_factory=list)
+    complete: bool = True  # False: stopped at the entry budget; the next pass goes on
+
+
+class _OutOfBudget(Exception):
+    pass
+
+
+def collect_area(queue_path: str, now: float, grace: float, tree_grace: float,
+                 report: Report | None = None) -> AreaSweep:
+    """One gc pass over the queue's ``.spark/`` (see the module's docstring)."""
+    sweep = AreaSweep()
+
+    def damaged(path: str, why: str) -> None:
+        sweep.reported.append(path)
+        if report is not None:
+            report(path, why)
+        else:
+            log.warning("queue %s: %s is %s: skipped, left in place", queue_path, path, why)
+
+    area = os.path.join(queue_path, SPARK_AREA)
+    info = _lstat(area)
+    if info is None:
+        return sweep
+    if not stat.S_ISDIR(info.st_mode):
+        damaged(area, _kind(info.st_mode))
+        return sweep
+    budget = [MAX_ADAPTER_ENTRIES]
+    try:
+        for kind_name in _listing(area, budget):
+            kind_path = os.path.join(area, kind_name)
+            kind = _lstat(kind_path)
+            if kind is None:
+                continue
+            if not stat.S_ISDIR(kind.st_mode):
+                damaged(kind_path, _kind(kind.st_mode) + " where a directory belongs")
+                continue
+            trees = _listing(kind_path, budget)
+            random.shuffle(trees)
+            for tree_name in trees:
+                _collect_tree(os.path.join(kind_path, tree_name), now, grace, tree_grace, budget, sweep, damaged)
+    except _OutOfBudget:
+        sweep.complete = False
+        log.warning("queue %s: gc looked at %d entries of %s and stopped; the next gc goes on",
+                    queue_path, MAX_ADAPTER_ENTRIES, area)
+    return sweep
+
+
+def _collect_tree(tree: str, now: float, grace: float, tree_grace: float, budget: list[int],
+                  sweep: AreaSweep, damaged: Report) -> None:
+    """Apply the rules to one TREE: scan it whole first (its age is its newest entry's)."""
+    info = _lstat(tree)
+    if info is None:
+        return
+    if not stat.S_ISDIR(info.st_mode):
+        damaged(tree, _kind(info.st_mode) + " where a directory belongs")
+        return
+    entries: list[tuple[str, os.stat_result, int]] = []  # children before their directory
+    newest = _scan(tree, 1, budget, entries, info.st_mtime)
+    clean = not any(_damage(entry, depth) for _, entry, depth in entries)
+    abandoned = os.path.basename(tree).startswith(REMOVING_PREFIX) or (clean and newest <= now - tree_grace)
+    if abandoned and not os.path.basename(tree).startswith(REMOVING_PREFIX):
+        # out of the adapter's sight in one step: a gc that dies half-way never leaves
+        # a part of a tree (a manifest without its seal, say) where the adapter looks
+        gone = os.path.join(os.path.dirname(tree), REMOVING_PREFIX + secrets.token_hex(8))
+        try:
+            os.rename(tree, gone)
+        except OSError:  # gone meanwhile, or refused: the next gc tries again
+            return
+        log.warning("removing %s, untouched for %.0f s: the job that wrote it is gone (its messages "
+                    "came back when their leases ran out)", tree, now - newest)
+        entries = [(gone + path[len(tree):], entry, depth) for path, entry, depth in entries]
+        tree = gone
+    kept: set[str] = set()  # directories holding something left: never rmdir'ed (it would fail anyway)
+    for path, entry, depth in entries:
+        mode = entry.st_mode
+        parent = os.path.dirname(path)
+        why = _damage(entry, depth)
+        if why is not None:
+            damaged(path, why)
+            kept.add(parent)
+        elif stat.S_ISDIR(mode):
+            if path in kept or not (abandoned or entry.st_mtime <= now - grace) or not _rmdir(path):
+                kept.add(parent)
+        elif (abandoned or (os.path.basename(path).startswith(ADAPTER_WRITING_PREFIX)
+                            and entry.st_mtime <= now - grace)) and _unlink(path):
+            sweep.files += 1
+        else:
+            kept.add(parent)
+    if abandoned and tree not in kept and _rmdir(tree):
+        sweep.trees += 1
+
+
+def _damage(entry: os.stat_result, depth: int) -> str | None:
+    """Why an entry of a tree is no file or directory of the adapter's (None if it may be one)."""
+    if stat.S_ISDIR(entry.st_mode):
+        return "a directory too deep" if depth > MAX_ADAPTER_DEPTH else None
+    if not stat.S_ISREG(entry.st_mode):
+        return _kind(entry.st_mode)
+    if entry.st_size > MAX_ADAPTER_FILE:
+        return f"a file of {entry.st_size} bytes (over {MAX_ADAPTER_FILE})"
+    return None
+
+
+def _scan(directory: str, depth: int, budget: list[int], entries: list[tuple[str, os.stat_result, int]],
+          newest: float) -> float:
+    """Every entry below ``directory`` (``depth`` levels below its KIND), post-order,
+    into ``entries``; the newest modification time met. Directories too deep are not entered."""
+    for name in _listing(directory, budget):
+        path = os.path.join(directory, name)
+        info = _lstat(path)
+        if info is None:
+            continue
+        newest = max(newest, info.st_mtime)
+        if stat.S_ISDIR(info.st_mode) and depth < MAX_ADAPTER_DEPTH:
+            newest = _scan(path, depth + 1, budget, entries, newest)
+        entries.append((path, info, depth + 1))
+    return newest
+
+
+def _listing(directory: str, budget: list[int]) -> list[str]:
+    try:
+        names = os.listdir(directory)
+    except OSError:  # gone, or no directory: nothing to do there
+        return []
+    budget[0] -= len(names)
+    if budget[0] < 0:
+        raise _OutOfBudget
+    return names
+
+
+def _lstat(path: str) -> os.stat_result | None:
+    try:
+        return os.lstat(path)
+    except OSError:
+        return None
+
+
+def _unlink(path: str) -> bool:
+    try:
+        os.unlink(path)
+        return True
+    except OSError:
+        return False
+
+
+def _rmdir(path: str) -> bool:
+    try:
+        os.rmdir(path)
+        return True
+    except OSError:  # not empty (something was written since), or gone
+        return False
+
+
+def _kind(mode: int) -> str:
+    if stat.S_ISLNK(mode):
+        return "a symbolic link"
+    if stat.S_ISFIFO(mode):
+        return "a FIFO"
+    if stat.S_ISSOCK(mode):
+        return "a socket"
+    if stat.S_ISDIR(mode):
+        return "a directory"
+    if stat.S_ISREG(mode):
+        return "a file"
+    return "a device"
