@@ -147,3 +147,52 @@ def test_an_abandoned_tree_is_out_of_sight_before_its_files_go(tmp_path, monkeyp
     monkeypatch.undo()
     sweep = collect_area(str(tmp_path), time.time(), 900, 7 * DAY)
     assert (sweep.files, sweep.trees) == (3, 1)
+
+
+def test_a_tree_larger_than_a_pass_still_goes_a_part_per_pass(tmp_path, monkeypatch):
+    """A ``.gc-*`` tree (or a junk directory) holding more entries than one pass
+    may look at: each pass lists only its budget's worth (bounded memory) and
+    removes what it saw, so the tree goes after a few passes (it used to make
+    every pass stop at that listing, removing nothing there, for ever)."""
+    _tree(str(tmp_path), ".gc-0123456789abcdef", {f"3/p0/0.{k}.json": b"{}" for k in range(100)})
+    monkeypatch.setattr(adapter_area, "MAX_ADAPTER_ENTRIES", 40)
+    listed = []
+    real_listing = adapter_area._listing
+    monkeypatch.setattr(adapter_area, "_listing", lambda d, b: listed.append(real_listing(d, b)) or listed[-1])
+    passes = 0
+    while os.listdir(tmp_path / ".spark" / "stream") and passes < 10:
+        collect_area(str(tmp_path), time.time(), 900, 7 * DAY)
+        passes += 1
+    assert os.listdir(tmp_path / ".spark" / "stream") == []
+    assert max(len(names or []) for names in listed) <= 40  # never more names than the budget held at once
+
+
+def test_a_huge_tree_not_seen_whole_is_never_removed_whole_and_is_reported(tmp_path, monkeypatch):
+    tree = _tree(str(tmp_path), "8" * 16, {f"3/p0/0.{k}.json": b"{}" for k in range(100)})
+    _age(tree, 8 * DAY)
+    monkeypatch.setattr(adapter_area, "MAX_ADAPTER_ENTRIES", 40)
+    sweep = collect_area(str(tmp_path), time.time(), 900, 7 * DAY)
+    assert not sweep.complete and (sweep.files, sweep.trees) == (0, 0)  # its age is unknown: kept
+    assert sweep.reported == [tree]
+    assert len(os.listdir(os.path.join(tree, "3", "p0"))) == 100
+
+
+def test_a_directory_that_cannot_be_listed_keeps_its_tree(tmp_path, monkeypatch):
+    """What an unreadable directory holds is unknown (a file written now,
+    perhaps): its tree is reported and kept, not judged by what could be seen."""
+    tree = _tree(str(tmp_path), "7" * 16, MANIFEST)
+    _age(tree, 8 * DAY)
+    hidden = os.path.join(tree, "3", "p1")
+
+    def refuse(real):
+        def listing(path="."):
+            if os.fspath(path) == hidden:
+                raise PermissionError(13, "Permission denied", hidden)
+            return real(path)
+        return listing
+
+    monkeypatch.setattr(os, "scandir", refuse(os.scandir))
+    monkeypatch.setattr(os, "listdir", refuse(os.listdir))
+    sweep = collect_area(str(tmp_path), time.time(), 900, 7 * DAY)
+    assert sweep.trees == 0 and sweep.reported == [hidden]
+    assert os.path.isdir(hidden) and os.listdir(os.path.join(tree, "3", "p0"))

@@ -160,3 +160,23 @@ def test_a_task_retry_claims_the_rest(flat_queue):
     rows = [m.body for chunk in _claimed(queue, SimpleNamespace(visibility_timeout=300), partition, True)
             for m in chunk]
     assert len(rows) == 10 and queue.stats().in_flight == 10
+
+
+def test_a_directory_gc_removes_between_makedirs_and_the_create_is_made_again(flat_queue, monkeypatch):
+    """gc removes an empty directory past its grace, or renames away the tree
+    of a query idle for the stage grace, just as a live query writes there
+    again: the write makes the directory again (it used to fail the task, and
+    leave the chunk it had claimed held by no manifest until its lease ran out)."""
+    path = _partition_dir(flat_queue)
+    real_open = os.open
+    removed = []
+
+    def gc_first(name, flags, *args, **kwargs):
+        if flags & os.O_EXCL and not removed:
+            removed.append(name)
+            os.rmdir(os.path.dirname(name))  # gc, between makedirs and the create
+        return real_open(name, flags, *args, **kwargs)
+
+    monkeypatch.setattr(os, "open", gc_first)
+    assert manifests.Manifest(path).write_chunk(0, 0, ["r"])
+    assert removed and manifests.read_manifest(path).receipts() == ["r"]

@@ -19,8 +19,14 @@ and age only (docs/FORMAT.md, "Garbage collection of .spark/")::
   directory belongs) is reported and left, and so are the directories that
   hold it; a tree holding such an entry is never removed whole. Nothing is followed, opened or read: ``lstat``, ``unlink``,
   ``rmdir``.
-- At most MAX_ADAPTER_ENTRIES entries are looked at per pass (trees in a
-  random order, so that one huge tree cannot starve the others for ever).
+- A directory that cannot be listed (other than gone) is reported and left
+  too: what it holds is unknown, so its tree is never removed whole.
+- At most MAX_ADAPTER_ENTRIES entries are looked at per pass, and at most
+  half as many tree names (trees in a random order, so that one huge tree
+  cannot starve the others for ever); a listing stops there, so memory is
+  bounded however many entries a directory holds. A tree not seen whole is
+  never removed whole (a ``.gc-*`` tree is, a part per pass); one larger than
+  a pass can see is reported.
 """
 
 from __future__ import annotations
@@ -58,10 +64,6 @@ class AreaSweep:
     complete: bool = True  # False: stopped at the entry budget; the next pass goes on
 
 
-class _OutOfBudget(Exception):
-    pass
-
-
 def collect_area(queue_path: str, now: float, grace: float, tree_grace: float,
                  report: Report | None = None) -> AreaSweep:
     """One gc pass over the queue's ``.spark/`` (see the module's docstring)."""
@@ -81,24 +83,30 @@ def collect_area(queue_path: str, now: float, grace: float, tree_grace: float,
     if not stat.S_ISDIR(info.st_mode):
         damaged(area, _kind(info.st_mode))
         return sweep
-    budget = [MAX_ADAPTER_ENTRIES]
-    try:
-        for kind_name in _listing(area, budget):
-            kind_path = os.path.join(area, kind_name)
-            kind = _lstat(kind_path)
-            if kind is None:
-                continue
-            if not stat.S_ISDIR(kind.st_mode):
-                damaged(kind_path, _kind(kind.st_mode) + " where a directory belongs")
-                continue
-            trees = _listing(kind_path, budget)
-            random.shuffle(trees)
-            for tree_name in trees:
-                _collect_tree(os.path.join(kind_path, tree_name), now, grace, tree_grace, budget, sweep, damaged)
-    except _OutOfBudget:
-        sweep.complete = False
-        log.warning("queue %s: gc looked at %d entries of %s and stopped; the next gc goes on",
-                    queue_path, MAX_ADAPTER_ENTRIES, area)
+    budget = [MAX_ADAPTER_ENTRIES]  # entries of trees looked at (< 0: spent)
+    names = [MAX_ADAPTER_ENTRIES // 2]  # names of kinds and trees listed
+    for kind_name in _listing(area, names) or []:
+        kind_path = os.path.join(area, kind_name)
+        kind = _lstat(kind_path)
+        if kind is None:
+            continue
+        if not stat.S_ISDIR(kind.st_mode):
+            damaged(kind_path, _kind(kind.st_mode) + " where a directory belongs")
+            continue
+        trees = _listing(kind_path, names)
+        if trees is None:
+            damaged(kind_path, "a directory that cannot be listed")
+            continue
+        random.shuffle(trees)
+        for tree_name in trees:
+            _collect_tree(os.path.join(kind_path, tree_name), now, grace, tree_grace, budget, sweep, damaged)
+            if budget[0] < 0:
+                break
+        if budget[0] < 0 or names[0] < 0:
+            sweep.complete = False
+            log.warning("queue %s: gc looked at %d entries of %s and stopped; the next gc goes on",
+                        queue_path, MAX_ADAPTER_ENTRIES, area)
+            break
     return sweep
 
 
@@ -112,9 +120,17 @@ def _collect_tree(tree: str, now: float, grace: float, tree_grace: float, budget
         damaged(tree, _kind(info.st_mode) + " where a directory belongs")
         return
     entries: list[tuple[str, os.stat_result, int]] = []  # children before their directory
-    newest = _scan(tree, 1, budget, entries, info.st_mtime)
-    clean = not any(_damage(entry, depth) for _, entry, depth in entries)
-    abandoned = os.path.basename(tree).startswith(REMOVING_PREFIX) or (clean and newest <= now - tree_grace)
+    unlisted: list[str] = []  # directories that could not be listed
+    at_start = budget[0]
+    newest = _scan(tree, 1, budget, entries, unlisted, info.st_mtime)
+    seen_whole = budget[0] >= 0
+    if not seen_whole and at_start >= MAX_ADAPTER_ENTRIES // 2:
+        damaged(tree, f"a tree of more entries than one gc looks at ({MAX_ADAPTER_ENTRIES})")
+    for path in unlisted:
+        damaged(path, "a directory that cannot be listed")
+    clean = not unlisted and not any(_damage(entry, depth) for _, entry, depth in entries)
+    abandoned = os.path.basename(tree).startswith(REMOVING_PREFIX) or (
+        clean and seen_whole and newest <= now - tree_grace)
     if abandoned and not os.path.basename(tree).startswith(REMOVING_PREFIX):
         # out of the adapter's sight in one step: a gc that dies half-way never leaves
         # a part of a tree (a manifest without its seal, say) where the adapter looks
@@ -127,7 +143,8 @@ def _collect_tree(tree: str, now: float, grace: float, tree_grace: float, budget
                     "came back when their leases ran out)", tree, now - newest)
         entries = [(gone + path[len(tree):], entry, depth) for path, entry, depth in entries]
         tree = gone
-    kept: set[str] = set()  # directories holding something left: never rmdir'ed (it would fail anyway)
+    # directories holding something left (or unknown): never rmdir'ed (it would fail anyway)
+    kept: set[str] = set(unlisted)
     for path, entry, depth in entries:
         mode = entry.st_mode
         parent = os.path.dirname(path)
@@ -159,29 +176,45 @@ def _damage(entry: os.stat_result, depth: int) -> str | None:
 
 
 def _scan(directory: str, depth: int, budget: list[int], entries: list[tuple[str, os.stat_result, int]],
-          newest: float) -> float:
+          unlisted: list[str], newest: float) -> float:
     """Every entry below ``directory`` (``depth`` levels below its KIND), post-order,
-    into ``entries``; the newest modification time met. Directories too deep are not entered."""
-    for name in _listing(directory, budget):
+    into ``entries`` (until the budget is spent); the directories that cannot be
+    listed into ``unlisted``; the newest modification time met. Directories too
+    deep are not entered."""
+    names = _listing(directory, budget)
+    if names is None:
+        unlisted.append(directory)
+        return newest
+    for name in names:
         path = os.path.join(directory, name)
         info = _lstat(path)
         if info is None:
             continue
         newest = max(newest, info.st_mtime)
-        if stat.S_ISDIR(info.st_mode) and depth < MAX_ADAPTER_DEPTH:
-            newest = _scan(path, depth + 1, budget, entries, newest)
+        if stat.S_ISDIR(info.st_mode) and depth < MAX_ADAPTER_DEPTH and budget[0] >= 0:
+            newest = _scan(path, depth + 1, budget, entries, unlisted, newest)
         entries.append((path, info, depth + 1))
     return newest
 
 
-def _listing(directory: str, budget: list[int]) -> list[str]:
+def _listing(directory: str, budget: list[int]) -> list[str] | None:
+    """The names in ``directory``, counted against ``budget``: at most what is
+    left of it (if there are more, the budget is spent: -1, and the rest waits
+    for the next pass); None if it cannot be listed. A directory gone, or no
+    directory, holds nothing."""
+    names: list[str] = []
     try:
-        names = os.listdir(directory)
-    except OSError:  # gone, or no directory: nothing to do there
-        return []
-    budget[0] -= len(names)
-    if budget[0] < 0:
-        raise _OutOfBudget
+        with os.scandir(directory) as listing:
+            for entry in listing:
+                if budget[0] <= 0:
+                    budget[0] = -1
+                    break
+                budget[0] -= 1
+                names.append(entry.name)
+    except (FileNotFoundError, NotADirectoryError):
+        return names
+    except OSError:
+        return None
     return names
 
 

@@ -38,6 +38,7 @@ from vsqs._core.limits import ADAPTER_WRITING_PREFIX, MAX_ADAPTER_FILE, SPARK_AR
 
 MANIFEST_VERSION = 2  # 1: written by link (complete by construction, no seal); still read
 _READABLE = (1, MANIFEST_VERSION)
+_MAKE_DIRECTORY_TRIES = 3  # a directory gc removed between makedirs and the create is made again
 _SUM = re.compile(rb',"sum":"([0-9a-f]{64})"\}\Z')  # the seal: SHA-256 of the bytes before it
 ROOT = (SPARK_AREA, "stream")  # gc's generic rule for the area (docs/FORMAT.md) sees Q as a tree
 MAX_MANIFEST_FILE = MAX_ADAPTER_FILE  # a chunk file holds at most CLAIM_CHUNK receipts: far less
@@ -228,17 +229,24 @@ def encode(content: dict) -> bytes:
 def _write_new(directory: str, name: str, content: dict) -> bool:
     """Write ``content`` durably as ``directory/name`` unless that name
     exists (False: another attempt has it, complete or not)."""
-    os.makedirs(directory, exist_ok=True)
     target = os.path.join(directory, name)
-    try:
-        fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
-    except FileExistsError:
-        return False
-    except OSError as error:
-        # a lost exclusive create on HDFS's NFS gateway is EIO (EACCES, EPERM elsewhere): look
-        if error.errno in (errno.EIO, errno.EACCES, errno.EPERM) and os.path.lexists(target):
+    for attempt in range(_MAKE_DIRECTORY_TRIES):
+        os.makedirs(directory, exist_ok=True)
+        try:
+            fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+            break
+        except FileExistsError:
             return False
-        raise
+        except FileNotFoundError:
+            # gc removed the directory after makedirs (an empty one past its grace,
+            # or the whole tree of a query idle for the stage grace): make it again
+            if attempt == _MAKE_DIRECTORY_TRIES - 1:
+                raise
+        except OSError as error:
+            # a lost exclusive create on HDFS's NFS gateway is EIO (EACCES, EPERM elsewhere): look
+            if error.errno in (errno.EIO, errno.EACCES, errno.EPERM) and os.path.lexists(target):
+                return False
+            raise
     try:
         with os.fdopen(fd, "wb", closefd=False) as stream:
             stream.write(encode(content))
