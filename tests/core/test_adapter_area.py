@@ -140,7 +140,7 @@ def test_an_abandoned_tree_is_out_of_sight_before_its_files_go(tmp_path, monkeyp
     tree = _tree(str(tmp_path), "9" * 16, MANIFEST)
     _age(tree, 8 * DAY)
     seen = []
-    monkeypatch.setattr(adapter_area, "_unlink", lambda path: seen.append(os.path.exists(tree)) or False)
+    monkeypatch.setattr(adapter_area, "_unlink", lambda base, path: seen.append(os.path.exists(tree)) or False)
     collect_area(str(tmp_path), time.time(), 900, 7 * DAY)  # (a gc that dies at its first unlink)
     assert seen and not any(seen)
     assert [name[:4] for name in os.listdir(tmp_path / ".spark" / "stream")] == [".gc-"]
@@ -196,3 +196,29 @@ def test_a_directory_that_cannot_be_listed_keeps_its_tree(tmp_path, monkeypatch)
     sweep = collect_area(str(tmp_path), time.time(), 900, 7 * DAY)
     assert sweep.trees == 0 and sweep.reported == [hidden]
     assert os.path.isdir(hidden) and os.listdir(os.path.join(tree, "3", "p0"))
+
+
+def test_a_directory_swapped_for_a_link_after_the_scan_is_not_followed(tmp_path, monkeypatch):
+    """Someone swaps a directory of an abandoned tree for a symbolic link to
+    another directory between gc's scan and its unlinks: the files of the same
+    names there stay (every unlink walks down with O_NOFOLLOW opens)."""
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    for name in ("0.0.json", "0.end.json"):
+        (outside / name).write_bytes(b"precious")
+    queue = tmp_path / "q"
+    tree = _tree(str(queue), "6" * 16, MANIFEST)
+    _age(tree, 8 * DAY)
+    real_rename = os.rename
+
+    def rename_then_swap(*args, **kwargs):
+        real_rename(*args, **kwargs)
+        gone = next(p for p in (queue / ".spark" / "stream").iterdir() if p.name.startswith(".gc-"))
+        for name in os.listdir(gone / "3" / "p0"):
+            os.unlink(gone / "3" / "p0" / name)
+        os.rmdir(gone / "3" / "p0")
+        os.symlink(outside, gone / "3" / "p0")
+
+    monkeypatch.setattr(os, "rename", rename_then_swap)
+    collect_area(str(queue), time.time(), 900, 7 * DAY)
+    assert sorted(os.listdir(outside)) == ["0.0.json", "0.end.json"]

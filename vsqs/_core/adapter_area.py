@@ -17,8 +17,11 @@ and age only (docs/FORMAT.md, "Garbage collection of .spark/")::
   ever removed. Anything else (a symbolic link, a FIFO, a socket, a device, a
   larger file, a directory deeper than MAX_ADAPTER_DEPTH, a file where a
   directory belongs) is reported and left, and so are the directories that
-  hold it; a tree holding such an entry is never removed whole. Nothing is followed, opened or read: ``lstat``, ``unlink``,
-  ``rmdir``.
+  hold it; a tree holding such an entry is never removed whole. No file is
+  opened or read (``lstat``, ``scandir``, ``unlink``, ``rmdir``), and no link
+  followed: every removal and rename walks down from the queue's directory
+  opening each directory with ``O_NOFOLLOW``, so a directory swapped for a
+  symbolic link after the scan stops it there, inside the queue.
 - A directory that cannot be listed (other than gone) is reported and left
   too: what it holds is unknown, so its tree is never removed whole.
 - At most MAX_ADAPTER_ENTRIES entries are looked at per pass, and at most
@@ -99,7 +102,8 @@ def collect_area(queue_path: str, now: float, grace: float, tree_grace: float,
             continue
         random.shuffle(trees)
         for tree_name in trees:
-            _collect_tree(os.path.join(kind_path, tree_name), now, grace, tree_grace, budget, sweep, damaged)
+            _collect_tree(queue_path, os.path.join(kind_path, tree_name), now, grace, tree_grace, budget, sweep,
+                          damaged)
             if budget[0] < 0:
                 break
         if budget[0] < 0 or names[0] < 0:
@@ -110,7 +114,7 @@ def collect_area(queue_path: str, now: float, grace: float, tree_grace: float,
     return sweep
 
 
-def _collect_tree(tree: str, now: float, grace: float, tree_grace: float, budget: list[int],
+def _collect_tree(queue_path: str, tree: str, now: float, grace: float, tree_grace: float, budget: list[int],
                   sweep: AreaSweep, damaged: Report) -> None:
     """Apply the rules to one TREE: scan it whole first (its age is its newest entry's)."""
     info = _lstat(tree)
@@ -135,10 +139,9 @@ def _collect_tree(tree: str, now: float, grace: float, tree_grace: float, budget
         # out of the adapter's sight in one step: a gc that dies half-way never leaves
         # a part of a tree (a manifest without its seal, say) where the adapter looks
         gone = os.path.join(os.path.dirname(tree), REMOVING_PREFIX + secrets.token_hex(8))
-        try:
-            os.rename(tree, gone)
-        except OSError:  # gone meanwhile, or refused: the next gc tries again
-            return
+        if not _below(queue_path, os.path.dirname(tree), lambda fd: os.rename(
+                os.path.basename(tree), os.path.basename(gone), src_dir_fd=fd, dst_dir_fd=fd)):
+            return  # gone meanwhile, or refused: the next gc tries again
         log.warning("removing %s, untouched for %.0f s: the job that wrote it is gone (its messages "
                     "came back when their leases ran out)", tree, now - newest)
         entries = [(gone + path[len(tree):], entry, depth) for path, entry, depth in entries]
@@ -153,14 +156,14 @@ def _collect_tree(tree: str, now: float, grace: float, tree_grace: float, budget
             damaged(path, why)
             kept.add(parent)
         elif stat.S_ISDIR(mode):
-            if path in kept or not (abandoned or entry.st_mtime <= now - grace) or not _rmdir(path):
+            if path in kept or not (abandoned or entry.st_mtime <= now - grace) or not _rmdir(queue_path, path):
                 kept.add(parent)
         elif (abandoned or (os.path.basename(path).startswith(ADAPTER_WRITING_PREFIX)
-                            and entry.st_mtime <= now - grace)) and _unlink(path):
+                            and entry.st_mtime <= now - grace)) and _unlink(queue_path, path):
             sweep.files += 1
         else:
             kept.add(parent)
-    if abandoned and tree not in kept and _rmdir(tree):
+    if abandoned and tree not in kept and _rmdir(queue_path, tree):
         sweep.trees += 1
 
 
@@ -225,20 +228,40 @@ def _lstat(path: str) -> os.stat_result | None:
         return None
 
 
-def _unlink(path: str) -> bool:
+def _unlink(queue_path: str, path: str) -> bool:
+    return _below(queue_path, os.path.dirname(path), lambda fd: os.unlink(os.path.basename(path), dir_fd=fd))
+
+
+def _rmdir(queue_path: str, path: str) -> bool:
+    # fails if not empty (something was written since), or gone
+    return _below(queue_path, os.path.dirname(path), lambda fd: os.rmdir(os.path.basename(path), dir_fd=fd))
+
+
+def _below(queue_path: str, directory: str, action: Callable[[int], None]) -> bool:
+    """Run ``action`` on a descriptor of ``directory`` (inside ``queue_path``),
+    reached from the queue's directory one ``O_NOFOLLOW`` open at a time: a
+    component that is (now) a symbolic link, or no directory, fails it. False
+    if anything failed."""
+    relative = os.path.relpath(directory, queue_path)
+    parts = [] if relative == os.curdir else relative.split(os.sep)
+    if os.pardir in parts:
+        return False
+    flags = os.O_RDONLY | os.O_DIRECTORY | os.O_NONBLOCK | os.O_CLOEXEC
     try:
-        os.unlink(path)
+        fd = os.open(queue_path, flags)
+    except OSError:
+        return False
+    try:
+        for part in parts:
+            inner = os.open(part, flags | os.O_NOFOLLOW, dir_fd=fd)
+            os.close(fd)
+            fd = inner
+        action(fd)
         return True
     except OSError:
         return False
-
-
-def _rmdir(path: str) -> bool:
-    try:
-        os.rmdir(path)
-        return True
-    except OSError:  # not empty (something was written since), or gone
-        return False
+    finally:
+        os.close(fd)
 
 
 def _kind(mode: int) -> str:
