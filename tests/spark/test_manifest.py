@@ -180,3 +180,15 @@ def test_a_directory_gc_removes_between_makedirs_and_the_create_is_made_again(fl
     monkeypatch.setattr(os, "open", gc_first)
     assert manifests.Manifest(path).write_chunk(0, 0, ["r"])
     assert removed and manifests.read_manifest(path).receipts() == ["r"]
+
+
+def test_a_torn_seal_does_not_hide_the_seal_that_stands(flat_queue, monkeypatch):
+    """claimed_in counts a partition's messages from its first readable seal
+    (it stopped at the first seal name, torn or not, and counted 0)."""
+    path = _partition_dir(flat_queue)
+    assert manifests.Manifest(path).seal(1, 2, 7) == 2
+    with open(os.path.join(path, "0.end.json"), "wb") as stream:  # a seal torn by a dead attempt
+        stream.write(manifests.encode({"chunks": 2, "messages": 7})[:20])
+    real_listdir = manifests._listdir
+    monkeypatch.setattr(manifests, "_listdir", lambda directory: sorted(real_listdir(directory)))
+    assert manifests.claimed_in(flat_queue.path, "0123456789abcdef", 1) == 7

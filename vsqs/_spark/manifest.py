@@ -124,7 +124,9 @@ def claimed_in(queue_path: str, query: str, batch: int) -> int | None:
     for name in names:
         for entry in _listdir(os.path.join(directory, name)):
             if entry.endswith(".end.json") and _FILE.match(entry):
-                content = _read_json(os.path.join(directory, name, entry)) or {}
+                content = _read_json(os.path.join(directory, name, entry))
+                if content is None:  # torn, being written: another generation's seal may stand
+                    continue
                 messages = content.get("messages")
                 total += messages if type(messages) is int and messages >= 0 else 0
                 break
