@@ -222,3 +222,27 @@ def test_a_directory_swapped_for_a_link_after_the_scan_is_not_followed(tmp_path,
     monkeypatch.setattr(os, "rename", rename_then_swap)
     collect_area(str(queue), time.time(), 900, 7 * DAY)
     assert sorted(os.listdir(outside)) == ["0.0.json", "0.end.json"]
+
+
+def test_a_tree_written_to_during_the_scan_is_kept(tmp_path, monkeypatch):
+    """A query restarted after the grace writes into its old tree while gc
+    scans it: the tree's directories changed, so gc leaves it (it used to take
+    the tree away with the new file in it)."""
+    tree = _tree(str(tmp_path), "5" * 16, MANIFEST)
+    _age(tree, 8 * DAY)
+    real_scan = adapter_area._scan
+    levels = []
+
+    def scan_then_write(*args, **kwargs):
+        levels.append(1)
+        newest = real_scan(*args, **kwargs)
+        levels.pop()
+        if not levels:  # the whole tree scanned (and found old)
+            with open(os.path.join(tree, "3", "p1", "1.0.json"), "wb") as stream:  # a replay's next generation
+                stream.write(b"{}")
+        return newest
+
+    monkeypatch.setattr(adapter_area, "_scan", scan_then_write)
+    sweep = collect_area(str(tmp_path), time.time(), 900, 7 * DAY)
+    assert (sweep.files, sweep.trees) == (0, 0)
+    assert sorted(os.listdir(os.path.join(tree, "3", "p1"))) == ["0.0.json", "1.0.json"]

@@ -136,6 +136,8 @@ def _collect_tree(queue_path: str, tree: str, now: float, grace: float, tree_gra
     abandoned = os.path.basename(tree).startswith(REMOVING_PREFIX) or (
         clean and seen_whole and newest <= now - tree_grace)
     if abandoned and not os.path.basename(tree).startswith(REMOVING_PREFIX):
+        if not _unchanged(tree, info, entries):
+            return  # written to since the scan (a query restarted just now): alive
         # out of the adapter's sight in one step: a gc that dies half-way never leaves
         # a part of a tree (a manifest without its seal, say) where the adapter looks
         gone = os.path.join(os.path.dirname(tree), REMOVING_PREFIX + secrets.token_hex(8))
@@ -165,6 +167,19 @@ def _collect_tree(queue_path: str, tree: str, now: float, grace: float, tree_gra
             kept.add(parent)
     if abandoned and tree not in kept and _rmdir(queue_path, tree):
         sweep.trees += 1
+
+
+def _unchanged(tree: str, info: os.stat_result, entries: list[tuple[str, os.stat_result, int]]) -> bool:
+    """Whether the tree's directories are as the scan found them: a file made or
+    removed since changes its directory's mtime. (Checked just before the
+    rename: what a writer does in between, it does to a tree gc then removes;
+    its next file makes the directories again, and what it lost comes back
+    after its lease, as for any claim its manifest does not hold.)"""
+    for path, seen in [(tree, info), *((p, e) for p, e, _ in entries if stat.S_ISDIR(e.st_mode))]:
+        now = _lstat(path)
+        if now is None or (now.st_ino, now.st_mtime_ns) != (seen.st_ino, seen.st_mtime_ns):
+            return False
+    return True
 
 
 def _damage(entry: os.stat_result, depth: int) -> str | None:
