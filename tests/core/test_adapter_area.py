@@ -140,10 +140,109 @@ def test_an_abandoned_tree_is_out_of_sight_before_its_files_go(tmp_path, monkeyp
     tree = _tree(str(tmp_path), "9" * 16, MANIFEST)
     _age(tree, 8 * DAY)
     seen = []
-    monkeypatch.setattr(adapter_area, "_unlink", lambda path: seen.append(os.path.exists(tree)) or False)
+    monkeypatch.setattr(adapter_area, "_unlink", lambda base, path: seen.append(os.path.exists(tree)) or False)
     collect_area(str(tmp_path), time.time(), 900, 7 * DAY)  # (a gc that dies at its first unlink)
     assert seen and not any(seen)
     assert [name[:4] for name in os.listdir(tmp_path / ".spark" / "stream")] == [".gc-"]
     monkeypatch.undo()
     sweep = collect_area(str(tmp_path), time.time(), 900, 7 * DAY)
     assert (sweep.files, sweep.trees) == (3, 1)
+
+
+def test_a_tree_larger_than_a_pass_still_goes_a_part_per_pass(tmp_path, monkeypatch):
+    """A ``.gc-*`` tree (or a junk directory) holding more entries than one pass
+    may look at: each pass lists only its budget's worth (bounded memory) and
+    removes what it saw, so the tree goes after a few passes (it used to make
+    every pass stop at that listing, removing nothing there, for ever)."""
+    _tree(str(tmp_path), ".gc-0123456789abcdef", {f"3/p0/0.{k}.json": b"{}" for k in range(100)})
+    monkeypatch.setattr(adapter_area, "MAX_ADAPTER_ENTRIES", 40)
+    listed = []
+    real_listing = adapter_area._listing
+    monkeypatch.setattr(adapter_area, "_listing", lambda d, b: listed.append(real_listing(d, b)) or listed[-1])
+    passes = 0
+    while os.listdir(tmp_path / ".spark" / "stream") and passes < 10:
+        collect_area(str(tmp_path), time.time(), 900, 7 * DAY)
+        passes += 1
+    assert os.listdir(tmp_path / ".spark" / "stream") == []
+    assert max(len(names or []) for names in listed) <= 40  # never more names than the budget held at once
+
+
+def test_a_huge_tree_not_seen_whole_is_never_removed_whole_and_is_reported(tmp_path, monkeypatch):
+    tree = _tree(str(tmp_path), "8" * 16, {f"3/p0/0.{k}.json": b"{}" for k in range(100)})
+    _age(tree, 8 * DAY)
+    monkeypatch.setattr(adapter_area, "MAX_ADAPTER_ENTRIES", 40)
+    sweep = collect_area(str(tmp_path), time.time(), 900, 7 * DAY)
+    assert not sweep.complete and (sweep.files, sweep.trees) == (0, 0)  # its age is unknown: kept
+    assert sweep.reported == [tree]
+    assert len(os.listdir(os.path.join(tree, "3", "p0"))) == 100
+
+
+def test_a_directory_that_cannot_be_listed_keeps_its_tree(tmp_path, monkeypatch):
+    """What an unreadable directory holds is unknown (a file written now,
+    perhaps): its tree is reported and kept, not judged by what could be seen."""
+    tree = _tree(str(tmp_path), "7" * 16, MANIFEST)
+    _age(tree, 8 * DAY)
+    hidden = os.path.join(tree, "3", "p1")
+
+    def refuse(real):
+        def listing(path="."):
+            if os.fspath(path) == hidden:
+                raise PermissionError(13, "Permission denied", hidden)
+            return real(path)
+        return listing
+
+    monkeypatch.setattr(os, "scandir", refuse(os.scandir))
+    monkeypatch.setattr(os, "listdir", refuse(os.listdir))
+    sweep = collect_area(str(tmp_path), time.time(), 900, 7 * DAY)
+    assert sweep.trees == 0 and sweep.reported == [hidden]
+    assert os.path.isdir(hidden) and os.listdir(os.path.join(tree, "3", "p0"))
+
+
+def test_a_directory_swapped_for_a_link_after_the_scan_is_not_followed(tmp_path, monkeypatch):
+    """Someone swaps a directory of an abandoned tree for a symbolic link to
+    another directory between gc's scan and its unlinks: the files of the same
+    names there stay (every unlink walks down with O_NOFOLLOW opens)."""
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    for name in ("0.0.json", "0.end.json"):
+        (outside / name).write_bytes(b"precious")
+    queue = tmp_path / "q"
+    tree = _tree(str(queue), "6" * 16, MANIFEST)
+    _age(tree, 8 * DAY)
+    real_rename = os.rename
+
+    def rename_then_swap(*args, **kwargs):
+        real_rename(*args, **kwargs)
+        gone = next(p for p in (queue / ".spark" / "stream").iterdir() if p.name.startswith(".gc-"))
+        for name in os.listdir(gone / "3" / "p0"):
+            os.unlink(gone / "3" / "p0" / name)
+        os.rmdir(gone / "3" / "p0")
+        os.symlink(outside, gone / "3" / "p0")
+
+    monkeypatch.setattr(os, "rename", rename_then_swap)
+    collect_area(str(queue), time.time(), 900, 7 * DAY)
+    assert sorted(os.listdir(outside)) == ["0.0.json", "0.end.json"]
+
+
+def test_a_tree_written_to_during_the_scan_is_kept(tmp_path, monkeypatch):
+    """A query restarted after the grace writes into its old tree while gc
+    scans it: the tree's directories changed, so gc leaves it (it used to take
+    the tree away with the new file in it)."""
+    tree = _tree(str(tmp_path), "5" * 16, MANIFEST)
+    _age(tree, 8 * DAY)
+    real_scan = adapter_area._scan
+    levels = []
+
+    def scan_then_write(*args, **kwargs):
+        levels.append(1)
+        newest = real_scan(*args, **kwargs)
+        levels.pop()
+        if not levels:  # the whole tree scanned (and found old)
+            with open(os.path.join(tree, "3", "p1", "1.0.json"), "wb") as stream:  # a replay's next generation
+                stream.write(b"{}")
+        return newest
+
+    monkeypatch.setattr(adapter_area, "_scan", scan_then_write)
+    sweep = collect_area(str(tmp_path), time.time(), 900, 7 * DAY)
+    assert (sweep.files, sweep.trees) == (0, 0)
+    assert sorted(os.listdir(os.path.join(tree, "3", "p1"))) == ["0.0.json", "1.0.json"]

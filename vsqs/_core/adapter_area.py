@@ -17,10 +17,19 @@ and age only (docs/FORMAT.md, "Garbage collection of .spark/")::
   ever removed. Anything else (a symbolic link, a FIFO, a socket, a device, a
   larger file, a directory deeper than MAX_ADAPTER_DEPTH, a file where a
   directory belongs) is reported and left, and so are the directories that
-  hold it; a tree holding such an entry is never removed whole. Nothing is followed, opened or read: ``lstat``, ``unlink``,
-  ``rmdir``.
-- At most MAX_ADAPTER_ENTRIES entries are looked at per pass (trees in a
-  random order, so that one huge tree cannot starve the others for ever).
+  hold it; a tree holding such an entry is never removed whole. No file is
+  opened or read (``lstat``, ``scandir``, ``unlink``, ``rmdir``), and no link
+  followed: every removal and rename walks down from the queue's directory
+  opening each directory with ``O_NOFOLLOW``, so a directory swapped for a
+  symbolic link after the scan stops it there, inside the queue.
+- A directory that cannot be listed (other than gone) is reported and left
+  too: what it holds is unknown, so its tree is never removed whole.
+- At most MAX_ADAPTER_ENTRIES entries are looked at per pass, and at most
+  half as many tree names (trees in a random order, so that one huge tree
+  cannot starve the others for ever); a listing stops there, so memory is
+  bounded however many entries a directory holds. A tree not seen whole is
+  never removed whole (a ``.gc-*`` tree is, a part per pass); one larger than
+  a pass can see is reported.
 """
 
 from __future__ import annotations
@@ -58,10 +67,6 @@ class AreaSweep:
     complete: bool = True  # False: stopped at the entry budget; the next pass goes on
 
 
-class _OutOfBudget(Exception):
-    pass
-
-
 def collect_area(queue_path: str, now: float, grace: float, tree_grace: float,
                  report: Report | None = None) -> AreaSweep:
     """One gc pass over the queue's ``.spark/`` (see the module's docstring)."""
@@ -81,28 +86,35 @@ def collect_area(queue_path: str, now: float, grace: float, tree_grace: float,
     if not stat.S_ISDIR(info.st_mode):
         damaged(area, _kind(info.st_mode))
         return sweep
-    budget = [MAX_ADAPTER_ENTRIES]
-    try:
-        for kind_name in _listing(area, budget):
-            kind_path = os.path.join(area, kind_name)
-            kind = _lstat(kind_path)
-            if kind is None:
-                continue
-            if not stat.S_ISDIR(kind.st_mode):
-                damaged(kind_path, _kind(kind.st_mode) + " where a directory belongs")
-                continue
-            trees = _listing(kind_path, budget)
-            random.shuffle(trees)
-            for tree_name in trees:
-                _collect_tree(os.path.join(kind_path, tree_name), now, grace, tree_grace, budget, sweep, damaged)
-    except _OutOfBudget:
-        sweep.complete = False
-        log.warning("queue %s: gc looked at %d entries of %s and stopped; the next gc goes on",
-                    queue_path, MAX_ADAPTER_ENTRIES, area)
+    budget = [MAX_ADAPTER_ENTRIES]  # entries of trees looked at (< 0: spent)
+    names = [MAX_ADAPTER_ENTRIES // 2]  # names of kinds and trees listed
+    for kind_name in _listing(area, names) or []:
+        kind_path = os.path.join(area, kind_name)
+        kind = _lstat(kind_path)
+        if kind is None:
+            continue
+        if not stat.S_ISDIR(kind.st_mode):
+            damaged(kind_path, _kind(kind.st_mode) + " where a directory belongs")
+            continue
+        trees = _listing(kind_path, names)
+        if trees is None:
+            damaged(kind_path, "a directory that cannot be listed")
+            continue
+        random.shuffle(trees)
+        for tree_name in trees:
+            _collect_tree(queue_path, os.path.join(kind_path, tree_name), now, grace, tree_grace, budget, sweep,
+                          damaged)
+            if budget[0] < 0:
+                break
+        if budget[0] < 0 or names[0] < 0:
+            sweep.complete = False
+            log.warning("queue %s: gc looked at %d entries of %s and stopped; the next gc goes on",
+                        queue_path, MAX_ADAPTER_ENTRIES, area)
+            break
     return sweep
 
 
-def _collect_tree(tree: str, now: float, grace: float, tree_grace: float, budget: list[int],
+def _collect_tree(queue_path: str, tree: str, now: float, grace: float, tree_grace: float, budget: list[int],
                   sweep: AreaSweep, damaged: Report) -> None:
     """Apply the rules to one TREE: scan it whole first (its age is its newest entry's)."""
     info = _lstat(tree)
@@ -112,22 +124,32 @@ def _collect_tree(tree: str, now: float, grace: float, tree_grace: float, budget
         damaged(tree, _kind(info.st_mode) + " where a directory belongs")
         return
     entries: list[tuple[str, os.stat_result, int]] = []  # children before their directory
-    newest = _scan(tree, 1, budget, entries, info.st_mtime)
-    clean = not any(_damage(entry, depth) for _, entry, depth in entries)
-    abandoned = os.path.basename(tree).startswith(REMOVING_PREFIX) or (clean and newest <= now - tree_grace)
+    unlisted: list[str] = []  # directories that could not be listed
+    at_start = budget[0]
+    newest = _scan(tree, 1, budget, entries, unlisted, info.st_mtime)
+    seen_whole = budget[0] >= 0
+    if not seen_whole and at_start >= MAX_ADAPTER_ENTRIES // 2:
+        damaged(tree, f"a tree of more entries than one gc looks at ({MAX_ADAPTER_ENTRIES})")
+    for path in unlisted:
+        damaged(path, "a directory that cannot be listed")
+    clean = not unlisted and not any(_damage(entry, depth) for _, entry, depth in entries)
+    abandoned = os.path.basename(tree).startswith(REMOVING_PREFIX) or (
+        clean and seen_whole and newest <= now - tree_grace)
     if abandoned and not os.path.basename(tree).startswith(REMOVING_PREFIX):
+        if not _unchanged(tree, info, entries):
+            return  # written to since the scan (a query restarted just now): alive
         # out of the adapter's sight in one step: a gc that dies half-way never leaves
         # a part of a tree (a manifest without its seal, say) where the adapter looks
         gone = os.path.join(os.path.dirname(tree), REMOVING_PREFIX + secrets.token_hex(8))
-        try:
-            os.rename(tree, gone)
-        except OSError:  # gone meanwhile, or refused: the next gc tries again
-            return
+        if not _below(queue_path, os.path.dirname(tree), lambda fd: os.rename(
+                os.path.basename(tree), os.path.basename(gone), src_dir_fd=fd, dst_dir_fd=fd)):
+            return  # gone meanwhile, or refused: the next gc tries again
         log.warning("removing %s, untouched for %.0f s: the job that wrote it is gone (its messages "
                     "came back when their leases ran out)", tree, now - newest)
         entries = [(gone + path[len(tree):], entry, depth) for path, entry, depth in entries]
         tree = gone
-    kept: set[str] = set()  # directories holding something left: never rmdir'ed (it would fail anyway)
+    # directories holding something left (or unknown): never rmdir'ed (it would fail anyway)
+    kept: set[str] = set(unlisted)
     for path, entry, depth in entries:
         mode = entry.st_mode
         parent = os.path.dirname(path)
@@ -136,15 +158,28 @@ def _collect_tree(tree: str, now: float, grace: float, tree_grace: float, budget
             damaged(path, why)
             kept.add(parent)
         elif stat.S_ISDIR(mode):
-            if path in kept or not (abandoned or entry.st_mtime <= now - grace) or not _rmdir(path):
+            if path in kept or not (abandoned or entry.st_mtime <= now - grace) or not _rmdir(queue_path, path):
                 kept.add(parent)
         elif (abandoned or (os.path.basename(path).startswith(ADAPTER_WRITING_PREFIX)
-                            and entry.st_mtime <= now - grace)) and _unlink(path):
+                            and entry.st_mtime <= now - grace)) and _unlink(queue_path, path):
             sweep.files += 1
         else:
             kept.add(parent)
-    if abandoned and tree not in kept and _rmdir(tree):
+    if abandoned and tree not in kept and _rmdir(queue_path, tree):
         sweep.trees += 1
+
+
+def _unchanged(tree: str, info: os.stat_result, entries: list[tuple[str, os.stat_result, int]]) -> bool:
+    """Whether the tree's directories are as the scan found them: a file made or
+    removed since changes its directory's mtime. (Checked just before the
+    rename: what a writer does in between, it does to a tree gc then removes;
+    its next file makes the directories again, and what it lost comes back
+    after its lease, as for any claim its manifest does not hold.)"""
+    for path, seen in [(tree, info), *((p, e) for p, e, _ in entries if stat.S_ISDIR(e.st_mode))]:
+        now = _lstat(path)
+        if now is None or (now.st_ino, now.st_mtime_ns) != (seen.st_ino, seen.st_mtime_ns):
+            return False
+    return True
 
 
 def _damage(entry: os.stat_result, depth: int) -> str | None:
@@ -159,29 +194,45 @@ def _damage(entry: os.stat_result, depth: int) -> str | None:
 
 
 def _scan(directory: str, depth: int, budget: list[int], entries: list[tuple[str, os.stat_result, int]],
-          newest: float) -> float:
+          unlisted: list[str], newest: float) -> float:
     """Every entry below ``directory`` (``depth`` levels below its KIND), post-order,
-    into ``entries``; the newest modification time met. Directories too deep are not entered."""
-    for name in _listing(directory, budget):
+    into ``entries`` (until the budget is spent); the directories that cannot be
+    listed into ``unlisted``; the newest modification time met. Directories too
+    deep are not entered."""
+    names = _listing(directory, budget)
+    if names is None:
+        unlisted.append(directory)
+        return newest
+    for name in names:
         path = os.path.join(directory, name)
         info = _lstat(path)
         if info is None:
             continue
         newest = max(newest, info.st_mtime)
-        if stat.S_ISDIR(info.st_mode) and depth < MAX_ADAPTER_DEPTH:
-            newest = _scan(path, depth + 1, budget, entries, newest)
+        if stat.S_ISDIR(info.st_mode) and depth < MAX_ADAPTER_DEPTH and budget[0] >= 0:
+            newest = _scan(path, depth + 1, budget, entries, unlisted, newest)
         entries.append((path, info, depth + 1))
     return newest
 
 
-def _listing(directory: str, budget: list[int]) -> list[str]:
+def _listing(directory: str, budget: list[int]) -> list[str] | None:
+    """The names in ``directory``, counted against ``budget``: at most what is
+    left of it (if there are more, the budget is spent: -1, and the rest waits
+    for the next pass); None if it cannot be listed. A directory gone, or no
+    directory, holds nothing."""
+    names: list[str] = []
     try:
-        names = os.listdir(directory)
-    except OSError:  # gone, or no directory: nothing to do there
-        return []
-    budget[0] -= len(names)
-    if budget[0] < 0:
-        raise _OutOfBudget
+        with os.scandir(directory) as listing:
+            for entry in listing:
+                if budget[0] <= 0:
+                    budget[0] = -1
+                    break
+                budget[0] -= 1
+                names.append(entry.name)
+    except (FileNotFoundError, NotADirectoryError):
+        return names
+    except OSError:
+        return None
     return names
 
 
@@ -192,20 +243,40 @@ def _lstat(path: str) -> os.stat_result | None:
         return None
 
 
-def _unlink(path: str) -> bool:
+def _unlink(queue_path: str, path: str) -> bool:
+    return _below(queue_path, os.path.dirname(path), lambda fd: os.unlink(os.path.basename(path), dir_fd=fd))
+
+
+def _rmdir(queue_path: str, path: str) -> bool:
+    # fails if not empty (something was written since), or gone
+    return _below(queue_path, os.path.dirname(path), lambda fd: os.rmdir(os.path.basename(path), dir_fd=fd))
+
+
+def _below(queue_path: str, directory: str, action: Callable[[int], None]) -> bool:
+    """Run ``action`` on a descriptor of ``directory`` (inside ``queue_path``),
+    reached from the queue's directory one ``O_NOFOLLOW`` open at a time: a
+    component that is (now) a symbolic link, or no directory, fails it. False
+    if anything failed."""
+    relative = os.path.relpath(directory, queue_path)
+    parts = [] if relative == os.curdir else relative.split(os.sep)
+    if os.pardir in parts:
+        return False
+    flags = os.O_RDONLY | os.O_DIRECTORY | os.O_NONBLOCK | os.O_CLOEXEC
     try:
-        os.unlink(path)
+        fd = os.open(queue_path, flags)
+    except OSError:
+        return False
+    try:
+        for part in parts:
+            inner = os.open(part, flags | os.O_NOFOLLOW, dir_fd=fd)
+            os.close(fd)
+            fd = inner
+        action(fd)
         return True
     except OSError:
         return False
-
-
-def _rmdir(path: str) -> bool:
-    try:
-        os.rmdir(path)
-        return True
-    except OSError:  # not empty (something was written since), or gone
-        return False
+    finally:
+        os.close(fd)
 
 
 def _kind(mode: int) -> str:

@@ -150,7 +150,15 @@ def _claimed(queue: Queue, options: Options, partition: StreamPartition, content
             except StaleReceipt:  # taken from us since the extension: theirs now
                 continue
         yield again
-    if manifest.sealed:
+    if manifest.sealed or partition.replay:
+        # A replay re-reads what is recorded and claims nothing new: an unsealed
+        # manifest may be a sealed one read half (gc renamed the tree away between
+        # the listing and the reads, a stale NFS listing, a torn seal), and the
+        # batch may be in an idempotent sink already, which would skip new messages
+        # under its id (the next batch would delete them: lost). The next batch
+        # claims the rest; what this one re-read, it seals.
+        if not manifest.sealed:
+            manifest.seal(generation, last, count)
         return
     chunk = last
     size = CLAIM_FIRST

@@ -3,24 +3,30 @@
 A task that claims messages for partition P of micro-batch N of query Q
 writes their receipts, chunk by chunk, before it returns a row of them, under
 the queue's reserved ``.spark/`` directory (docs/FORMAT.md, "Spark claim
-manifests", version 1)::
+manifests", version 2)::
 
     .spark/stream/Q/N/pP/G.K.json   receipts of chunk K, as of generation G
     .spark/stream/Q/N/pP/G.end.json the partition is sealed: it has K chunks
 
-A file is written whole to a temporary name, synced, and linked to its name
-(``link`` fails if the name exists: a file is never overwritten), so it is
-complete or absent. A later attempt of the same partition (a task retry, a
-replay after a driver crash) reads the chunks instead of claiming new
-messages; it extends their visibility, which gives new receipts, and records
-them as its own generation G+1 (chunk K of the highest generation holding it
-wins). A sealed partition is re-read exactly; an unsealed one (its attempt
-died while claiming) is re-read and then claims the rest.
+A file is created under its final name with an exclusive create (it fails if
+the name exists: a file is never overwritten; no hard link, which some NFS
+and HDFS mounts lack), written and synced; its last field is a SHA-256 of the
+bytes before it, so a file being written, or torn by a writer that died,
+reads as absent. No one replaces such a file, but its name counts for the
+generation, so a later attempt writes the next one. A later attempt of the
+same partition (a task retry, a replay after a driver crash) reads the
+chunks instead of claiming new messages; it extends their visibility, which
+gives new receipts, and records them as its own generation G+1 (chunk K of
+the highest generation holding it wins). A sealed partition is re-read
+exactly; an unsealed one (its attempt died while claiming) is re-read and,
+by a task retry, claims the rest (a replay claims nothing new: claims.py).
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
+import hashlib
 import json
 import os
 import re
@@ -30,7 +36,10 @@ from dataclasses import dataclass, field
 
 from vsqs._core.limits import ADAPTER_WRITING_PREFIX, MAX_ADAPTER_FILE, SPARK_AREA
 
-MANIFEST_VERSION = 1
+MANIFEST_VERSION = 2  # 1: written by link (complete by construction, no seal); still read
+_READABLE = (1, MANIFEST_VERSION)
+_MAKE_DIRECTORY_TRIES = 3  # a directory gc removed between makedirs and the create is made again
+_SUM = re.compile(rb',"sum":"([0-9a-f]{64})"\}\Z')  # the seal: SHA-256 of the bytes before it
 ROOT = (SPARK_AREA, "stream")  # gc's generic rule for the area (docs/FORMAT.md) sees Q as a tree
 MAX_MANIFEST_FILE = MAX_ADAPTER_FILE  # a chunk file holds at most CLAIM_CHUNK receipts: far less
 _QUERY = re.compile(r"[0-9a-f]{16}\Z")
@@ -89,13 +98,13 @@ class Manifest:
     def write_chunk(self, generation: int, chunk: int, receipts: list[str]) -> bool:
         """Record ``receipts`` as chunk ``chunk`` of ``generation``; False if
         another attempt recorded that chunk of that generation first."""
-        return _write_new(self.path, f"{generation}.{chunk}.json", {"v": MANIFEST_VERSION, "receipts": receipts})
+        return _write_new(self.path, f"{generation}.{chunk}.json", {"receipts": receipts})
 
     def seal(self, generation: int, chunks: int, messages: int) -> int:
         """Seal the partition at ``chunks`` chunks (``messages`` receipts in
         all); returns the chunk count that stands (another attempt's, if it
         sealed first)."""
-        content = {"v": MANIFEST_VERSION, "chunks": chunks, "messages": messages}
+        content = {"chunks": chunks, "messages": messages}
         if _write_new(self.path, f"{generation}.end.json", content):
             self.sealed_chunks = chunks
             return chunks
@@ -115,7 +124,9 @@ def claimed_in(queue_path: str, query: str, batch: int) -> int | None:
     for name in names:
         for entry in _listdir(os.path.join(directory, name)):
             if entry.endswith(".end.json") and _FILE.match(entry):
-                content = _read_json(os.path.join(directory, name, entry)) or {}
+                content = _read_json(os.path.join(directory, name, entry))
+                if content is None:  # torn, being written: another generation's seal may stand
+                    continue
                 messages = content.get("messages")
                 total += messages if type(messages) is int and messages >= 0 else 0
                 break
@@ -124,7 +135,8 @@ def claimed_in(queue_path: str, query: str, batch: int) -> int | None:
 
 def read_manifest(path: str) -> Manifest:
     """The manifest in ``path`` (empty if there is none). Files that do not
-    parse are skipped: a chunk written by no one (or damaged) is no chunk."""
+    parse or fail their seal are skipped: a chunk being written, torn, written
+    by no one or damaged is no chunk."""
     manifest = Manifest(path)
     best: dict[int, int] = {}  # chunk -> generation of the receipts kept
     for name in _listdir(path):
@@ -132,10 +144,12 @@ def read_manifest(path: str) -> Manifest:
         if match is None:
             continue
         generation = int(match.group(1))
-        content = _read_json(os.path.join(path, name))
-        if content is None or content.get("v") != MANIFEST_VERSION:
-            continue
+        # a name counts even if its content does not (being written, torn): a later
+        # attempt must write a higher generation, since no file is ever replaced
         manifest.generation = max(manifest.generation, generation)
+        content = _read_json(os.path.join(path, name))
+        if content is None:
+            continue
         if match.group(2) == "end":
             chunks = content.get("chunks")
             if type(chunks) is int and chunks >= 0:
@@ -177,6 +191,8 @@ def _listdir(path: str) -> list[str]:
 
 
 def _read_json(path: str) -> dict | None:
+    """The object in file ``path`` if it is a complete manifest file of a
+    version read here (version 2: its seal matches), else None."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError:
@@ -187,37 +203,65 @@ def _read_json(path: str) -> dict | None:
             return None
         with os.fdopen(fd, "rb", closefd=False) as stream:
             data = stream.read(MAX_MANIFEST_FILE + 1)
+    except OSError:
+        return None
     finally:
         os.close(fd)
+    sealed = _SUM.search(data)
+    if sealed is not None and hashlib.sha256(data[: sealed.start()]).hexdigest().encode() != sealed.group(1):
+        return None  # torn, or still being written (or damaged)
     try:
         content = json.loads(data)
     except (ValueError, UnicodeDecodeError):
         return None
-    return content if isinstance(content, dict) else None
+    if not isinstance(content, dict) or content.get("v") not in _READABLE:
+        return None
+    if content["v"] != 1 and sealed is None:
+        return None  # version 2 without its seal: incomplete
+    return content
+
+
+def encode(content: dict) -> bytes:
+    """The bytes of a manifest file: compact JSON whose last field, ``"sum"``,
+    is the SHA-256 (hex) of the bytes before ``,"sum":``."""
+    head = json.dumps({"v": MANIFEST_VERSION, **content}, separators=(",", ":")).encode()[:-1]
+    return head + b',"sum":"' + hashlib.sha256(head).hexdigest().encode() + b'"}'
 
 
 def _write_new(directory: str, name: str, content: dict) -> bool:
-    """Write ``content`` durably as ``directory/name`` unless that name exists."""
-    os.makedirs(directory, exist_ok=True)
-    temporary = os.path.join(directory, f"{ADAPTER_WRITING_PREFIX}{secrets.token_hex(8)}")
-    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
+    """Write ``content`` durably as ``directory/name`` unless that name
+    exists (False: another attempt has it, complete or not)."""
+    target = os.path.join(directory, name)
+    for attempt in range(_MAKE_DIRECTORY_TRIES):
+        os.makedirs(directory, exist_ok=True)
+        try:
+            fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+            break
+        except FileExistsError:
+            return False
+        except FileNotFoundError:
+            # gc removed the directory after makedirs (an empty one past its grace,
+            # or the whole tree of a query idle for the stage grace): make it again
+            if attempt == _MAKE_DIRECTORY_TRIES - 1:
+                raise
+        except OSError as error:
+            # a lost exclusive create on HDFS's NFS gateway is EIO (EACCES, EPERM elsewhere): look
+            if error.errno in (errno.EIO, errno.EACCES, errno.EPERM) and os.path.lexists(target):
+                return False
+            raise
     try:
         with os.fdopen(fd, "wb", closefd=False) as stream:
-            stream.write(json.dumps(content, separators=(",", ":")).encode())
+            stream.write(encode(content))
         os.fsync(fd)
+    except BaseException:
+        # never complete: take the name back (it counts as a generation until then)
+        with contextlib.suppress(OSError):
+            os.unlink(target)
+        raise
     finally:
         os.close(fd)
-    try:
-        os.link(temporary, os.path.join(directory, name))
-        won = True
-    except FileExistsError:
-        won = False
-    finally:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(temporary)
-    if won:
-        _sync_directory(directory)
-    return won
+    _sync_directory(directory)
+    return True
 
 
 def _sync_directory(directory: str) -> None:

@@ -1,0 +1,194 @@
+"""Claim manifests without a Spark session (docs/FORMAT.md, "Spark claim
+manifests", version 2): files are created once under their final name, with
+no hard link; a torn or half-written file reads as absent; a replay never
+claims past what its manifest records."""
+
+from __future__ import annotations
+
+import errno
+import hashlib
+import json
+import os
+from types import SimpleNamespace
+
+import pytest
+
+import vsqs
+from vsqs._spark import manifest as manifests
+
+
+def _partition_dir(queue: vsqs.Queue, batch: int = 1, index: int = 0) -> str:
+    return manifests.partition_dir(queue.path, "0123456789abcdef", batch, index)
+
+
+def test_files_are_written_without_hard_links(flat_queue, monkeypatch):
+    """DESIGN.md: never depend on hard links (some NFS and HDFS mounts lack them)."""
+
+    def no_links(*args, **kwargs):
+        raise OSError(errno.EPERM, "hard links are not supported here")
+
+    monkeypatch.setattr(os, "link", no_links)
+    path = _partition_dir(flat_queue)
+    record = manifests.Manifest(path)
+    assert record.write_chunk(0, 0, ["r1", "r2"])
+    assert record.seal(0, 1, 2) == 1
+    again = manifests.read_manifest(path)
+    assert again.sealed_chunks == 1 and again.receipts() == ["r1", "r2"]
+    assert sorted(os.listdir(path)) == ["0.0.json", "0.end.json"]  # nothing else left behind
+
+
+def test_a_file_is_never_overwritten(flat_queue):
+    path = _partition_dir(flat_queue)
+    assert manifests.Manifest(path).write_chunk(0, 0, ["first"])
+    assert not manifests.Manifest(path).write_chunk(0, 0, ["second"])
+    assert manifests.read_manifest(path).receipts() == ["first"]
+
+
+@pytest.mark.parametrize("cut", [1, 10, -70, -3, -1])
+def test_a_torn_file_reads_as_absent_and_its_generation_is_not_reused(flat_queue, cut):
+    """A writer died after its exclusive create, ``cut`` bytes into (or short
+    of the end of) its file: no chunk, but the next attempt takes generation 1."""
+    path = _partition_dir(flat_queue)
+    assert manifests.Manifest(path).write_chunk(0, 0, ["kept"])
+    os.makedirs(path, exist_ok=True)
+    data = manifests.encode({"receipts": ["torn-a", "torn-b"]})
+    with open(os.path.join(path, "0.1.json"), "wb") as stream:
+        stream.write(data[:cut])
+    found = manifests.read_manifest(path)
+    assert found.chunks == {0: ["kept"]}
+    assert found.generation == 0
+    assert not manifests.Manifest(path).write_chunk(0, 1, ["racer"])  # nobody replaces it
+    assert manifests.Manifest(path).write_chunk(found.generation + 1, 1, ["next"])
+    assert manifests.read_manifest(path).chunks == {0: ["kept"], 1: ["next"]}
+
+
+def test_a_damaged_byte_fails_the_seal(flat_queue):
+    """A torn write on a network filesystem may leave the end in place and a
+    hole (zeros) or stale bytes in the middle: the seal catches it."""
+    path = _partition_dir(flat_queue)
+    os.makedirs(path)
+    data = bytearray(manifests.encode({"receipts": ["abc", "abd"]}))
+    data[data.index(b"abd") + 2] = ord("c")  # still valid JSON, different receipt
+    with open(os.path.join(path, "0.0.json"), "wb") as stream:
+        stream.write(bytes(data))
+    assert manifests.read_manifest(path).chunks == {}
+
+
+def test_the_seal_is_a_sha256_of_the_bytes_before_it(flat_queue):
+    """Another program can write and check these files (docs/FORMAT.md)."""
+    data = manifests.encode({"receipts": ["x"]})
+    head, _, tail = data.partition(b',"sum":"')
+    assert head == b'{"v":2,"receipts":["x"]'
+    assert tail == hashlib.sha256(head).hexdigest().encode() + b'"}'
+    assert json.loads(data)["v"] == 2
+
+
+def test_version_1_files_are_still_read(flat_queue):
+    """Written by link (complete by construction) before version 2: no seal."""
+    path = _partition_dir(flat_queue)
+    os.makedirs(path)
+    with open(os.path.join(path, "0.0.json"), "w") as stream:
+        stream.write('{"v":1,"receipts":["old"]}')
+    with open(os.path.join(path, "0.end.json"), "w") as stream:
+        stream.write('{"v":1,"chunks":1,"messages":1}')
+    found = manifests.read_manifest(path)
+    assert found.sealed_chunks == 1 and found.receipts() == ["old"]
+    assert manifests.claimed_in(flat_queue.path, "0123456789abcdef", 1) == 1
+
+
+def test_an_unsealed_version_2_file_is_incomplete(flat_queue):
+    path = _partition_dir(flat_queue)
+    os.makedirs(path)
+    with open(os.path.join(path, "0.0.json"), "w") as stream:
+        stream.write('{"v":2,"receipts":["no-seal"]}')
+    assert manifests.read_manifest(path).chunks == {}
+
+
+def test_a_lost_exclusive_create_reported_as_eio_is_a_loss_not_an_error(flat_queue, monkeypatch):
+    """HDFS's NFS gateway reports a lost exclusive create as EIO."""
+    path = _partition_dir(flat_queue)
+    assert manifests.Manifest(path).write_chunk(0, 0, ["first"])
+    real_open = os.open
+
+    def hdfs_open(name, flags, *args, **kwargs):
+        if flags & os.O_EXCL and os.path.lexists(name):
+            raise OSError(errno.EIO, "Input/output error")
+        return real_open(name, flags, *args, **kwargs)
+
+    monkeypatch.setattr(os, "open", hdfs_open)
+    assert not manifests.Manifest(path).write_chunk(0, 0, ["second"])
+    with pytest.raises(OSError):  # an EIO that is no collision is an error
+        monkeypatch.setattr(os, "fsync", lambda fd: (_ for _ in ()).throw(OSError(errno.EIO, "disk")))
+        manifests.Manifest(path).write_chunk(0, 1, ["third"])
+    assert "0.1.json" not in os.listdir(path)  # a write that failed takes its name back
+
+
+def test_a_replay_never_claims_past_its_manifest(flat_queue):
+    """A replayed batch whose manifest reads as unsealed (its seal missing from
+    the listing: gc renamed the tree away between the listing and the read,
+    a stale NFS listing, a torn seal) re-reads what is recorded and claims no
+    new message: the sink may hold the batch already and skip it, and the
+    next batch would delete what it claimed (lost)."""
+    pytest.importorskip("pyspark")
+    from vsqs._spark.claims import StreamPartition, _claimed
+
+    queue = flat_queue
+    queue.publish_batch([f"m{i}" for i in range(10)])
+    held = queue.receive_batch(3, visibility_timeout=300)
+    path = manifests.partition_dir(queue.path, "0123456789abcdef", 1, 0)
+    assert manifests.Manifest(path).write_chunk(0, 0, [m.receipt for m in held])  # its seal unseen
+    partition = StreamPartition("0123456789abcdef", 1, 0, 10, [], replay=True)
+    options = SimpleNamespace(visibility_timeout=300)
+    rows = [m.body for chunk in _claimed(queue, options, partition, True) for m in chunk]
+    assert sorted(rows) == sorted(m.body for m in held)
+    assert queue.stats().in_flight == 3  # nothing new claimed
+    assert manifests.read_manifest(path).receipts() and manifests.read_manifest(path).sealed
+
+
+def test_a_task_retry_claims_the_rest(flat_queue):
+    """The same unsealed manifest met by a task retry of this run (no replay):
+    the attempt that died was claiming, and the rest is this batch's."""
+    pytest.importorskip("pyspark")
+    from vsqs._spark.claims import StreamPartition, _claimed
+
+    queue = flat_queue
+    queue.publish_batch([f"m{i}" for i in range(10)])
+    held = queue.receive_batch(3, visibility_timeout=300)
+    path = manifests.partition_dir(queue.path, "0123456789abcdef", 1, 0)
+    assert manifests.Manifest(path).write_chunk(0, 0, [m.receipt for m in held])
+    partition = StreamPartition("0123456789abcdef", 1, 0, 10, [], replay=False)
+    rows = [m.body for chunk in _claimed(queue, SimpleNamespace(visibility_timeout=300), partition, True)
+            for m in chunk]
+    assert len(rows) == 10 and queue.stats().in_flight == 10
+
+
+def test_a_directory_gc_removes_between_makedirs_and_the_create_is_made_again(flat_queue, monkeypatch):
+    """gc removes an empty directory past its grace, or renames away the tree
+    of a query idle for the stage grace, just as a live query writes there
+    again: the write makes the directory again (it used to fail the task, and
+    leave the chunk it had claimed held by no manifest until its lease ran out)."""
+    path = _partition_dir(flat_queue)
+    real_open = os.open
+    removed = []
+
+    def gc_first(name, flags, *args, **kwargs):
+        if flags & os.O_EXCL and not removed:
+            removed.append(name)
+            os.rmdir(os.path.dirname(name))  # gc, between makedirs and the create
+        return real_open(name, flags, *args, **kwargs)
+
+    monkeypatch.setattr(os, "open", gc_first)
+    assert manifests.Manifest(path).write_chunk(0, 0, ["r"])
+    assert removed and manifests.read_manifest(path).receipts() == ["r"]
+
+
+def test_a_torn_seal_does_not_hide_the_seal_that_stands(flat_queue, monkeypatch):
+    """claimed_in counts a partition's messages from its first readable seal
+    (it stopped at the first seal name, torn or not, and counted 0)."""
+    path = _partition_dir(flat_queue)
+    assert manifests.Manifest(path).seal(1, 2, 7) == 2
+    with open(os.path.join(path, "0.end.json"), "wb") as stream:  # a seal torn by a dead attempt
+        stream.write(manifests.encode({"chunks": 2, "messages": 7})[:20])
+    real_listdir = manifests._listdir
+    monkeypatch.setattr(manifests, "_listdir", lambda directory: sorted(real_listdir(directory)))
+    assert manifests.claimed_in(flat_queue.path, "0123456789abcdef", 1) == 7
