@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import functools
 import os
+import sys
 import threading
+import time
 
 import pytest
 
@@ -110,3 +112,57 @@ def test_a_task_that_dies_at_any_step_loses_nothing_once_its_retry_commits(monke
             break
         n += 1
     assert n > len(ROWS) * 5  # create, write, fsync, close, rename each, at least
+
+
+def _blocked_before_publishing(thread_name: str) -> bool:
+    """Whether the thread ``thread_name`` waits in the writer (for its turn)
+    before it reached ``publish_staged``: a frame of the writer's, none of the queue's."""
+    thread = next((t for t in threading.enumerate() if t.name == thread_name), None)
+    frame = sys._current_frames().get(thread.ident) if thread is not None else None
+    files = []
+    while frame is not None:
+        files.append(os.path.basename(frame.f_code.co_filename) + ":" + frame.f_code.co_name)
+        frame = frame.f_back
+    return any(f.startswith("threading.py:wait") for f in files) and not any("publish" in f for f in files)
+
+
+def test_a_groups_messages_keep_the_order_of_the_rows_across_chunks_in_flight(monkeypatch, tmp_path):
+    """A group is delivered in the order its messages were published; a task
+    publishes its rows in order. The second chunk is made to write a file
+    while the first is still writing its own (as two threads may): unless it
+    waits for the first chunk's files to be written, its messages take keys
+    (send times) before the first chunk's last ones, and the group's order breaks."""
+    from vsqs._core import publishing
+
+    monkeypatch.setattr(_writer, "STAGE_IN_FLIGHT", 2)
+    path = str(tmp_path / "q")
+    vsqs.Queue(path, create=True)
+    chunks = [[vsqs.Outgoing(b"%d-%d" % (c, i), group="g") for i in range(3)] for c in range(3)]
+    second_wrote = threading.Event()
+    real_write_new = publishing.write_new
+
+    def write_new(layout, entry, *args, **kwargs):
+        if entry.body == b"0-1":  # the first chunk waits until the second wrote a file, or waits its turn
+            deadline = time.monotonic() + 120  # only so a broken writer fails, not hangs
+            while not second_wrote.is_set():
+                names = [t.name for t in threading.enumerate() if t.name.startswith("vsqs-stage")]
+                others = [n for n in names if n != threading.current_thread().name]
+                if others and all(_blocked_before_publishing(n) for n in others):
+                    break
+                assert time.monotonic() < deadline, "the second chunk neither wrote nor waited"
+                time.sleep(0.001)
+        result = real_write_new(layout, entry, *args, **kwargs)
+        if entry.body == b"1-0":
+            second_wrote.set()
+        return result
+
+    monkeypatch.setattr(publishing, "write_new", write_new)
+    commit = _writer._stage_rows(functools.partial(vsqs.Queue, path), "spark-j", chunks)
+    monkeypatch.setattr(publishing, "write_new", real_write_new)
+    assert _writer._commit_stages(functools.partial(vsqs.Queue, path), "spark-j", [commit]) == 9
+    queue = vsqs.Queue(path)
+    got = []
+    while (message := queue.receive()) is not None:
+        got.append(message.body)
+        message.delete()
+    assert got == [b"%d-%d" % (c, i) for c in range(3) for i in range(3)]
