@@ -37,7 +37,8 @@ class MeetingQueue:
         self.staged: list[bytes] = []
         self.lock = threading.Lock()
 
-    def publish_staged(self, bodies, *, stage: str) -> list[str]:
+    def publish_staged(self, bodies, *, stage: str, written) -> list[str]:
+        written()  # its messages have their keys: the next chunk may take its own
         self.barrier.wait()
         with self.lock:
             self.staged.extend(bodies)
@@ -62,14 +63,15 @@ def test_a_failed_chunk_fails_the_task_only_after_the_chunk_beside_it_ended(tmp_
         def __init__(self) -> None:
             self.queue = vsqs.Queue(path)
 
-        def publish_staged(self, bodies, *, stage: str) -> list[str]:
+        def publish_staged(self, bodies, *, stage: str, written) -> list[str]:
             if bodies is CHUNKS[0]:
+                written()  # its files written, it fails while the second chunk stages
                 second_started.wait(60)
                 first_failed.set()
                 raise vsqs.StorageError(5, "injected", path)
             second_started.set()
             first_failed.wait(60)  # still staging when the first chunk fails
-            ids = self.queue.publish_staged(bodies, stage=stage)
+            ids = self.queue.publish_staged(bodies, stage=stage, written=written)
             ended.append(stage)
             return ids
 
