@@ -168,3 +168,51 @@ def test_a_groups_messages_keep_the_order_of_the_rows_across_chunks_in_flight(mo
         got.append(message.body)
         message.delete()
     assert got == [b"%d-%d" % (c, i) for c in range(3) for i in range(3)]
+
+
+def _message_bytes(item) -> int:
+    if isinstance(item, vsqs.Outgoing):
+        return len(item.body) + sum(len(k) + len(v) for k, v in (item.attributes or {}).items())
+    return len(item)
+
+
+def test_a_chunk_holds_at_most_16_mb_of_messages_with_their_attributes():
+    """Attributes (up to 64 KiB a message) count towards a chunk's bytes:
+    1,000 messages of one byte and 60 KB of attributes are not one chunk of 60 MB."""
+    rows = [vsqs.Outgoing(b"x", attributes={"note": "v" * 60_000}) for _ in range(1000)]
+    chunks = list(_writer._chunks(rows))
+    assert sum(len(chunk) for chunk in chunks) == len(rows)
+    for chunk in chunks:  # at most the limit before its last message
+        assert sum(_message_bytes(item) for item in chunk[:-1]) < _writer.STAGE_CHUNK_BYTES
+
+
+def test_a_task_holds_three_chunks_of_rows_not_a_whole_arrow_batch(monkeypatch):
+    """Rows are taken out of an Arrow batch a chunk at a time: the Python
+    objects a task holds are those of the chunks staging and the one being
+    read, not a whole batch of Spark's (10,000 rows by default) made into bytes."""
+    import tracemalloc
+
+    import pyarrow as pa
+    from pyspark.sql.types import BinaryType, StructField, StructType
+
+    from vsqs._spark.columns import write_columns
+
+    monkeypatch.setattr(_writer, "STAGE_CHUNK_ROWS", 100)
+    body = 10_000
+    batch = pa.RecordBatch.from_pydict({"body": pa.array([bytes([i % 256]) * body for i in range(2000)])})
+    columns = write_columns(StructType([StructField("body", BinaryType())]))
+
+    class Discarding:
+        def publish_staged(self, bodies, *, stage: str, written) -> list[str]:
+            written()
+            return [str(i) for i in range(len(bodies))]
+
+    tracemalloc.start()
+    try:
+        commit = _writer._stage_rows(Discarding, "spark-j", _writer._arrow_chunks(iter([batch]), columns))
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert commit.rows == 2000
+    chunk_bytes = 100 * body
+    assert peak < 8 * chunk_bytes  # three chunks (and some slack), not the batch's 20
