@@ -72,8 +72,10 @@ def _chunks(items: Iterable[Any]) -> Iterator[list[Any]]:
     size = 0
     for item in items:
         chunk.append(item)
-        body = item.body if isinstance(item, Outgoing) else item
-        size += len(body) if body is not None else 0
+        if isinstance(item, Outgoing):  # its attributes count too (up to 64 KiB a message)
+            size += len(item.body) + sum(len(name) + len(value) for name, value in (item.attributes or {}).items())
+        else:
+            size += len(item) if item is not None else 0
         if len(chunk) >= STAGE_CHUNK_ROWS or size >= STAGE_CHUNK_BYTES:
             yield chunk
             chunk, size = [], 0
@@ -159,15 +161,18 @@ def _drop_stages(queue: Queue, prefix: str, keep: set[str] = frozenset()) -> int
 
 
 def _arrow_chunks(batches: Iterator[Any], columns: WriteColumns) -> Iterator[list[Any]]:
-    """Each Arrow batch Spark hands over is staged as it comes (in chunks)."""
+    """Each Arrow batch Spark hands over is staged as it comes (in chunks),
+    made into Python objects STAGE_CHUNK_ROWS rows at a time: a task holds
+    the chunks staging and the one being read, not a whole batch as bytes."""
     for batch in batches:
-        bodies = batch.column(columns.body).to_pylist()
-        if not columns.options:
-            yield from _chunks(bodies)
-            continue
-        values = [batch.column(name).to_pylist() for _, name in columns.options]
-        # the whole batch is checked before any of it is staged
-        yield from _chunks([columns.message(body, row) for body, *row in zip(bodies, *values, strict=True)])
+        for start in range(0, batch.num_rows, STAGE_CHUNK_ROWS):
+            part = batch.slice(start, STAGE_CHUNK_ROWS)  # no copy
+            bodies = part.column(columns.body).to_pylist()
+            if not columns.options:
+                yield from _chunks(bodies)
+                continue
+            values = [part.column(name).to_pylist() for _, name in columns.options]
+            yield from _chunks([columns.message(body, row) for body, *row in zip(bodies, *values, strict=True)])
 
 
 def _row_chunks(rows: Iterator[Any], columns: WriteColumns) -> Iterator[list[Any]]:
