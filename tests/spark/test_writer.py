@@ -216,3 +216,28 @@ def test_a_task_holds_three_chunks_of_rows_not_a_whole_arrow_batch(monkeypatch):
     assert commit.rows == 2000
     chunk_bytes = 100 * body
     assert peak < 8 * chunk_bytes  # three chunks (and some slack), not the batch's 20
+
+
+def test_an_interrupted_task_returns_only_once_its_chunks_ended(monkeypatch):
+    """KeyboardInterrupt (or any error) while the rows are read: the chunks
+    already staging end before the task does, and no staging thread is left."""
+    monkeypatch.setattr(_writer, "STAGE_IN_FLIGHT", 2)
+    interrupted = threading.Event()
+    ended: list[int] = []
+
+    class Handle:
+        def publish_staged(self, bodies, *, stage: str, written) -> list[str]:
+            written()
+            interrupted.wait(60)  # still staging when the task is interrupted
+            ended.append(len(bodies))
+            return [str(i) for i in range(len(bodies))]
+
+    def rows():
+        yield from CHUNKS[:2]
+        interrupted.set()
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        _writer._stage_rows(Handle, "spark-j", rows())
+    assert sorted(ended) == [3, 3]
+    assert not [t for t in threading.enumerate() if t.name.startswith("vsqs-stage")]
