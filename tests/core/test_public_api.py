@@ -181,7 +181,7 @@ PINNED = {
         "path": "property -> str",
         "publish": "method (self, body: Body, *, delay: float | None = None, at: datetime | None = None, priority: int = 0, attributes: Mapping[str, str] | None = None, group: str | None = None, dedup_id: str | None = None, dedup: str | None = None, durable: bool = True) -> str",
         "publish_batch": "method (self, bodies: Iterable[Body | Outgoing], *, delay: float | None = None, at: datetime | None = None, priority: int = 0, attributes: Mapping[str, str] | None = None, group: str | None = None, dedup: str | None = None, durable: bool = True, _dedup_id: str | None = None) -> list[str]",
-        "publish_staged": "method (self, bodies: Iterable[Body | Outgoing], *, stage: str) -> list[str]",
+        "publish_staged": "method (self, bodies: Iterable[Body | Outgoing], *, stage: str, written: Callable[[], object] | None = None) -> list[str]",
         "purge": "method (self, ids: Iterable[str] | None = None) -> int",
         "read": "method (self, receipt: str) -> bytes",
         "read_message": "method (self, receipt: str) -> Message",

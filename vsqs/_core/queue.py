@@ -366,17 +366,17 @@ class Queue:
 
     # -- stages: publish many messages at once, later --------------------------
 
-    def publish_staged(self, bodies: Iterable[Body | Outgoing], *, stage: str) -> list[str]:
-        """Write messages durably into the private ``stage``, invisible to receivers
-        until :meth:`commit_stage` publishes the whole stage (or :meth:`abort_stage`
-        drops it). A stage is one directory inside the queue; a Spark task attempt
-        writes its own, and only the committed attempt's messages are published.
-
-        Items may be :class:`Outgoing` with options of their own; a delay runs
-        from now, not from the commit; a ``dedup_id`` is checked at the commit.
-        """
+    def publish_staged(
+        self, bodies: Iterable[Body | Outgoing], *, stage: str, written: Callable[[], object] | None = None
+    ) -> list[str]:
+        """Write messages durably into the private ``stage`` (a directory of the queue),
+        invisible to receivers until :meth:`commit_stage` publishes the whole stage (or
+        :meth:`abort_stage` drops it); a Spark task attempt writes its own. Items may be
+        :class:`Outgoing`; a delay runs from now, a ``dedup_id`` is checked at the commit.
+        ``written()`` is called once every message has its id (its file written), before
+        the wait for the fsyncs: a publish started after it sorts after these messages."""
         self._open_parts()
-        return self._stages.publish(bodies, stage)
+        return self._stages.publish(bodies, stage, written)
 
     def commit_stage(self, stage: str) -> int:
         """Publish every message of ``stage`` (each by one rename) and remove the

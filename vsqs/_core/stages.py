@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 from vsqs._core import envelope as _envelope
 from vsqs._core import format as _format
@@ -35,10 +35,14 @@ class Stages:
         self._capacity = capacity
         self._reservations = reservations
 
-    def publish(self, bodies: Iterable[Body | Outgoing], stage: str) -> list[str]:
+    def publish(
+        self, bodies: Iterable[Body | Outgoing], stage: str, written: Callable[[], object] | None = None
+    ) -> list[str]:
         """Write messages durably into ``stage``; their ids. The files are
         written, fsynced together (:class:`SyncedFiles`), renamed to their
-        staged names, and the stage directory is fsynced once."""
+        staged names, and the stage directory is fsynced once. ``written()``
+        is called once every file is written (every key taken), before the
+        wait for their fsyncs: a publish started after it sorts after these."""
         directory = self._layout.file(_format.stage_dir_name(stage))
         settings = self._settings.current()
         check_suspended("publish", settings, self._layout.path)
@@ -55,6 +59,8 @@ class Stages:
                         entry = entry._replace(header={**entry.header, "dedup": entry.digest})
                     stem, temp = publishing.write_new(self._layout, entry, True, mode, stage=prefix, files=files)
                     staged.append((stem, temp, prefix + publishing.final_name(stem, entry.delay)))
+                if written is not None:
+                    written()
                 files.wait()
         except BaseException:
             for _, temp, _ in staged:  # not one of them is staged: none stays

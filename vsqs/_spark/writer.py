@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import secrets
+import threading
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor, wait
@@ -71,8 +72,10 @@ def _chunks(items: Iterable[Any]) -> Iterator[list[Any]]:
     size = 0
     for item in items:
         chunk.append(item)
-        body = item.body if isinstance(item, Outgoing) else item
-        size += len(body) if body is not None else 0
+        if isinstance(item, Outgoing):  # its attributes count too (up to 64 KiB a message)
+            size += len(item.body) + sum(len(name) + len(value) for name, value in (item.attributes or {}).items())
+        else:
+            size += len(item) if item is not None else 0
         if len(chunk) >= STAGE_CHUNK_ROWS or size >= STAGE_CHUNK_BYTES:
             yield chunk
             chunk, size = [], 0
@@ -87,12 +90,16 @@ def _stage_rows(open_queue: Callable[[], Queue], stage_prefix: str, chunks: Iter
     Up to STAGE_IN_FLIGHT chunks are staged at once, each by a handle of its
     own (``open_queue()``): a chunk's publish ends waiting for its slowest
     fsync, then renames and syncs the stage directory, and the next chunk's
-    files are written and flushed meanwhile. The task returns (or raises)
-    only once every chunk it started is staged (or has failed)."""
+    files are written and flushed meanwhile. A chunk starts writing only once
+    the chunk before has written its files (taken its keys), so the task's
+    messages keep the order of its rows (a group's order, FIFO per producer).
+    The task returns (or raises) only once every chunk it started is staged
+    (or has failed)."""
     stage: str | None = None
     rows = 0
     with ThreadPoolExecutor(STAGE_IN_FLIGHT, thread_name_prefix="vsqs-stage") as pool:
         in_flight: deque[Future[list[str]]] = deque()
+        turn: threading.Event | None = None  # set once the chunk before has written its files, or ended
         try:
             for chunk in chunks:
                 if not chunk:
@@ -102,7 +109,12 @@ def _stage_rows(open_queue: Callable[[], Queue], stage_prefix: str, chunks: Iter
                 stage = stage or _task_stage(stage_prefix)
                 while len(in_flight) >= STAGE_IN_FLIGHT:
                     rows += len(in_flight.popleft().result())
-                in_flight.append(pool.submit(_stage_chunk, open_queue, chunk, stage))
+                written = threading.Event()
+                future = pool.submit(_stage_chunk, open_queue, chunk, stage, turn, written)
+                # a chunk that failed or was cancelled before writing passes the turn on as well
+                future.add_done_callback(lambda _, written=written: written.set())
+                in_flight.append(future)
+                turn = written
             while in_flight:
                 rows += len(in_flight.popleft().result())
         finally:
@@ -112,9 +124,15 @@ def _stage_rows(open_queue: Callable[[], Queue], stage_prefix: str, chunks: Iter
     return StagedCommit(stage, rows)
 
 
-def _stage_chunk(open_queue: Callable[[], Queue], chunk: list[Any], stage: str) -> list[str]:
-    """Stage one chunk through a handle of its own (one thread's)."""
-    return open_queue().publish_staged(chunk, stage=stage)
+def _stage_chunk(
+    open_queue: Callable[[], Queue], chunk: list[Any], stage: str, turn: threading.Event | None, written: threading.Event
+) -> list[str]:
+    """Stage one chunk through a handle of its own (one thread's), once the
+    chunk before has written its files (``turn``); ``written`` is set once this one has."""
+    queue = open_queue()
+    if turn is not None:
+        turn.wait()
+    return queue.publish_staged(chunk, stage=stage, written=written.set)
 
 
 def _commit_stages(open_queue: Callable[[], Queue], prefix: str, messages: Sequence[WriterCommitMessage | None]) -> int:
@@ -143,15 +161,18 @@ def _drop_stages(queue: Queue, prefix: str, keep: set[str] = frozenset()) -> int
 
 
 def _arrow_chunks(batches: Iterator[Any], columns: WriteColumns) -> Iterator[list[Any]]:
-    """Each Arrow batch Spark hands over is staged as it comes (in chunks)."""
+    """Each Arrow batch Spark hands over is staged as it comes (in chunks),
+    made into Python objects STAGE_CHUNK_ROWS rows at a time: a task holds
+    the chunks staging and the one being read, not a whole batch as bytes."""
     for batch in batches:
-        bodies = batch.column(columns.body).to_pylist()
-        if not columns.options:
-            yield from _chunks(bodies)
-            continue
-        values = [batch.column(name).to_pylist() for _, name in columns.options]
-        # the whole batch is checked before any of it is staged
-        yield from _chunks([columns.message(body, row) for body, *row in zip(bodies, *values, strict=True)])
+        for start in range(0, batch.num_rows, STAGE_CHUNK_ROWS):
+            part = batch.slice(start, STAGE_CHUNK_ROWS)  # no copy
+            bodies = part.column(columns.body).to_pylist()
+            if not columns.options:
+                yield from _chunks(bodies)
+                continue
+            values = [part.column(name).to_pylist() for _, name in columns.options]
+            yield from _chunks([columns.message(body, row) for body, *row in zip(bodies, *values, strict=True)])
 
 
 def _row_chunks(rows: Iterator[Any], columns: WriteColumns) -> Iterator[list[Any]]:
