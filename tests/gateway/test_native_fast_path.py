@@ -14,11 +14,13 @@ from __future__ import annotations
 import asyncio
 import re
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Annotated, Any
 
 import pytest
 
 pytest.importorskip("fastapi", reason="the gateway needs the server extra: pip install 'vsqs[server]'")
+
+from fastapi import FastAPI, Query, Request, Response
 
 import vsqs
 from vsqs._gateway.app import create_app
@@ -270,3 +272,24 @@ def test_a_handler_of_every_exception_answers_as_in_fastapi(monkeypatch: pytest.
     assert answers["fast"] == answers["slow"]
     assert answers["slow"][0] == ([("http.response.start", 503, b""), ("http.response.body", None, b"sorry")],
                                   "KeyError")
+
+
+def test_parameters_are_read_by_their_declared_names() -> None:
+    """A parameter declared with an alias (the name clients send) is read by
+    it, as FastAPI reads it: not ignored (its default used) or let through
+    unchecked."""
+    app = FastAPI()
+    received: list[dict[str, Any]] = []
+
+    @app.get("/queues/{queue}/messages", name="receive_raw")
+    async def receive_raw(request: Request, queue: str, wait: Annotated[float | None, Query(alias="Wait", ge=0)] = None,
+                          visibility_timeout: Annotated[float | None, Query(ge=0)] = None) -> Response:
+        received.append({"queue": queue, "wait": wait, "visibility_timeout": visibility_timeout})
+        return Response()
+
+    route = next(route for route in app.router.routes if getattr(route, "name", None) == "receive_raw")
+    parameters = fast._FastRoute(route)
+    for query in ("Wait=5&visibility_timeout=1", "wait=5", "Wait=-5", "Wait=x"):
+        received.clear()
+        status, _, _ = call(app, "GET", "/queues/q/messages", query)
+        assert parameters.arguments({"queue": "q"}, query.encode()) == (received[0] if status == 200 else None)

@@ -55,23 +55,25 @@ class _FastRoute:
                             "or answers a model: the fast path cannot answer it")
         self.route = route
         self.request_name = dependant.request_param_name
-        self.path_names = [field.name for field in dependant.path_params]
-        self.query_aliases = [(field.alias, field.name) for field in dependant.query_params]
+        # the names clients send (a field's alias, its name unless declared otherwise), by which FastAPI
+        # reads each parameter and the model below validates it
+        self.path_aliases = [field.alias for field in dependant.path_params]
+        self.query_aliases = [field.alias for field in dependant.query_params]
         declared: dict[str, Any] = {field.name: (field.field_info.annotation, field.field_info)
                                     for field in [*dependant.path_params, *dependant.query_params]}
         self.parameters: type[BaseModel] = create_model(f"{route.name}_parameters", **declared)
 
     def arguments(self, path_params: Mapping[str, str], query_string: bytes) -> dict[str, Any] | None:
         """The route function's parameters, validated; None if any is invalid (FastAPI answers that)."""
-        raw: dict[str, Any] = {name: path_params[name] for name in self.path_names}
+        raw: dict[str, Any] = {alias: path_params[alias] for alias in self.path_aliases}
         if query_string:
             query = QueryParams(query_string)
-            for alias, name in self.query_aliases:
+            for alias in self.query_aliases:
                 value = query.get(alias)
                 if value is not None:
-                    raw[name] = value
+                    raw[alias] = value
         try:
-            return dict(self.parameters.model_validate(raw))
+            return dict(self.parameters.model_validate(raw))  # (by the functions' own names)
         except ValidationError:
             return None
 
