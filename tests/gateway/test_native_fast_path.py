@@ -293,3 +293,16 @@ def test_parameters_are_read_by_their_declared_names() -> None:
         received.clear()
         status, _, _ = call(app, "GET", "/queues/q/messages", query)
         assert parameters.arguments({"queue": "q"}, query.encode()) == (received[0] if status == 200 else None)
+
+
+def test_a_plain_function_route_is_refused_at_start() -> None:
+    """FastAPI calls a plain (not async) route function on its thread pool; the
+    fast path awaits the function's answer, so building it for one fails."""
+    app = FastAPI()
+
+    @app.get("/queues/{queue}/messages", name="receive_raw")
+    def receive_raw(request: Request, queue: str) -> Response:
+        return Response()
+
+    with pytest.raises(TypeError, match="receive_raw"):
+        fast.NativeFastPath(app)

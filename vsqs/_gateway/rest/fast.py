@@ -20,6 +20,7 @@ has an answer of its own to keep in step.
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
@@ -53,6 +54,8 @@ class _FastRoute:
         if unsupported or dependant.request_param_name is None or route.response_model is not None:
             raise TypeError(f"route {route.name!r} takes more than path and query parameters and the request, "
                             "or answers a model: the fast path cannot answer it")
+        if not inspect.iscoroutinefunction(route.endpoint):  # (FastAPI would call it on its thread pool)
+            raise TypeError(f"route {route.name!r} is not an async function: the fast path cannot call it")
         self.route = route
         self.request_name = dependant.request_param_name
         # the names clients send (a field's alias, its name unless declared otherwise), by which FastAPI
