@@ -14,15 +14,18 @@ from __future__ import annotations
 import asyncio
 import re
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Annotated, Any
 
 import pytest
 
 pytest.importorskip("fastapi", reason="the gateway needs the server extra: pip install 'vsqs[server]'")
 
+from fastapi import FastAPI, Query, Request, Response
+
 import vsqs
 from vsqs._gateway.app import create_app
 from vsqs._gateway.config import GatewayConfig
+from vsqs._gateway.errors import ApiError
 from vsqs._gateway.rest import fast
 
 API_KEY = "k" * 32
@@ -176,3 +179,130 @@ def test_a_route_the_fast_path_cannot_answer_is_refused_at_start(monkeypatch: py
     monkeypatch.setattr(fast, "FAST_ROUTES", frozenset({"publish"}))  # takes a JSON body
     with pytest.raises(TypeError, match="publish"):
         make_app(tmp_path, "spool")
+
+
+def sent_and_raised(app: Any, method: str, path: str) -> tuple[list[tuple[str, Any, bytes]], str | None]:
+    """What a request through the whole app sent, and the class of what it raised (if anything)."""
+    sent: list[dict[str, Any]] = []
+
+    async def receive() -> dict[str, Any]:
+        return {"type": "http.request", "body": b"x", "more_body": False}
+
+    async def send(message: dict[str, Any]) -> None:
+        sent.append(message)
+
+    scope = {"type": "http", "http_version": "1.1", "method": method, "path": path, "raw_path": path.encode(),
+             "query_string": b"", "scheme": "http", "server": ("127.0.0.1", 8080), "client": ("127.0.0.1", 40000),
+             "root_path": "", "headers": [(b"host", b"localhost"), (b"authorization", b"Bearer " + API_KEY.encode())]}
+    raised = None
+    try:
+        asyncio.run(app(scope, receive, send))
+    except Exception as exc:  # noqa: BLE001 - what is raised is compared
+        raised = type(exc).__name__
+    return [(m["type"], m.get("status"), m.get("body", b"")) for m in sent], raised
+
+
+def fastapi_app_of(app: Any) -> Any:
+    """The FastAPI app inside the gateway's middleware."""
+    while not isinstance(app, fast.NativeFastPath):
+        app = app.app
+    return app.app
+
+
+HOT_REQUESTS = [("POST", "/queues/q/messages"), ("GET", "/queues/q/messages"), ("DELETE", "/queues/q/messages/r")]
+
+
+@pytest.mark.parametrize("error", [RuntimeError("the handler failed"), ApiError(418, "teapot", "a handled one")])
+def test_an_error_of_an_error_handler_is_answered_as_fastapi_does(monkeypatch: pytest.MonkeyPatch, tmp_path: Any,
+                                                                   error: Exception) -> None:
+    """The app's handler of an error fails itself: FastAPI's outer exception
+    layer answers that error if it has a handler, else 500 (and raises it,
+    for the server to log); the fast path must not leave the client to the
+    server's own answer (without the gateway's headers)."""
+    from vsqs._gateway.state import Gateway
+
+    async def missing(*args: Any, **kwargs: Any) -> Any:
+        raise vsqs.QueueNotFound("q")
+
+    def failing(self: Any, name: str) -> None:
+        raise error
+
+    answered = counting(monkeypatch)
+    answers = {}
+    for name in ("fast", "slow"):
+        if name == "slow":
+            monkeypatch.setattr(fast, "FAST_ROUTES", frozenset())
+        app, _ = make_app(tmp_path, name)
+        with monkeypatch.context() as patched:
+            patched.setattr(Gateway, "on", missing)
+            patched.setattr(Gateway, "receive", missing)
+            patched.setattr(Gateway, "forget", failing)
+            answers[name] = [sent_and_raised(app, method, path) for method, path in HOT_REQUESTS]
+    assert answered == ["publish_raw", "receive_raw", "delete"]
+    assert answers["fast"] == answers["slow"]
+    assert answers["slow"][0][0][0][1] == (500 if isinstance(error, RuntimeError) else 418)
+
+
+def test_a_handler_of_every_exception_answers_as_in_fastapi(monkeypatch: pytest.MonkeyPatch,
+                                                            tmp_path: Any) -> None:
+    """A handler of ``Exception`` (or of 500) is starlette's server-error
+    handler: it answers, and the error is still raised for the server to log."""
+    from fastapi.responses import PlainTextResponse
+
+    from vsqs._gateway.state import Gateway
+
+    async def broken(*args: Any, **kwargs: Any) -> Any:
+        raise KeyError("a bug")
+
+    async def apologise(request: Any, exc: Exception) -> Any:
+        return PlainTextResponse("sorry", status_code=503)
+
+    answered = counting(monkeypatch)
+    answers = {}
+    for name in ("fast", "slow"):
+        if name == "slow":
+            monkeypatch.setattr(fast, "FAST_ROUTES", frozenset())
+        app, _ = make_app(tmp_path, name)
+        fastapi_app_of(app).add_exception_handler(Exception, apologise)
+        with monkeypatch.context() as patched:
+            patched.setattr(Gateway, "on", broken)
+            patched.setattr(Gateway, "receive", broken)
+            answers[name] = [sent_and_raised(app, method, path) for method, path in HOT_REQUESTS]
+    assert answered == ["publish_raw", "receive_raw", "delete"]
+    assert answers["fast"] == answers["slow"]
+    assert answers["slow"][0] == ([("http.response.start", 503, b""), ("http.response.body", None, b"sorry")],
+                                  "KeyError")
+
+
+def test_parameters_are_read_by_their_declared_names() -> None:
+    """A parameter declared with an alias (the name clients send) is read by
+    it, as FastAPI reads it: not ignored (its default used) or let through
+    unchecked."""
+    app = FastAPI()
+    received: list[dict[str, Any]] = []
+
+    @app.get("/queues/{queue}/messages", name="receive_raw")
+    async def receive_raw(request: Request, queue: str, wait: Annotated[float | None, Query(alias="Wait", ge=0)] = None,
+                          visibility_timeout: Annotated[float | None, Query(ge=0)] = None) -> Response:
+        received.append({"queue": queue, "wait": wait, "visibility_timeout": visibility_timeout})
+        return Response()
+
+    route = next(route for route in app.router.routes if getattr(route, "name", None) == "receive_raw")
+    parameters = fast._FastRoute(route)
+    for query in ("Wait=5&visibility_timeout=1", "wait=5", "Wait=-5", "Wait=x"):
+        received.clear()
+        status, _, _ = call(app, "GET", "/queues/q/messages", query)
+        assert parameters.arguments({"queue": "q"}, query.encode()) == (received[0] if status == 200 else None)
+
+
+def test_a_plain_function_route_is_refused_at_start() -> None:
+    """FastAPI calls a plain (not async) route function on its thread pool; the
+    fast path awaits the function's answer, so building it for one fails."""
+    app = FastAPI()
+
+    @app.get("/queues/{queue}/messages", name="receive_raw")
+    def receive_raw(request: Request, queue: str) -> Response:
+        return Response()
+
+    with pytest.raises(TypeError, match="receive_raw"):
+        fast.NativeFastPath(app)

@@ -20,6 +20,7 @@ has an answer of its own to keep in step.
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
@@ -53,25 +54,29 @@ class _FastRoute:
         if unsupported or dependant.request_param_name is None or route.response_model is not None:
             raise TypeError(f"route {route.name!r} takes more than path and query parameters and the request, "
                             "or answers a model: the fast path cannot answer it")
+        if not inspect.iscoroutinefunction(route.endpoint):  # (FastAPI would call it on its thread pool)
+            raise TypeError(f"route {route.name!r} is not an async function: the fast path cannot call it")
         self.route = route
         self.request_name = dependant.request_param_name
-        self.path_names = [field.name for field in dependant.path_params]
-        self.query_aliases = [(field.alias, field.name) for field in dependant.query_params]
+        # the names clients send (a field's alias, its name unless declared otherwise), by which FastAPI
+        # reads each parameter and the model below validates it
+        self.path_aliases = [field.alias for field in dependant.path_params]
+        self.query_aliases = [field.alias for field in dependant.query_params]
         declared: dict[str, Any] = {field.name: (field.field_info.annotation, field.field_info)
                                     for field in [*dependant.path_params, *dependant.query_params]}
         self.parameters: type[BaseModel] = create_model(f"{route.name}_parameters", **declared)
 
     def arguments(self, path_params: Mapping[str, str], query_string: bytes) -> dict[str, Any] | None:
         """The route function's parameters, validated; None if any is invalid (FastAPI answers that)."""
-        raw: dict[str, Any] = {name: path_params[name] for name in self.path_names}
+        raw: dict[str, Any] = {alias: path_params[alias] for alias in self.path_aliases}
         if query_string:
             query = QueryParams(query_string)
-            for alias, name in self.query_aliases:
+            for alias in self.query_aliases:
                 value = query.get(alias)
                 if value is not None:
-                    raw[name] = value
+                    raw[alias] = value
         try:
-            return dict(self.parameters.model_validate(raw))
+            return dict(self.parameters.model_validate(raw))  # (by the functions' own names)
         except ValidationError:
             return None
 
@@ -135,20 +140,54 @@ class NativeFastPath:
 
         try:
             response = await call_bounded(handler, request, fast.route.name)
-        except Exception as exc:
-            error_handler = _handler_of(self.app.exception_handlers, exc)
-            if error_handler is None:  # as FastAPI's outermost middleware answers it
-                await PlainTextResponse("Internal Server Error", status_code=500)(scope, receive, send)
-                raise
-            response = await error_handler(request, exc)
+        except Exception as exc:  # noqa: BLE001 - answered as FastAPI's layers answer it, or raised
+            response = await self._error_answer(exc, request, send)
         await response(scope, receive, send)
+
+    async def _error_answer(self, exc: Exception, request: Request, send: Send) -> Response:
+        """The answer to ``exc`` as FastAPI's layers make it: the app's handler of
+        it (found as starlette finds it), tried by the route's exception layer
+        and then, for that handler's own error, by the app's. An error neither
+        answers: the server-error answer is sent and the error raised (for the
+        server to log), as the app's ServerErrorMiddleware does."""
+        handlers = self.app.exception_handlers
+        try:
+            for _layer in ("route", "app"):
+                error_handler = _handler_of(handlers, exc)
+                if error_handler is None:
+                    break
+                try:
+                    answer: Response = await error_handler(request, exc)
+                    return answer
+                except Exception as error:  # noqa: BLE001 - the next layer's to answer
+                    exc = error
+            raise exc
+        except Exception as error:
+            await _answer_server_error(handlers, error, request, send)
+            raise
 
 
 def _handler_of(handlers: Mapping[Any, Handler], exc: Exception) -> Handler | None:
-    """The app's handler of ``exc``, looked up as starlette does (by status, then by class)."""
-    if isinstance(exc, StarletteHTTPException) and exc.status_code in handlers:
+    """The app's handler of ``exc``, looked up as starlette's ExceptionMiddleware
+    does (by status, then by class; those of 500 and Exception are not its)."""
+    if isinstance(exc, StarletteHTTPException) and exc.status_code != 500 and exc.status_code in handlers:
         return handlers[exc.status_code]
     for cls in type(exc).__mro__:
+        if cls is Exception:
+            break
         if cls in handlers:
             return handlers[cls]
     return None
+
+
+async def _answer_server_error(handlers: Mapping[Any, Handler], exc: Exception, request: Request,
+                               send: Send) -> None:
+    """The answer to an error nothing else answers: the app's handler of 500 or
+    Exception (starlette's ServerErrorMiddleware's), else a plain 500."""
+    server_handler = None
+    for key, handler in handlers.items():
+        if key in (500, Exception):
+            server_handler = handler  # (the last one, as starlette picks it)
+    answer = (PlainTextResponse("Internal Server Error", status_code=500) if server_handler is None
+              else await server_handler(request, exc))
+    await answer(request.scope, request.receive, send)
