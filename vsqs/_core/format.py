@@ -10,10 +10,11 @@ which is the contract this module implements)::
                                      or delayed (COUNT == 0)
     STEM.new                         being written by a publisher
 
-    STEM  = KEY [-gGROUP] [-oORIGIN] [-e]
+    STEM  = KEY [-gGROUP] [-rFIRST] [-oORIGIN] [-e]
     KEY   = P "-" SENT "-" RAND      the message id. P: 9 - priority;
                                      SENT: 16-digit epoch µs; RAND: 16 hex digits
     GROUP = 12 hex digits            hash of the message group
+    FIRST = 13-digit epoch ms        when the message was first received (added by that receive)
     ORIGIN= 8 hex digits             id of the queue a dead letter came from
     -e                               the file holds an envelope (attributes), not a bare body
     UNTIL = 16-digit epoch µs        TAG: 12 lowercase hex digits, secret and new per
@@ -52,7 +53,9 @@ MAX_PRIORITY = limits.MAX_PRIORITY
 
 _KEY = r"[0-9]-[0-9]{16}-[0-9a-f]{16}"
 _COUNT = r"0|[1-9][0-9]{0,8}"
-_STEM = rf"(?P<key>{_KEY})(?:-g(?P<group>[0-9a-f]{{12}}))?(?:-o(?P<origin>[0-9a-f]{{8}}))?(?P<envelope>-e)?"
+# -rFIRST is not captured: its time is read from the stem only when asked (first_receive_ms)
+_STEM = (rf"(?P<key>{_KEY})(?:-g(?P<group>[0-9a-f]{{12}}))?(?:-r[0-9]{{13}})?"
+         rf"(?:-o(?P<origin>[0-9a-f]{{8}}))?(?P<envelope>-e)?")
 _NAME_RE = re.compile(
     rf"(?P<stem>{_STEM})"
     rf"(?:\.(?P<ready_count>[1-9][0-9]{{0,8}})"
@@ -63,6 +66,8 @@ _KEY_RE = re.compile(_KEY)
 _STEM_RE = re.compile(_STEM)
 KEY_LENGTH = 35
 ENVELOPE_FLAG = "-e"
+FIRST_RECEIVE_FLAG = "-r"  # -rFIRST: the first receive's epoch ms, 13 digits (see received_stem)
+_GROUP_FLAG_LENGTH = 14  # "-g" and 12 hex digits
 _QUEUE_ID_RE = re.compile(r"[0-9a-f]{8}")
 RECEIPT_SEPARATOR = ":"
 
@@ -99,6 +104,11 @@ class Name(NamedTuple):
     @property
     def priority(self) -> int:
         return MAX_PRIORITY - int(self.stem[0])
+
+    @property
+    def first_receive_ms(self) -> int | None:
+        """When the message was first received (epoch ms), ``None`` if its name does not say."""
+        return first_receive_ms(self.stem)
 
     def __str__(self) -> str:
         if self.state is State.READY:
@@ -201,8 +211,43 @@ def make_stem(key: str, *, group_hash: str = "", origin: str = "", envelope: boo
 
 
 def with_origin(name: Name, origin: str) -> str:
-    """The stem of ``name`` marked (or, with ``origin=""``, unmarked) as a dead letter."""
-    return make_stem(name.key, group_hash=name.group_hash, origin=origin, envelope=name.envelope)
+    """The stem of ``name`` marked as a dead letter of queue ``origin`` (its
+    first receive kept), or with ``origin=""`` unmarked for redrive: back to
+    a never-received stem (the receive count starts again at 0, so does the
+    first receive)."""
+    stem = make_stem(name.key, group_hash=name.group_hash, origin=origin, envelope=name.envelope)
+    first = name.first_receive_ms if origin else None
+    return stem if first is None else _with_first(stem, name.group_hash, first)
+
+
+def received_stem(name: Name, now_us: int) -> str:
+    """The stem ``name`` takes when it is received at ``now_us``: at its first
+    receive (count 0) the stem gains ``-rFIRST``, FIRST = now in epoch ms, so
+    every later name of the message (hidden, ready again, dead letter) keeps
+    when it was first received at no cost of its own; afterwards it stays.
+    A name that has ``-r`` already (forged with count 0) keeps it: one flag."""
+    stem = name.stem
+    if name.receive_count:
+        return stem
+    at = KEY_LENGTH + _GROUP_FLAG_LENGTH if name.group_hash else KEY_LENGTH
+    if stem.startswith(FIRST_RECEIVE_FLAG, at):
+        return stem
+    return "%s-r%013d%s" % (stem[:at], now_us // 1000, stem[at:])  # noqa: UP031 - cheaper than an f-string
+
+
+def _with_first(stem: str, group_hash: str, first_ms: int) -> str:
+    at = KEY_LENGTH + _GROUP_FLAG_LENGTH if group_hash else KEY_LENGTH
+    return f"{stem[:at]}{FIRST_RECEIVE_FLAG}{first_ms:013d}{stem[at:]}"
+
+
+def first_receive_ms(name: str) -> int | None:
+    """The first receive's epoch ms that the stem of ``name`` (a stem or a
+    whole name, known to be of the grammar) records, ``None`` if none: a
+    message never received, or received only by a vsqs from before ``-r``."""
+    at = KEY_LENGTH + _GROUP_FLAG_LENGTH if name.startswith("-g", KEY_LENGTH) else KEY_LENGTH
+    if name.startswith(FIRST_RECEIVE_FLAG, at):
+        return int(name[at + 2 : at + 15])
+    return None
 
 
 def is_key(text: str) -> bool:

@@ -150,9 +150,9 @@ class GroupReceiver:
     def _move(self, name: str, parsed: _format.Name, until: int, members: list[_Member]) -> bool:
         """Rename ``name`` into flight until ``until``; appended to ``members`` if it moved."""
         count = parsed.receive_count + 1
-        new = _format.hidden_name(parsed.stem, until, count)
+        new = _format.hidden_name(_format.received_stem(parsed, _format.now_us()), until, count)  # a first: -rFIRST
         layout = self._layout
-        directory = layout.prefix if layout.locate is None else layout.locate(name)  # (the stem keeps its shard)
+        directory = layout.prefix if layout.locate is None else layout.locate(name)  # (KEY and GROUP keep the shard)
         path = directory + new
         if not _fs.rename(directory + name, path):
             return False
