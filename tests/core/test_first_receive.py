@@ -1,0 +1,236 @@
+"""A message's first receive is recorded in its name (``-rFIRST``, names
+revision 2 in docs/FORMAT.md), and a dead letter knows its source queue:
+``Message.first_received_at`` and ``Message.dead_letter_source``, the SQS
+face's ApproximateFirstReceiveTimestamp and DeadLetterQueueSourceArn."""
+
+from __future__ import annotations
+
+import os
+import pickle
+import time
+
+import pytest
+
+import vsqs
+from tests.conftest import message_names, message_path
+from vsqs._core import dead_letters as _dead_letters
+from vsqs._core import format as _format
+from vsqs._core.format import State
+
+
+def now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+def first_flags(queue: vsqs.Queue) -> list[int | None]:
+    """The first-receive time of every message file of ``queue``, from its name."""
+    found = []
+    for name in message_names(queue.path):
+        parsed = _format.parse_name(name)
+        if parsed is not None and parsed.state is not State.WRITING:
+            found.append(parsed.first_receive_ms)
+    return found
+
+
+def put(queue: vsqs.Queue, name: str, body: bytes = b"by hand") -> None:
+    """A message file written by hand (another program, an older vsqs, an attacker)."""
+    with open(message_path(queue, name), "wb") as file:
+        file.write(body)
+
+
+# -- the grammar ---------------------------------------------------------------------------------
+
+
+def test_the_flag_is_parsed_and_placed_after_key_and_group():
+    key = _format.new_key()
+    group = _format.group_hash("g")
+    plain = _format.parse_name(_format.ready_name(key))
+    grouped = _format.parse_name(_format.make_stem(key, group_hash=group, origin="0123abcd", envelope=True))
+    assert plain is not None and grouped is not None
+    assert plain.first_receive_ms is None and grouped.first_receive_ms is None
+    stem = _format.received_stem(grouped, 1_795_305_503_100_999)
+    assert stem == f"{key}-g{group}-r1795305503100-o0123abcd-e"
+    received = _format.parse_name(_format.hidden_name(stem, 1, 1))
+    assert received is not None
+    assert (received.key, received.group_hash, received.origin, received.envelope) == (key, group, "0123abcd", True)
+    assert received.first_receive_ms == 1_795_305_503_100
+    # the shard of a name is that of its message before the flag: KEY and GROUP keep their places
+    assert _format.shard_of(str(received), 64) == _format.shard_of(key + f"-g{group}", 64)
+    plain_received = _format.received_stem(plain, 5_000)
+    assert plain_received == f"{key}-r0000000000005"
+    assert _format.shard_of(plain_received, 64) == _format.shard_of(key, 64)
+
+
+def test_only_a_first_receive_adds_the_flag_and_never_twice():
+    key = _format.new_key()
+    again = _format.parse_name(_format.ready_name(key, 2))  # received before, by a vsqs that did not record it
+    assert again is not None and _format.received_stem(again, 10**15) == key
+    forged = _format.parse_name(f"{key}-r0000000000042")  # -r with count 0: kept, not doubled
+    assert forged is not None and _format.received_stem(forged, 10**15) == f"{key}-r0000000000042"
+
+
+@pytest.mark.parametrize("name", [
+    "9-1795305501723584-892190c0ba724662-r179530550310.1",  # 12 digits
+    "9-1795305501723584-892190c0ba724662-r17953055031000.1",  # 14 digits
+    "9-1795305501723584-892190c0ba724662-r1795305503100-r1795305503100.1",  # twice
+    "9-1795305501723584-892190c0ba724662-o0123abcd-r1795305503100.1",  # out of order
+    "9-1795305501723584-892190c0ba724662-r-1795305503100.1",
+    "9-1795305501723584-892190c0ba724662-rabcdefabcdefa.1",
+])
+def test_a_damaged_flag_makes_a_foreign_name(name):
+    assert _format.parse_name(name) is None
+
+
+# -- the library -----------------------------------------------------------------------------------
+
+
+def test_the_first_receive_is_recorded_and_kept(queue):
+    queue.publish(b"a")
+    before = now_ms()
+    first = queue.receive(visibility_timeout=0)
+    after = now_ms()
+    assert first is not None and first.first_received_at is not None
+    assert before <= round(first.first_received_at * 1000) <= after
+    recorded = first.first_received_at
+    # received again (the lease ran out: the expired name is claimed as it is)
+    second = queue.receive(visibility_timeout=60)
+    assert second is not None and second.receive_count == 2
+    assert second.first_received_at == recorded
+    # a change of visibility, then a release (ready again), then a requeue of an expired lease
+    second.change_visibility(120)
+    assert second.first_received_at == recorded
+    second.release()
+    assert first_flags(queue) == [round(recorded * 1000)]
+    third = queue.receive(visibility_timeout=0)
+    assert third is not None and third.receive_count == 3 and third.first_received_at == recorded
+    assert queue.requeue_expired() == 1
+    assert first_flags(queue) == [round(recorded * 1000)]
+    fourth = queue.receive()
+    assert fourth is not None and fourth.first_received_at == recorded
+    assert queue.read_message(fourth.receipt).first_received_at == recorded
+    assert pickle.loads(pickle.dumps(fourth)).first_received_at == recorded
+
+
+def test_a_delayed_message_and_a_group_record_their_first_receive(queue):
+    queue.publish(b"later", delay=0.001)
+    queue.publish(b"g1", group="g")
+    queue.publish(b"g2", group="g")
+    time.sleep(0.01)  # (only for the delay to pass: no assertion rests on it)
+    before = now_ms()
+    got = queue.receive_batch(10, group_runs=True)
+    after = now_ms()
+    assert sorted(m.body for m in got) == [b"g1", b"g2", b"later"]
+    for message in got:
+        assert message.receive_count == 1
+        assert before <= round(message.first_received_at * 1000) <= after
+
+
+def test_a_name_of_revision_1_is_read_and_reports_no_first_receive(queue):
+    key_again, key_new, key_hidden = (_format.new_key() for _ in range(3))
+    put(queue, _format.ready_name(key_again, 2))  # received twice by a vsqs before -r
+    put(queue, _format.hidden_name(key_hidden, 1, 1))  # in flight at an older vsqs, lease long over
+    put(queue, key_new)  # never received
+    got = {m.id: m for m in queue.receive_batch(10)}
+    assert set(got) == {key_again, key_new, key_hidden}
+    assert got[key_again].receive_count == 3 and got[key_again].first_received_at is None
+    assert got[key_hidden].receive_count == 2 and got[key_hidden].first_received_at is None
+    assert got[key_new].receive_count == 1 and got[key_new].first_received_at is not None
+
+
+def test_forged_and_damaged_names_do_not_break_a_receive(queue):
+    key = _format.new_key()
+    put(queue, f"{key}-r0000000000042", b"forged")  # count 0 and -r: its (forged) time is kept
+    damaged = f"{_format.new_key()}-r12.1"
+    put(queue, damaged, b"damaged")  # not of the grammar: foreign, never delivered
+    put(queue, _format.new_key(), b"plain")
+    got = {m.body: m for m in queue.receive_batch(10)}
+    assert set(got) == {b"forged", b"plain"}
+    assert got[b"forged"].first_received_at == 0.042
+    assert str(got[b"forged"].receipt).count("-r") == 1
+    assert damaged in message_names(queue.path)  # left alone
+
+
+def test_a_message_with_a_receipt_that_is_not_one_has_no_such_attributes(queue):
+    queue.publish(b"x")
+    message = queue.receive()
+    assert message is not None
+    for bogus in ("", "nonsense", "a:b:c:d", f"{queue.id}:../../etc/passwd"):
+        message.receipt = bogus
+        assert message.first_received_at is None and message.dead_letter_source is None
+
+
+# -- dead letters ------------------------------------------------------------------------------------
+
+
+@pytest.fixture(params=[1, 4], ids=["flat", "shards4"])
+def spool(request, tmp_path) -> tuple[vsqs.Queue, vsqs.Queue]:
+    """A queue whose messages die at their second receive, and its dead-letter queue."""
+    _dead_letters._SOURCE_NAMES.clear()
+    root = vsqs.Spool(tmp_path / "spool", create=True)
+    jobs = root.create_queue("jobs", max_receives=2, shards=request.param)
+    dlq = root.create_queue("jobs.dlq", shards=request.param)
+    return jobs, dlq
+
+
+def kill(jobs: vsqs.Queue, body: bytes, **options) -> float:
+    """Publish ``body`` and receive it until it dies; its first receive (epoch s)."""
+    key = jobs.publish(body, **options)
+    first = jobs.receive(visibility_timeout=0, wait=10)  # (a bound: it returns once the message is seen)
+    assert first is not None and first.id == key and first.first_received_at is not None
+    second = jobs.receive(visibility_timeout=0, wait=10)
+    assert second is not None and second.id == key
+    jobs.requeue_expired()  # received max_receives times: into the dead-letter queue
+    return first.first_received_at
+
+
+def test_a_dead_letter_knows_its_source_queue_and_first_receive(spool):
+    jobs, dlq = spool
+    plain_first = kill(jobs, b"plain")
+    grouped_first = kill(jobs, b"grouped", group="g")
+    got = {m.body: m for m in dlq.receive_batch(10, wait=10)}
+    assert set(got) == {b"plain", b"grouped"}
+    assert got[b"plain"].dead_letter_source == "jobs" == got[b"grouped"].dead_letter_source
+    assert got[b"plain"].first_received_at == plain_first
+    assert got[b"grouped"].first_received_at == grouped_first
+    assert got[b"plain"].receive_count == 3
+    jobs.publish(b"alive")
+    alive = jobs.receive(wait=10)
+    assert alive is not None and alive.dead_letter_source is None  # no dead letter
+
+
+def test_redrive_forgets_the_first_receive_with_the_count(spool):
+    jobs, dlq = spool
+    kill(jobs, b"again")
+    assert dlq.redrive() == 1
+    assert first_flags(jobs) == [None]  # never received, as far as its home queue knows
+    before = now_ms()
+    back = jobs.receive(wait=10)
+    assert back is not None and back.receive_count == 1 and back.dead_letter_source is None
+    assert round(back.first_received_at * 1000) >= before
+
+
+@pytest.mark.parametrize("content", [None, b"", b"/somewhere/..", b"/x/not a queue name", b"/x/.hidden", "dir"])
+def test_an_unknown_or_damaged_source_is_absent(spool, content):
+    jobs, dlq = spool
+    kill(jobs, b"lost")
+    entry = os.path.join(dlq.path, _format.SOURCES_DIR, jobs.id)
+    os.unlink(entry)
+    if content == "dir":
+        os.mkdir(entry)
+    elif content is not None:
+        with open(entry, "wb") as file:
+            file.write(content)
+    dead = dlq.receive(wait=10)
+    assert dead is not None and dead.dead_letter_source is None
+    assert dead.first_received_at is not None
+
+
+def test_a_source_entry_read_once_is_remembered(spool, monkeypatch):
+    jobs, dlq = spool
+    kill(jobs, b"one")
+    kill(jobs, b"two")
+    reads = []
+    real = _dead_letters._fs.read_control
+    monkeypatch.setattr(_dead_letters._fs, "read_control", lambda path: reads.append(path) or real(path))
+    assert [m.dead_letter_source for m in dlq.receive_batch(10)] == ["jobs", "jobs"]
+    assert len(reads) == 1
