@@ -42,6 +42,7 @@ from vsqs._gateway.sqs.messages import (
     prepare,
     received_message,
     send_result,
+    wants_dead_letter_sources,
 )
 from vsqs._gateway.sqs.parameters import (
     FIFO_NAME_RULE,
@@ -298,8 +299,10 @@ async def receive_message(call: Call) -> dict[str, Any]:
         """The queue's settings and what a receive finds now (one hop). FIFO: a
         group's next messages together, as Amazon (group runs)."""
         runs = is_fifo(call.queue_name or "")
-        return call.settings_now(queue), queue.receive_batch(count, visibility_timeout=timeout, wait=0,
-                                                             group_runs=runs)
+        settings = call.settings_now(queue)
+        got = queue.receive_batch(count, visibility_timeout=timeout, wait=0, group_runs=runs)
+        wants_dead_letter_sources(got, system_names)  # (after a long poll: read on first use, then remembered)
+        return settings, got
 
     settings, messages = await call.on_queue(first_attempt)
     name = call.queue_name

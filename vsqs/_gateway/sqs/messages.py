@@ -112,6 +112,15 @@ MESSAGE_SYSTEM_ATTRIBUTES = frozenset({"All", "SenderId", "SentTimestamp", "Appr
                                        "DeadLetterQueueSourceArn"})
 
 
+def wants_dead_letter_sources(messages: list[Message], system_names: set[str]) -> None:
+    """Look up the source queue of each dead letter among ``messages`` now, if
+    the receive asks for DeadLetterQueueSourceArn: in a worker thread, so that
+    rendering them reads nothing from disk (the library remembers what it read)."""
+    if wants_all(system_names) or "DeadLetterQueueSourceArn" in system_names:
+        for message in messages:
+            message.dead_letter_source  # noqa: B018 - read for its lookup
+
+
 def received_message(call: Call, message: Message, fifo: bool, content_dedup: bool,
                      system_names: set[str], attribute_names: list[str]) -> dict[str, Any]:
     body = message.body.decode("utf-8", errors="replace")
@@ -132,6 +141,12 @@ def received_message(call: Call, message: Message, fifo: bool, content_dedup: bo
         "AWSTraceHeader": stored.get(TRACE_ATTRIBUTE),
     }
     everything = wants_all(system_names)
+    if everything or "ApproximateFirstReceiveTimestamp" in system_names:
+        first = message.first_received_at  # None: received first by a vsqs that did not record it
+        candidates["ApproximateFirstReceiveTimestamp"] = None if first is None else str(round(first * 1000))
+    if everything or "DeadLetterQueueSourceArn" in system_names:
+        source = message.dead_letter_source  # (looked up by wants_dead_letter_sources, off the event loop)
+        candidates["DeadLetterQueueSourceArn"] = None if source is None else call.arn_of(source)
     for name, value in candidates.items():
         if value is not None and (everything or name in system_names):
             system[name] = value
