@@ -244,3 +244,47 @@ def test_a_handle_with_an_old_view_cannot_restart_a_swept_chain(queue):
         f.write(b"free\n")  # ...in which the slot looked free
     assert old_view.claim(group, 1, now + 10**6, now, 0) is None  # re-made 2, saw 3, backed off
     assert not os.path.exists(os.path.join(leases, f"{group}.0.2"))
+
+
+def test_a_gap_of_any_length_after_generation_1_stops_an_old_view(queue):
+    from vsqs._core import groups as _groups
+
+    queue.publish_batch([b"1", b"2"], group="g")
+    group = _format.group_hash("g")
+    holder = queue.receive(visibility_timeout=30)  # generation 1
+    for _ in range(4):
+        holder.change_visibility(30)  # generations 2 to 5
+    leases = os.path.join(queue.path, _format.GROUPS_DIR)
+    for gen in (2, 3, 4):
+        os.unlink(os.path.join(leases, f"{group}.0.{gen}"))  # as if swept: 1 and 5 are left
+    with open(os.path.join(leases, f"{group}.0.1"), "wb") as f:
+        f.write(b"free\n")  # the old generation looked free
+    old_view = _groups.GroupLeases(queue.path)
+    old_view._newest[(group, 0)] = 1  # a view from before the sweep
+    now = _format.now_us()
+    assert old_view.claim(group, 1, now + 10**6, now, 0) is None  # made 2, listed 5, backed off
+    assert not os.path.exists(os.path.join(leases, f"{group}.0.2"))
+    assert vsqs.Queue(queue.path).receive() is None  # still held, by one consumer only
+
+
+def test_a_stale_listing_of_the_leases_only_delays_by_one_lookup(queue, monkeypatch):
+    # A network filesystem's client may list a directory from its cache long
+    # after another host moved a slot's chain on. The handle that loses the
+    # exclusive create learns the newest generation by name, and a stale
+    # listing does not take that knowledge back.
+    from vsqs._core import fs as _fs
+
+    queue.publish_batch([str(i).encode() for i in range(6)], group="g")
+    other = vsqs.Queue(queue.path)
+    first = queue.receive(visibility_timeout=30)
+    first.delete()  # this handle's view: the slot is free at generation 2
+    leases = os.path.join(queue.path, _format.GROUPS_DIR)
+    frozen = sorted(os.listdir(leases))
+    real = _fs.list_names
+    monkeypatch.setattr(_fs, "list_names", lambda d: list(frozen) if d == leases else real(d))
+    for _ in range(3):  # the other host takes and settles three (generations 3 to 8)
+        other.receive(visibility_timeout=30).delete()
+    assert sorted(os.listdir(leases)) != frozen
+    got = [queue.receive(visibility_timeout=30) for _ in range(2)]
+    taken = next(m for m in got if m is not None)  # the first may lose the create; it finds the newest
+    assert taken.body == b"4"

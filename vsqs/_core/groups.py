@@ -39,6 +39,7 @@ from vsqs._core.format import SlotRef
 
 _WRITE_GRACE = 10.0  # a lease file still empty after this long lost its writer
 SWEEP_GRACE = 60.0  # a generation superseded this long ago can go
+_WALK_MAX = 1 << 16  # the longest step of a search for a chain's newest generation
 _RAISE_TRIES = 100  # reads of a chain a run's extension makes before it gives up (stale: a delay)
 
 
@@ -55,7 +56,12 @@ class GroupLeases:
         return os.path.join(self._dir, _format.lease_name(group, index, gen))
 
     def refresh(self) -> None:
-        """Re-read the newest generations (with every listing of the queue)."""
+        """Re-read the newest generations (with every listing of the queue).
+
+        A chain only grows, so a generation this handle already knows to exist
+        (it wrote it, or found it by name) outlives a listing that does not
+        show it yet: a network filesystem's client may serve a directory
+        listing from its cache long after another host moved the chain on."""
         newest: dict[tuple[str, int], int] = {}
         if _fs.is_private_dir(self._dir):
             self._ready = True
@@ -64,6 +70,10 @@ class GroupLeases:
                 if parsed is not None:
                     group, index, gen = parsed
                     newest[(group, index)] = max(gen, newest.get((group, index), 0))
+        known = self._newest
+        for key, gen in newest.items():  # (only chains listed: memory stays bounded by the listing)
+            if known.get(key, 0) > gen:
+                newest[key] = known[key]
         self._newest = newest
 
     def claim(self, group: str, limit: int, until_us: int, now_us: int, skew_us: int) -> SlotRef | None:
@@ -96,12 +106,47 @@ class GroupLeases:
         self._newest[(group, index)] = gen + 1  # ours, or theirs: either way the newest we know
         path = self._path(group, index, gen + 1)
         if not _fs.create_exclusive(path, content, durable=False, mode=self.mode):
+            self._newest[(group, index)] = self._newest_beyond(group, index, gen + 1)
             return None
-        if _fs.exists(self._path(group, index, gen + 2)):
+        if _fs.exists(self._path(group, index, gen + 2)) or (gen == 1 and self._listed_beyond(group, index, 2)):
             # our view was so old that gen+1 had been swept: the chain is further on
+            # (sweeps leave generation 1 and a gap after it, of any length: made
+            # 2, which happens once a chain, look at the whole listing)
             _fs.unlink(path)
             return None
         return SlotRef(index, gen + 1)
+
+    def _listed_beyond(self, group: str, index: int, gen: int) -> bool:
+        """Whether a listing shows a generation of the slot after ``gen`` (and
+        if so, this handle's view moves to the newest it shows)."""
+        newest = max((parsed[2] for parsed in map(_format.parse_lease_name, _fs.list_names(self._dir))
+                      if parsed is not None and parsed[:2] == (group, index)), default=0)
+        if newest <= gen:
+            return False
+        self._newest[(group, index)] = newest
+        return True
+
+    def _newest_beyond(self, group: str, index: int, gen: int) -> int:
+        """The newest generation at or after ``gen``, which exists (another
+        handle just created it), found by name: doubling steps, then halving.
+        The generations from any existing one after the first up to the
+        newest all exist (sweeps remove the oldest first; from generation 1 it
+        may stop at the gap after it, see :meth:`_next`); a lookup a
+        client cache answers "missing" for a file that exists only finds an
+        older generation, which the next exclusive create corrects. At most
+        about 2 x log2(distance) lookups, capped."""
+        low, step = gen, 1  # low exists
+        while step <= _WALK_MAX and _fs.exists(self._path(group, index, low + step)):
+            low += step
+            step *= 2
+        high = low + step  # taken for missing (or beyond the cap)
+        while high - low > 1:
+            middle = (low + high) // 2
+            if _fs.exists(self._path(group, index, middle)):
+                low = middle
+            else:
+                high = middle
+        return low
 
     def extend(self, group: str, slot: SlotRef, until_us: int) -> SlotRef | None:
         """Hold the slot until ``until_us``; None if it was lost (its lease ran out and was taken)."""
