@@ -154,7 +154,8 @@ class Message:
         name = self._name()
         if name is None or not name.origin:
             return None
-        from vsqs._core.dead_letters import source_name  # (it imports what imports this module)
+        # imported here: dead_letters imports what imports this module
+        from vsqs._core.dead_letters import source_name
 
         return source_name(self.queue.path, name.origin)
 
