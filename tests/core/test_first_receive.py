@@ -5,6 +5,7 @@ face's ApproximateFirstReceiveTimestamp and DeadLetterQueueSourceArn."""
 
 from __future__ import annotations
 
+import json
 import os
 import pickle
 import time
@@ -16,6 +17,7 @@ from tests.conftest import message_names, message_path
 from vsqs._core import dead_letters as _dead_letters
 from vsqs._core import format as _format
 from vsqs._core.format import State
+from vsqs._core.layout import Layout
 
 
 def now_ms() -> int:
@@ -157,6 +159,78 @@ def test_a_message_with_a_receipt_that_is_not_one_has_no_such_attributes(queue):
     for bogus in ("", "nonsense", "a:b:c:d", f"{queue.id}:../../etc/passwd"):
         message.receipt = bogus
         assert message.first_received_at is None and message.dead_letter_source is None
+
+
+# -- formats: only a queue of format 3 gets -rFIRST names ------------------------------------------
+
+
+def old_format_queue(path: str | os.PathLike[str], shards: int) -> vsqs.Queue:
+    """A queue of format 1 (``shards`` 1) or 2, as vsqs before format 3
+    created it: older vsqs share it, for which a name with -r is foreign."""
+    os.makedirs(path)
+    Layout.make(os.fspath(path), shards, None)
+    with open(os.path.join(path, _format.METADATA_NAME), "wb") as file:
+        file.write(_format.encode_metadata(_format.new_queue_id(), shards, first_receive=False))
+    return vsqs.Queue(path)
+
+
+@pytest.mark.parametrize("shards", [1, 4], ids=["format1", "format2"])
+def test_a_queue_of_an_older_format_never_gets_the_flag(tmp_path, shards):
+    queue = old_format_queue(tmp_path / "q", shards)
+    queue.publish(b"plain")
+    queue.publish(b"later", delay=0.001)
+    queue.publish(b"g1", group="g")
+    queue.publish(b"g2", group="g")
+    time.sleep(0.01)  # (only for the delay to pass: no assertion rests on it)
+    got = queue.receive_batch(10, group_runs=True)
+    assert sorted(m.body for m in got) == [b"g1", b"g2", b"later", b"plain"]
+    assert [m.first_received_at for m in got] == [None] * 4  # not recorded: reported absent, as for old names
+    for message in got:
+        message.release()
+    again: list[vsqs.Message] = []
+    for _ in range(8):  # (a group's next message comes once the one before is settled)
+        batch = queue.receive_batch(10, group_runs=True)
+        assert set(first_flags(queue)) <= {None}
+        again += batch
+        for message in batch:
+            message.delete()
+    assert sorted(m.receive_count for m in again) == [2] * 4
+    assert [m.first_received_at for m in again] == [None] * 4
+    assert not [name for name in message_names(queue.path) if "-r" in name]  # every name is one older vsqs reads
+
+
+@pytest.mark.parametrize("shards", [1, 4], ids=["format1", "format2"])
+def test_a_queue_of_an_older_format_still_reads_names_with_the_flag(tmp_path, shards):
+    queue = old_format_queue(tmp_path / "q", shards)
+    key = _format.new_key()
+    put(queue, f"{key}-r0000000000042.1")
+    got = queue.receive()
+    assert got is not None and got.id == key and got.receive_count == 2 and got.first_received_at == 0.042
+
+
+@pytest.mark.parametrize("shards", [1, 4], ids=["flat", "shards4"])
+def test_a_new_queue_is_format_3_and_gets_the_flag(tmp_path, shards):
+    queue = vsqs.Queue(tmp_path / "q", create=True, shards=shards)
+    with open(os.path.join(queue.path, _format.METADATA_NAME)) as file:
+        assert json.load(file)["format"] == 3
+    keys = {queue.publish(b"%d" % i) for i in range(8)} | {queue.publish(b"g", group="g")}
+    got = queue.receive_batch(10)
+    assert {m.id for m in got} == keys and all(m.first_received_at is not None for m in got)
+    assert None not in first_flags(queue) and len(first_flags(queue)) == len(keys)
+    for name in message_names(queue.path):  # each in its shard: the flag does not move a name
+        if _format.parse_name(name) is not None:
+            assert os.path.exists(message_path(queue, name))
+
+
+def test_settings_written_to_a_queue_of_an_older_format_stay_readable_by_older_vsqs(tmp_path):
+    """Settings versions keep format 2 (older vsqs refuse settings of a newer
+    format, which would lock them out of a queue they share)."""
+    queue = old_format_queue(tmp_path / "q", 1)
+    queue.configure(visibility_timeout=12)
+    directory = os.path.join(queue.path, ".settings")
+    for entry in os.listdir(directory):
+        with open(os.path.join(directory, entry)) as file:
+            assert json.load(file)["format"] == 2
 
 
 # -- dead letters ------------------------------------------------------------------------------------

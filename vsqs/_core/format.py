@@ -41,8 +41,11 @@ from vsqs._core import limits
 from vsqs._core.errors import IncompatibleFormat, InvalidArgument, InvalidReceipt
 from vsqs._core.rules import check_group
 
-FORMAT_VERSION = 2  # the newest format this vsqs reads and writes
-UNSHARDED_FORMAT = 1  # a queue without shards is written as format 1, for older readers
+FORMAT_VERSION = 3  # the newest format this vsqs reads, and the one of the queues it creates
+UNSHARDED_FORMAT = 1  # format 1: no shards (what vsqs before format 3 created for a queue without shards)
+SHARDED_FORMAT = 2  # format 2: format 1 and shards (format 3: format 2 and the first receive's -rFIRST)
+FIRST_RECEIVE_FORMAT = 3  # the first format whose receives write -rFIRST (older readers ignore such names)
+SETTINGS_FORMAT = 2  # the format of settings versions, unchanged since format 2 (older readers refuse more)
 METADATA_NAME = ".vsqs.json"
 SHARDS_DIR = "shards"  # in a sharded queue: shards/00 .. shards/NN hold the messages
 MAX_SHARDS = limits.MAX_SHARDS
@@ -221,7 +224,9 @@ def with_origin(name: Name, origin: str) -> str:
 
 
 def received_stem(name: Name, now_us: int) -> str:
-    """The stem ``name`` takes when it is received at ``now_us``: at its first
+    """The stem ``name`` takes when it is received at ``now_us`` in a queue of
+    format 3 (older formats keep the stem: their readers may be older vsqs,
+    for which ``-r`` names are foreign): at its first
     receive (count 0) the stem gains ``-rFIRST``, FIRST = now in epoch ms, so
     every later name of the message (hidden, ready again, dead letter) keeps
     when it was first received at no cost of its own; afterwards it stays.
@@ -559,6 +564,8 @@ class Metadata(NamedTuple):
 
     queue_id: str
     shards: int  # 1: messages in the queue directory; else in shards/00 .. shards/NN
+    # format >= 3: a first receive writes -rFIRST (older formats: never, so older vsqs still reads every name)
+    first_receive: bool = False
 
 
 def check_shards(shards: object) -> int:
@@ -568,34 +575,38 @@ def check_shards(shards: object) -> int:
     return shards
 
 
-def encode_metadata(queue_id: str, shards: int = 1) -> bytes:
-    doc: dict[str, Any] = {"format": UNSHARDED_FORMAT, "queue_id": queue_id, "created": time.time()}
-    if shards != 1:
-        doc.update(format=FORMAT_VERSION, shards=shards)
+def encode_metadata(queue_id: str, shards: int = 1, *, first_receive: bool = True) -> bytes:
+    """The metadata of a new queue: format 3; without ``first_receive``, the
+    format 1 or 2 that vsqs before format 3 writes (a queue it can share)."""
+    version = FORMAT_VERSION if first_receive else UNSHARDED_FORMAT if shards == 1 else SHARDED_FORMAT
+    doc: dict[str, Any] = {"format": version, "queue_id": queue_id, "created": time.time()}
+    if version != UNSHARDED_FORMAT:
+        doc["shards"] = shards
     return (json.dumps(doc, sort_keys=True) + "\n").encode()
 
 
 def decode_metadata(data: bytes, where: str) -> Metadata:
-    """Check the format version; return the queue id and its shard count."""
+    """Check the format version; return the queue id, its shard count and
+    whether its receives record the first one (format 3)."""
     try:
         doc = json.loads(data)
         version, queue_id = doc["format"], doc["queue_id"]
-        shards = doc["shards"] if version == FORMAT_VERSION else 1
+        if version not in (UNSHARDED_FORMAT, SHARDED_FORMAT, FORMAT_VERSION) or isinstance(version, bool):
+            raise IncompatibleFormat(
+                f"{where}: queue format {version!r}, this vsqs reads formats {UNSHARDED_FORMAT} to {FORMAT_VERSION}"
+            )
+        shards = 1 if version == UNSHARDED_FORMAT else doc["shards"]
     except (ValueError, TypeError, KeyError, AttributeError) as exc:
         raise IncompatibleFormat(f"{where}: unreadable queue metadata ({exc})") from None
-    if version not in (UNSHARDED_FORMAT, FORMAT_VERSION) or isinstance(version, bool):
-        raise IncompatibleFormat(
-            f"{where}: queue format {version!r}, this vsqs reads formats {UNSHARDED_FORMAT} and {FORMAT_VERSION}"
-        )
     if not isinstance(queue_id, str) or not _QUEUE_ID_RE.fullmatch(queue_id):
         raise IncompatibleFormat(f"{where}: bad queue_id {queue_id!r} in queue metadata")
     try:
         check_shards(shards)
-        if version == FORMAT_VERSION and shards == 1:
+        if version == SHARDED_FORMAT and shards == 1:
             raise InvalidArgument("format 2 is for shards >= 2")
     except InvalidArgument:
         raise IncompatibleFormat(f"{where}: bad shards {shards!r} in queue metadata") from None
-    return Metadata(queue_id, shards)
+    return Metadata(queue_id, shards, version >= FIRST_RECEIVE_FORMAT)
 
 
 # -- shards ---------------------------------------------------------------------

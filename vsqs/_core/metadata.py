@@ -112,18 +112,20 @@ def created_at(path: str) -> float | None:
 
 class Store:
     """A queue as the engine sees it: its id and where its files live (what a
-    handle's parts, dead-lettering and redrive need of a queue). A slotted
-    class, not a NamedTuple: the hot paths read both attributes."""
+    handle's parts, dead-lettering and redrive need of a queue), and whether
+    a first receive writes ``-rFIRST`` (format 3: see docs/FORMAT.md). A
+    slotted class, not a NamedTuple: the hot paths read its attributes."""
 
-    __slots__ = ("id", "layout")
+    __slots__ = ("first_receive", "id", "layout")
 
-    def __init__(self, queue_id: str, layout: Layout) -> None:
+    def __init__(self, queue_id: str, layout: Layout, first_receive: bool = False) -> None:
         self.id = queue_id
         self.layout = layout
+        self.first_receive = first_receive
 
 
 def open_store(path: str, *, create: bool = False, shards: int = 1, mode: int | None = None) -> Store:
     """The :class:`Store` of the queue at ``path`` (made if ``create``, with
     ``shards`` and file ``mode``)."""
     meta = open_queue(path, create=create, shards=shards, mode=mode)
-    return Store(meta.queue_id, layout_for(path, meta.shards))
+    return Store(meta.queue_id, layout_for(path, meta.shards), meta.first_receive)

@@ -138,7 +138,7 @@ class Queue:
                 layout, store.id, settings,
                 lambda path, create, mode: Queue(path, create=create, mode=mode),  # a shared spool shares it too
             )
-            self._group_receiver = GroupReceiver(layout, store.id, self._groups, self._listing, self._lock,
+            self._group_receiver = GroupReceiver(store, self._groups, self._listing, self._lock,
                                                  self._receipts, self._throttle, self._dead_letters, self._skew_us)
             self._maintenance = Maintenance(
                 layout, self._skew_us, settings, self._dead_letters, self._stages,
@@ -486,7 +486,7 @@ class Queue:
         failure: StorageError | None = None  # raised only if nothing else was claimed
         max_receives, throttle = settings["max_receives"], settings["throttle"]
         layout, cache, lock, queue_id = store.layout, self._listing, self._lock, store.id
-        prefix, locate = layout.prefix, layout.locate
+        prefix, locate, first_receive = layout.prefix, layout.locate, store.first_receive  # (format 3: -rFIRST)
         # listings this call may make that give nothing: one, or in a sharded
         # queue one per shard (another consumer may have emptied the shard that
         # was listed); renewed by each claim that succeeds, so no spinning on
@@ -531,7 +531,7 @@ class Queue:
                 continue
             count = parsed.receive_count + 1
             now = time.time_ns() // 1000  # (now_us(), inlined)
-            stem = parsed.stem if count > 1 else _format.received_stem(parsed, now)  # a first receive: -rFIRST
+            stem = _format.received_stem(parsed, now) if count == 1 and first_receive else parsed.stem
             new = _format.hidden_name(stem, now + lease_us, count)
             if locate is None:
                 source, path = prefix + name, prefix + new
