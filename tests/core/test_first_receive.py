@@ -272,6 +272,20 @@ def test_a_dead_letter_knows_its_source_queue_and_first_receive(spool):
     assert alive is not None and alive.dead_letter_source is None  # no dead letter
 
 
+@pytest.mark.parametrize("shards", [1, 4], ids=["format1", "format2"])
+def test_a_dead_letter_queue_of_an_older_format_never_gets_the_flag(tmp_path, shards):
+    """A queue of format 3 whose dead-letter queue was made by an older vsqs
+    (format 1 or 2, which that vsqs still serves): the dead letter leaves its
+    -rFIRST behind, or older consumers of the dead-letter queue would never see it."""
+    dlq = old_format_queue(tmp_path / "spool" / "jobs.dlq", shards)
+    jobs = vsqs.Spool(tmp_path / "spool").create_queue("jobs", max_receives=2, shards=shards)
+    kill(jobs, b"dies")
+    assert first_flags(dlq) == [None]
+    dead = dlq.receive(wait=10)
+    assert dead is not None and dead.body == b"dies" and dead.first_received_at is None
+    assert dead.dead_letter_source == "jobs"
+
+
 def test_redrive_forgets_the_first_receive_with_the_count(spool):
     jobs, dlq = spool
     kill(jobs, b"again")

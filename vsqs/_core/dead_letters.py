@@ -110,7 +110,8 @@ class DeadLetters(Generic[QueueT]):
         found = self._open()
         assert found is not None
         store = found[1]
-        dead = _format.ready_name(_format.with_origin(name, self._queue_id), name.receive_count)
+        # (-rFIRST kept only in a dead-letter queue of format 3: older vsqs may serve one of format 1 or 2)
+        dead = _format.ready_name(_format.with_origin(name, self._queue_id, store.first_receive), name.receive_count)
         try:
             return int(move_into(self._layout.message_file(str(name)), store.layout.message_file(dead)))
         except StorageError as exc:

@@ -213,13 +213,14 @@ def make_stem(key: str, *, group_hash: str = "", origin: str = "", envelope: boo
     )
 
 
-def with_origin(name: Name, origin: str) -> str:
+def with_origin(name: Name, origin: str, first_receive: bool = True) -> str:
     """The stem of ``name`` marked as a dead letter of queue ``origin`` (its
-    first receive kept), or with ``origin=""`` unmarked for redrive: back to
+    first receive kept if the dead-letter queue takes ``-r``: ``first_receive``,
+    format 3), or with ``origin=""`` unmarked for redrive: back to
     a never-received stem (the receive count starts again at 0, so does the
     first receive)."""
     stem = make_stem(name.key, group_hash=name.group_hash, origin=origin, envelope=name.envelope)
-    first = name.first_receive_ms if origin else None
+    first = name.first_receive_ms if origin and first_receive else None
     return stem if first is None else _with_first(stem, name.group_hash, first)
 
 
