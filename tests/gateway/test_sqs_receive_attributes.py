@@ -4,7 +4,9 @@ request (form in, XML out)."""
 
 from __future__ import annotations
 
+import asyncio
 import json
+import os
 import time
 import uuid
 import xml.etree.ElementTree as ET
@@ -120,3 +122,57 @@ def test_a_query_receive_reports_both(sqs: Any, server: Server) -> None:
     attributes = {a.findtext(f"{NS}Name"): a.findtext(f"{NS}Value") for a in message.findall(f"{NS}Attribute")}
     assert attributes[SOURCE] == arn_of(sqs, url)
     assert int(attributes[FIRST]) <= now_ms() and attributes["ApproximateReceiveCount"] == "3"
+
+
+@pytest.mark.parametrize("entry", ["recorded", "missing"])
+@pytest.mark.parametrize("long_poll", [True, False], ids=["long_poll", "first_attempt"])
+def test_dead_letter_sources_are_looked_up_off_the_event_loop(tmp_path: Any, monkeypatch: pytest.MonkeyPatch,
+                                                             entry: str, long_poll: bool) -> None:
+    """The ``.sources`` entry of a dead letter that a receive found (by its
+    first attempt or by a long poll) is read in the worker thread, never on the
+    event loop: on a network filesystem that read would stall every other
+    request. A missing entry too (nothing remembered: it is not read again)."""
+    from tests.gateway.test_fast_paths import call, sqs_headers
+    from vsqs._core import dead_letters as _dead_letters
+    from vsqs._gateway.app import create_app
+    from vsqs._gateway.config import GatewayConfig
+
+    spool = vsqs.Spool(tmp_path / "spool", create=True)
+    jobs = spool.create_queue("jobs", max_receives=1, dead_letter="jobs-dlq")
+    spool.create_queue("jobs-dlq")
+    jobs.publish(b"poison")
+    assert jobs.receive(visibility_timeout=0) is not None
+    jobs.requeue_expired()  # received max_receives times: into the dead-letter queue
+    _dead_letters._SOURCE_NAMES.clear()  # not looked up yet in this process
+    if entry == "missing":
+        os.unlink(os.path.join(spool.queue("jobs-dlq").path, _format.SOURCES_DIR, jobs.id))
+    reads: list[bool] = []  # for each read of an entry: whether it ran on an event loop
+    real_read = _dead_letters._fs.read_control
+
+    def read_control(path: str) -> bytes | None:
+        try:
+            asyncio.get_running_loop()
+            reads.append(True)
+        except RuntimeError:
+            reads.append(False)
+        return real_read(path)
+
+    monkeypatch.setattr(_dead_letters._fs, "read_control", read_control)
+    real_receive = vsqs.Queue.receive_batch
+    attempts: list[int] = []
+
+    def receive_batch(self: vsqs.Queue, *args: Any, **kwargs: Any) -> list[vsqs.Message]:
+        attempts.append(1)
+        if long_poll and len(attempts) == 1:
+            return []  # the first attempt finds nothing: the long poll's finds it
+        return real_receive(self, *args, **kwargs)
+
+    monkeypatch.setattr(vsqs.Queue, "receive_batch", receive_batch)
+    request = json.dumps({"QueueUrl": "jobs-dlq", "WaitTimeSeconds": 20, "AttributeNames": ["All"]}).encode()
+    status, _, body = call(create_app(GatewayConfig(spool=str(tmp_path / "spool"))), "POST", "/",
+                           sqs_headers("ReceiveMessage"), [request])
+    assert status == 200, body
+    (message,) = json.loads(body)["Messages"]
+    assert message["Attributes"].get(SOURCE, ":missing").endswith(":jobs" if entry == "recorded" else ":missing")
+    assert len(attempts) >= (2 if long_poll else 1)
+    assert reads and not any(reads)
