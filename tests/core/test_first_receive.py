@@ -313,6 +313,36 @@ def test_an_unknown_or_damaged_source_is_absent(spool, content):
     assert dead.first_received_at is not None
 
 
+@pytest.mark.parametrize("hostile", ["symlink", "fifo", "huge", "newline", "escape", "nul", "bad utf-8"])
+def test_a_hostile_source_entry_is_absent_and_harmless(spool, hostile):
+    """A planted entry: never followed (a symlink), never waited on (a FIFO),
+    never read whole (huge), and never a name with control characters (shown
+    by the SQS face in an ARN)."""
+    jobs, dlq = spool
+    kill(jobs, b"lost")
+    entry = os.path.join(dlq.path, _format.SOURCES_DIR, jobs.id)
+    os.unlink(entry)
+    if hostile == "symlink":
+        target = os.path.join(os.path.dirname(dlq.path), "elsewhere")
+        with open(target, "wb") as file:
+            file.write(jobs.path.encode())  # a good path: only the link is wrong
+        os.symlink(target, entry)
+    elif hostile == "fifo":
+        os.mkfifo(entry)  # a reader that waited on it would hang here
+    else:
+        content = {
+            "huge": jobs.path.encode() + b"/" * (2 << 20),
+            "newline": jobs.path.encode() + b"\n",
+            "escape": jobs.path.encode() + b"\x1b[2J",
+            "nul": jobs.path.encode() + b"\x00",
+            "bad utf-8": jobs.path.encode() + b"\xff",
+        }[hostile]
+        with open(entry, "wb") as file:
+            file.write(content)
+    dead = dlq.receive(wait=10)
+    assert dead is not None and dead.body == b"lost" and dead.dead_letter_source is None
+
+
 def test_a_source_entry_read_once_is_remembered(spool, monkeypatch):
     jobs, dlq = spool
     kill(jobs, b"one")
