@@ -161,6 +161,30 @@ def test_a_message_with_a_receipt_that_is_not_one_has_no_such_attributes(queue):
         assert message.first_received_at is None and message.dead_letter_source is None
 
 
+def test_receipts_with_a_misplaced_or_damaged_flag_are_refused(queue):
+    queue.publish(b"x")
+    message = queue.receive()
+    assert message is not None and "-r" in message.receipt
+    queue_id, name = message.receipt.split(":")[:2]
+    key, rest = name[: _format.KEY_LENGTH], name[_format.KEY_LENGTH :]
+    flag, lease = rest.split(".", 1)
+    for forged in (
+        f"{key}{flag}{flag}.{lease}",  # twice
+        f"{key}-o0123abcd{flag}.{lease}",  # after -o
+        f"{key}{flag}0.{lease}",  # 14 digits
+        f"{key}{flag[:-1]}.{lease}",  # 12 digits
+        f"{key}-r-{flag[3:]}.{lease}",
+        f"{key}{flag}",  # ready: not a receipt
+        f"{key}{flag}/../../x.{lease}",
+    ):
+        with pytest.raises(vsqs.InvalidReceipt):
+            queue.delete(f"{queue_id}:{forged}")
+    with pytest.raises(vsqs.StaleReceipt):  # of the grammar, but no such file: the flag is part of the name
+        queue.change_visibility(f"{queue_id}:{key}-r0000000000000.{lease}", 10)
+    message.delete()
+    assert queue.stats().total == 0
+
+
 # -- formats: only a queue of format 3 gets -rFIRST names ------------------------------------------
 
 
@@ -341,6 +365,28 @@ def test_a_hostile_source_entry_is_absent_and_harmless(spool, hostile):
             file.write(content)
     dead = dlq.receive(wait=10)
     assert dead is not None and dead.body == b"lost" and dead.dead_letter_source is None
+
+
+def test_the_remembered_sources_follow_a_source_queue_deleted_and_made_again(tmp_path):
+    """Entries are by queue id, and a queue made again has a new id: what a
+    process remembers of the old one (its name) stays right for its dead
+    letters, and the new one's are looked up afresh, the dead-letter queue
+    deleted and made again too."""
+    _dead_letters._SOURCE_NAMES.clear()
+    root = vsqs.Spool(tmp_path / "spool", create=True)
+    old = root.create_queue("jobs", max_receives=2, dead_letter="dlq")
+    root.create_queue("dlq")
+    kill(old, b"old")
+    dead = root.queue("dlq").receive(wait=10)
+    assert dead is not None and dead.dead_letter_source == "jobs"  # remembered now
+    root.delete_queue("dlq")
+    root.delete_queue("jobs")
+    root.create_queue("dlq")
+    new = root.create_queue("other", max_receives=2, dead_letter="dlq")
+    kill(new, b"new")
+    got = root.queue("dlq").receive(wait=10)
+    assert got is not None and got.body == b"new" and got.dead_letter_source == "other"
+    assert new.id != old.id
 
 
 def test_a_source_entry_read_once_is_remembered(spool, monkeypatch):
