@@ -1,5 +1,5 @@
-"""A message's first receive is recorded in its name (``-rFIRST``, names
-revision 2 in docs/FORMAT.md), and a dead letter knows its source queue:
+"""A message's first receive is recorded in its name (``-rFIRST``, in a queue
+of format 3: docs/FORMAT.md), and a dead letter knows its source queue:
 ``Message.first_received_at`` and ``Message.dead_letter_source``, the SQS
 face's ApproximateFirstReceiveTimestamp and DeadLetterQueueSourceArn."""
 
@@ -127,7 +127,7 @@ def test_a_delayed_message_and_a_group_record_their_first_receive(queue):
         assert before <= round(message.first_received_at * 1000) <= after
 
 
-def test_a_name_of_revision_1_is_read_and_reports_no_first_receive(queue):
+def test_a_name_without_the_flag_is_read_and_reports_no_first_receive(queue):
     key_again, key_new, key_hidden = (_format.new_key() for _ in range(3))
     put(queue, _format.ready_name(key_again, 2))  # received twice by a vsqs before -r
     put(queue, _format.hidden_name(key_hidden, 1, 1))  # in flight at an older vsqs, lease long over

@@ -86,7 +86,7 @@ def test_a_message_first_received_by_an_older_vsqs_has_no_first_receive(sqs: Any
     url = sqs.create_queue(QueueName=name)["QueueUrl"]
     queue = vsqs.Spool(server.spool).queue(name)
     key = _format.new_key()
-    with open(message_path(queue, _format.ready_name(key, 3)), "wb") as file:  # a revision 1 name
+    with open(message_path(queue, _format.ready_name(key, 3)), "wb") as file:  # a name without -r (an older vsqs)
         file.write(b"from before")
     got = sqs.receive_message(QueueUrl=url, WaitTimeSeconds=10, AttributeNames=["All"])["Messages"][0]
     assert (got["MessageId"], got["Body"]) == (key, "from before")
