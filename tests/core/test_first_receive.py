@@ -18,6 +18,7 @@ from vsqs._core import dead_letters as _dead_letters
 from vsqs._core import format as _format
 from vsqs._core.format import State
 from vsqs._core.layout import Layout
+from vsqs._core.metadata import open_store
 
 
 def now_ms() -> int:
@@ -270,11 +271,13 @@ def spool(request, tmp_path) -> tuple[vsqs.Queue, vsqs.Queue]:
     return jobs, dlq
 
 
-def kill(jobs: vsqs.Queue, body: bytes, **options) -> float:
-    """Publish ``body`` and receive it until it dies; its first receive (epoch s)."""
+def kill(jobs: vsqs.Queue, body: bytes, **options) -> float | None:
+    """Publish ``body`` and receive it until it dies; its first receive (epoch s;
+    ``None`` in a queue of format 1 or 2, which does not record it)."""
     key = jobs.publish(body, **options)
     first = jobs.receive(visibility_timeout=0, wait=10)  # (a bound: it returns once the message is seen)
-    assert first is not None and first.id == key and first.first_received_at is not None
+    assert first is not None and first.id == key
+    assert (first.first_received_at is not None) == open_store(jobs.path).first_receive
     second = jobs.receive(visibility_timeout=0, wait=10)
     assert second is not None and second.id == key
     jobs.requeue_expired()  # received max_receives times: into the dead-letter queue
@@ -308,6 +311,26 @@ def test_a_dead_letter_queue_of_an_older_format_never_gets_the_flag(tmp_path, sh
     dead = dlq.receive(wait=10)
     assert dead is not None and dead.body == b"dies" and dead.first_received_at is None
     assert dead.dead_letter_source == "jobs"
+
+
+@pytest.mark.parametrize("shards", [1, 4], ids=["format1", "format2"])
+def test_a_dead_letter_queue_made_on_demand_takes_the_format_family_of_its_source(tmp_path, shards):
+    """A queue of format 1 or 2 is shared with older vsqs, which bury into its
+    dead-letter queue too: one made on demand at format 3 would be refused by
+    them (IncompatibleFormat out of their receive). It is made at format 1."""
+    jobs = old_format_queue(tmp_path / "spool" / "jobs", shards)
+    jobs.configure(max_receives=2)
+    kill(jobs, b"dies")
+    dlq = jobs.dead_letter_queue()
+    assert dlq is not None
+    with open(os.path.join(dlq.path, _format.METADATA_NAME)) as file:
+        assert json.load(file)["format"] == 1
+    dead = dlq.receive(wait=10)
+    assert dead is not None and dead.body == b"dies" and dead.dead_letter_source == "jobs"
+    new = vsqs.Spool(tmp_path / "spool").create_queue("new", max_receives=2)
+    kill(new, b"dies too")
+    with open(os.path.join(new.dead_letter_queue().path, _format.METADATA_NAME)) as file:
+        assert json.load(file)["format"] == 3
 
 
 def test_redrive_forgets_the_first_receive_with_the_count(spool):

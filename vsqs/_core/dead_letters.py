@@ -41,8 +41,12 @@ class DeadLetters(Generic[QueueT]):
         queue_id: str,
         settings: SettingsStore,
         open_queue: Callable[[str, bool, int | None], QueueT],
+        first_receive: bool = True,
     ) -> None:
         self._layout = layout
+        # this queue's format records first receives (3), or not (1, 2: older vsqs may share it,
+        # and its dead-letter queue, made here on demand, must be one they open too)
+        self._first_receive = first_receive
         self._queue_id = queue_id
         self._settings = settings
         self._open_queue = open_queue
@@ -82,6 +86,8 @@ class DeadLetters(Generic[QueueT]):
         if cached is not None and cached[1].layout.path == path:
             return cached
         mode = self._settings.mode  # a dead-letter queue made here takes this queue's mode
+        if create:  # made first by the store: at this queue's format family (see __init__), then opened
+            open_store(path, create=True, mode=mode, first_receive=self._first_receive)
         handle = self._open_queue(path, create, mode)
         store = open_store(path, create=create, mode=mode)
         # .sources belongs to the dead-letter queue: its files take that queue's mode

@@ -137,6 +137,7 @@ class Queue:
             self._dead_letters: DeadLetters[Queue] = DeadLetters(
                 layout, store.id, settings,
                 lambda path, create, mode: Queue(path, create=create, mode=mode),  # a shared spool shares it too
+                store.first_receive,
             )
             self._group_receiver = GroupReceiver(store, self._groups, self._listing, self._lock,
                                                  self._receipts, self._throttle, self._dead_letters, self._skew_us)
