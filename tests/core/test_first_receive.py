@@ -153,6 +153,17 @@ def test_forged_and_damaged_names_do_not_break_a_receive(queue):
     assert damaged in message_names(queue.path)  # left alone
 
 
+@pytest.mark.parametrize(("flag", "seconds"), [("0000000000000", 0.0), ("9999999999999", 9_999_999_999.999)])
+def test_forged_extreme_first_receives_are_reported_as_written(queue, flag, seconds):
+    """Zero (falsy, yet recorded) and the largest 13 digits (year 2286): read
+    as written, never taken for absent, never an error, and kept."""
+    key = _format.new_key()
+    put(queue, f"{key}-r{flag}.1")
+    got = queue.receive()
+    assert got is not None and got.first_received_at == seconds and f"-r{flag}." in got.receipt
+    assert round(got.first_received_at * 1000) == int(flag)  # what the SQS face shows
+
+
 def test_a_message_with_a_receipt_that_is_not_one_has_no_such_attributes(queue):
     queue.publish(b"x")
     message = queue.receive()
