@@ -211,14 +211,23 @@ def test_no_text_escapes_through_a_receipt(text):
 
 
 def test_metadata_round_trip():
-    assert _format.decode_metadata(_format.encode_metadata("0a1b2c3d"), "m") == ("0a1b2c3d", 1)
-    assert _format.decode_metadata(_format.encode_metadata("0a1b2c3d", 16), "m") == ("0a1b2c3d", 16)
+    assert _format.decode_metadata(_format.encode_metadata("0a1b2c3d"), "m") == ("0a1b2c3d", 1, True)
+    assert _format.decode_metadata(_format.encode_metadata("0a1b2c3d", 16), "m") == ("0a1b2c3d", 16, True)
+    for shards in (1, 16):  # the formats of vsqs before format 3: no -rFIRST written in them
+        old = _format.encode_metadata("0a1b2c3d", shards, first_receive=False)
+        assert _format.decode_metadata(old, "m") == ("0a1b2c3d", shards, False)
 
 
-def test_unsharded_queues_stay_format_1_for_older_readers():
-    assert json.loads(_format.encode_metadata("0a1b2c3d"))["format"] == 1
-    assert "shards" not in json.loads(_format.encode_metadata("0a1b2c3d"))
-    assert json.loads(_format.encode_metadata("0a1b2c3d", 4))["format"] == 2
+def test_new_queues_are_format_3_with_their_shard_count():
+    for shards in (1, 4):
+        doc = json.loads(_format.encode_metadata("0a1b2c3d", shards))
+        assert (doc["format"], doc["shards"]) == (3, shards) == (_format.FORMAT_VERSION, shards)
+
+
+def test_the_formats_of_older_vsqs_are_written_as_they_wrote_them():
+    flat = json.loads(_format.encode_metadata("0a1b2c3d", first_receive=False))
+    assert flat["format"] == 1 and "shards" not in flat
+    assert json.loads(_format.encode_metadata("0a1b2c3d", 4, first_receive=False))["format"] == 2
 
 
 @pytest.mark.parametrize(
@@ -226,7 +235,9 @@ def test_unsharded_queues_stay_format_1_for_older_readers():
     [
         (b"", "unreadable"),
         (b"{not json", "unreadable"),
-        (b'{"format": 3, "queue_id": "0a1b2c3d"}', "format 3"),
+        (b'{"format": 4, "queue_id": "0a1b2c3d", "shards": 1}', "format 4, this vsqs reads formats 1 to 3"),
+        (b'{"format": 3, "queue_id": "0a1b2c3d"}', "unreadable"),  # format 3 always says its shards
+        (b'{"format": 3, "queue_id": "0a1b2c3d", "shards": 3}', "bad shards 3"),
         (b'{"format": true, "queue_id": "0a1b2c3d"}', "format True"),
         (b'[1, 2]', "unreadable"),
         (b'{"format": 2, "queue_id": "0a1b2c3d", "shards": 3}', "bad shards 3"),

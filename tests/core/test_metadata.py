@@ -109,7 +109,7 @@ def test_a_racing_creator_wins_and_both_agree(tmp_path, monkeypatch, shards):
 
     monkeypatch.setattr(_fs, "rename_dir", rename_dir)
     meta = open_queue(path, create=True, shards=shards)
-    assert meta == _format.Metadata("0badcafe", shards)  # the winner's queue
+    assert meta == _format.Metadata("0badcafe", shards, True)  # the winner's queue
     assert raced and sorted(os.listdir(tmp_path)) == ["q"]  # the loser's private directory is gone
 
 
@@ -125,7 +125,7 @@ def test_a_creator_still_writing_the_metadata_is_waited_for(tmp_path, monkeypatc
             (path / _format.METADATA_NAME).write_bytes(_format.encode_metadata("0badcafe", 2))
 
     monkeypatch.setattr(time, "sleep", sleep)
-    assert open_queue(str(path), create=False) == _format.Metadata("0badcafe", 2)
+    assert open_queue(str(path), create=False) == _format.Metadata("0badcafe", 2, True)
     assert len(naps) == 3
 
 
@@ -151,7 +151,8 @@ def test_metadata_left_empty_is_an_incompatible_format_in_the_end(tmp_path, monk
     [
         (b"{not json", "unreadable queue metadata"),
         (b'{"queue_id": "0badcafe"}', "unreadable queue metadata"),
-        (b'{"format": 3, "queue_id": "0badcafe"}', "queue format 3"),
+        (b'{"format": 4, "queue_id": "0badcafe", "shards": 1}', "queue format 4"),
+        (b'{"format": 3, "queue_id": "0badcafe"}', "unreadable queue metadata"),  # format 3 says its shards
         (b'{"format": 1, "queue_id": "../etc"}', "bad queue_id"),
         (b'{"format": 2, "queue_id": "0badcafe", "shards": 3}', "bad shards"),
         (b'{"format": 2, "queue_id": "0badcafe", "shards": 1}', "bad shards"),
@@ -184,3 +185,16 @@ def test_open_store_is_the_id_and_the_layout(tmp_path):
     assert open_store(str(tmp_path / "b")).id == queue_id
     with pytest.raises(QueueNotFound):
         open_store(str(tmp_path / "c"))
+
+
+@pytest.mark.parametrize("shards", [1, 4])
+def test_the_store_says_whether_receives_record_the_first_one(tmp_path, shards):
+    """Format 3 (every new queue) records it; a queue of format 1 or 2, which
+    older vsqs share, does not (for them a -rFIRST name is foreign)."""
+    assert open_store(str(tmp_path / "new"), create=True, shards=shards).first_receive is True
+    old = tmp_path / "old"
+    old.mkdir()
+    Layout.make(str(old), shards, None)
+    (old / _format.METADATA_NAME).write_bytes(_format.encode_metadata("0badcafe", shards, first_receive=False))
+    store = open_store(str(old))
+    assert store.first_receive is False and store.id == "0badcafe" and store.layout.shards == shards

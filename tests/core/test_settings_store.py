@@ -14,7 +14,7 @@ from vsqs._core import fs as _fs
 from vsqs._core import settings as _settings
 from vsqs._core import settings_store as _store
 from vsqs._core.errors import IncompatibleFormat, StorageError
-from vsqs._core.format import FORMAT_VERSION
+from vsqs._core.format import SETTINGS_FORMAT
 from vsqs._core.settings_store import TTL, SettingsStore
 
 
@@ -50,7 +50,7 @@ def version(directory: str, number: int, data: bytes) -> None:
 
 
 def encoded(**changes) -> bytes:
-    return _settings.encode({**_settings.DEFAULTS, **_settings.validate(changes)}, FORMAT_VERSION)
+    return _settings.encode({**_settings.DEFAULTS, **_settings.validate(changes)}, SETTINGS_FORMAT)
 
 
 def test_a_fresh_store_holds_the_defaults_without_reading(directory, clock):
@@ -79,7 +79,7 @@ def test_write_makes_version_after_version_each_merged_over_the_newest(directory
     assert sorted(os.listdir(directory)) == [_settings.version_name(1), _settings.version_name(2)]
     assert store(directory).newest() == (2, second)
     with open(os.path.join(directory, _settings.version_name(1)), "rb") as file:
-        assert _settings.decode(file.read(), FORMAT_VERSION) == first  # never rewritten
+        assert _settings.decode(file.read(), SETTINGS_FORMAT) == first  # never rewritten
 
 
 def test_write_merges_over_what_another_handle_wrote(directory, clock):

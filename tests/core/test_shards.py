@@ -40,7 +40,7 @@ def test_layout_and_metadata(sharded):
     assert sorted(os.listdir(os.path.join(sharded.path, "shards"))) == [f"{i:02x}" for i in range(8)]
     with open(os.path.join(sharded.path, _format.METADATA_NAME)) as f:
         meta = json.load(f)
-    assert (meta["format"], meta["shards"]) == (2, 8)
+    assert (meta["format"], meta["shards"]) == (3, 8)
     ids = sharded.publish_batch([b"%d" % i for i in range(64)])
     for message_id in ids:
         home = os.path.join(sharded.path, _format.shard_dir_name(_shard(message_id, 8)))
@@ -50,10 +50,10 @@ def test_layout_and_metadata(sharded):
     assert vsqs.Queue(sharded.path).shards == 8
 
 
-def test_a_flat_queue_keeps_format_1(tmp_path):
+def test_a_flat_queue_is_format_3_without_shard_directories(tmp_path):
     q = vsqs.Queue(tmp_path / "q", create=True)
     with open(os.path.join(q.path, _format.METADATA_NAME)) as f:
-        assert json.load(f)["format"] == 1
+        assert (json.load(f)["format"], q.shards) == (3, 1)
     assert q.shards == 1 and not os.path.exists(os.path.join(q.path, "shards"))
 
 

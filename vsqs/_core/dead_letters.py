@@ -18,6 +18,7 @@ from vsqs._core.errors import InvalidArgument, QueueNotFound, StorageError
 from vsqs._core.format import State
 from vsqs._core.layout import Layout, move_into
 from vsqs._core.metadata import Store, open_store
+from vsqs._core.rules import is_queue_name
 from vsqs._core.settings import SETTINGS_DIR
 from vsqs._core.settings_store import SettingsStore
 
@@ -40,8 +41,12 @@ class DeadLetters(Generic[QueueT]):
         queue_id: str,
         settings: SettingsStore,
         open_queue: Callable[[str, bool, int | None], QueueT],
+        first_receive: bool = True,
     ) -> None:
         self._layout = layout
+        # this queue's format records first receives (3), or not (1, 2: older vsqs may share it,
+        # and its dead-letter queue, made here on demand, must be one they open too)
+        self._first_receive = first_receive
         self._queue_id = queue_id
         self._settings = settings
         self._open_queue = open_queue
@@ -81,6 +86,8 @@ class DeadLetters(Generic[QueueT]):
         if cached is not None and cached[1].layout.path == path:
             return cached
         mode = self._settings.mode  # a dead-letter queue made here takes this queue's mode
+        if create:  # made first by the store: at this queue's format family (see __init__), then opened
+            open_store(path, create=True, mode=mode, first_receive=self._first_receive)
         handle = self._open_queue(path, create, mode)
         store = open_store(path, create=create, mode=mode)
         # .sources belongs to the dead-letter queue: its files take that queue's mode
@@ -109,7 +116,8 @@ class DeadLetters(Generic[QueueT]):
         found = self._open()
         assert found is not None
         store = found[1]
-        dead = _format.ready_name(_format.with_origin(name, self._queue_id), name.receive_count)
+        # (-rFIRST kept only in a dead-letter queue of format 3: older vsqs may serve one of format 1 or 2)
+        dead = _format.ready_name(_format.with_origin(name, self._queue_id, store.first_receive), name.receive_count)
         try:
             return int(move_into(self._layout.message_file(str(name)), store.layout.message_file(dead)))
         except StorageError as exc:
@@ -215,6 +223,38 @@ def register_source(dead_letter_queue: Layout, source_id: str, source_path: str,
     if not _fs.exists(entry):
         _fs.make_dirs(directory, mode)
         _fs.create_exclusive(entry, source_path.encode(), durable=True, mode=mode)
+
+
+_SOURCE_NAMES: dict[tuple[str, str], str] = {}  # (dead-letter queue path, origin id) -> source queue name
+_MAX_SOURCE_NAMES = 4096  # bound of that cache (forgotten all at once when full)
+
+
+def source_name(dead_letter_queue: str, origin: str) -> str | None:
+    """The name of the queue whose dead letters in the queue at
+    ``dead_letter_queue`` carry the origin id ``origin``: the last component
+    of the path its ``.sources`` entry records, if that is a queue name
+    (see :func:`vsqs._core.rules.is_queue_name`); else, or with no such
+    entry, ``None``. A found name is kept for the process's life: an entry
+    is written once and never changed (a missing one is looked for again)."""
+    key = (dead_letter_queue, origin)
+    found = _SOURCE_NAMES.get(key)
+    if found is not None:
+        return found
+    directory = os.path.join(dead_letter_queue, _format.SOURCES_DIR)
+    if not _format.is_queue_id(origin) or not _fs.is_private_dir(directory):
+        return None
+    try:
+        data = _fs.read_control(os.path.join(directory, origin))
+    except StorageError as exc:  # unreadable: reported, and the attribute is absent
+        log.warning("%s", exc)
+        return None
+    name = os.path.basename(data.decode("utf-8", "replace")) if data else ""
+    if not is_queue_name(name):
+        return None
+    if len(_SOURCE_NAMES) >= _MAX_SOURCE_NAMES:
+        _SOURCE_NAMES.clear()
+    _SOURCE_NAMES[key] = name
+    return name
 
 
 def _store_or_none(path: str) -> Store | None:

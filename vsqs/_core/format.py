@@ -10,10 +10,11 @@ which is the contract this module implements)::
                                      or delayed (COUNT == 0)
     STEM.new                         being written by a publisher
 
-    STEM  = KEY [-gGROUP] [-oORIGIN] [-e]
+    STEM  = KEY [-gGROUP] [-rFIRST] [-oORIGIN] [-e]
     KEY   = P "-" SENT "-" RAND      the message id. P: 9 - priority;
                                      SENT: 16-digit epoch µs; RAND: 16 hex digits
     GROUP = 12 hex digits            hash of the message group
+    FIRST = 13-digit epoch ms        when the message was first received (added by that receive)
     ORIGIN= 8 hex digits             id of the queue a dead letter came from
     -e                               the file holds an envelope (attributes), not a bare body
     UNTIL = 16-digit epoch µs        TAG: 12 lowercase hex digits, secret and new per
@@ -40,8 +41,11 @@ from vsqs._core import limits
 from vsqs._core.errors import IncompatibleFormat, InvalidArgument, InvalidReceipt
 from vsqs._core.rules import check_group
 
-FORMAT_VERSION = 2  # the newest format this vsqs reads and writes
-UNSHARDED_FORMAT = 1  # a queue without shards is written as format 1, for older readers
+FORMAT_VERSION = 3  # the newest format this vsqs reads, and the one of the queues it creates
+UNSHARDED_FORMAT = 1  # format 1: no shards (what vsqs before format 3 created for a queue without shards)
+SHARDED_FORMAT = 2  # format 2: format 1 and shards (format 3: format 2 and the first receive's -rFIRST)
+FIRST_RECEIVE_FORMAT = 3  # the first format whose receives write -rFIRST (older readers ignore such names)
+SETTINGS_FORMAT = 2  # the format of settings versions, unchanged since format 2 (older readers refuse more)
 METADATA_NAME = ".vsqs.json"
 SHARDS_DIR = "shards"  # in a sharded queue: shards/00 .. shards/NN hold the messages
 MAX_SHARDS = limits.MAX_SHARDS
@@ -52,7 +56,9 @@ MAX_PRIORITY = limits.MAX_PRIORITY
 
 _KEY = r"[0-9]-[0-9]{16}-[0-9a-f]{16}"
 _COUNT = r"0|[1-9][0-9]{0,8}"
-_STEM = rf"(?P<key>{_KEY})(?:-g(?P<group>[0-9a-f]{{12}}))?(?:-o(?P<origin>[0-9a-f]{{8}}))?(?P<envelope>-e)?"
+# -rFIRST is not captured: its time is read from the stem only when asked (first_receive_ms)
+_STEM = (rf"(?P<key>{_KEY})(?:-g(?P<group>[0-9a-f]{{12}}))?(?:-r[0-9]{{13}})?"
+         rf"(?:-o(?P<origin>[0-9a-f]{{8}}))?(?P<envelope>-e)?")
 _NAME_RE = re.compile(
     rf"(?P<stem>{_STEM})"
     rf"(?:\.(?P<ready_count>[1-9][0-9]{{0,8}})"
@@ -63,6 +69,8 @@ _KEY_RE = re.compile(_KEY)
 _STEM_RE = re.compile(_STEM)
 KEY_LENGTH = 35
 ENVELOPE_FLAG = "-e"
+FIRST_RECEIVE_FLAG = "-r"  # -rFIRST: the first receive's epoch ms, 13 digits (see received_stem)
+_GROUP_FLAG_LENGTH = 14  # "-g" and 12 hex digits
 _QUEUE_ID_RE = re.compile(r"[0-9a-f]{8}")
 RECEIPT_SEPARATOR = ":"
 
@@ -99,6 +107,11 @@ class Name(NamedTuple):
     @property
     def priority(self) -> int:
         return MAX_PRIORITY - int(self.stem[0])
+
+    @property
+    def first_receive_ms(self) -> int | None:
+        """When the message was first received (epoch ms), ``None`` if its name does not say."""
+        return first_receive_ms(self.stem)
 
     def __str__(self) -> str:
         if self.state is State.READY:
@@ -200,9 +213,47 @@ def make_stem(key: str, *, group_hash: str = "", origin: str = "", envelope: boo
     )
 
 
-def with_origin(name: Name, origin: str) -> str:
-    """The stem of ``name`` marked (or, with ``origin=""``, unmarked) as a dead letter."""
-    return make_stem(name.key, group_hash=name.group_hash, origin=origin, envelope=name.envelope)
+def with_origin(name: Name, origin: str, first_receive: bool = True) -> str:
+    """The stem of ``name`` marked as a dead letter of queue ``origin`` (its
+    first receive kept if the dead-letter queue takes ``-r``: ``first_receive``,
+    format 3), or with ``origin=""`` unmarked for redrive: back to
+    a never-received stem (the receive count starts again at 0, so does the
+    first receive)."""
+    stem = make_stem(name.key, group_hash=name.group_hash, origin=origin, envelope=name.envelope)
+    first = name.first_receive_ms if origin and first_receive else None
+    return stem if first is None else _with_first(stem, name.group_hash, first)
+
+
+def received_stem(name: Name, now_us: int) -> str:
+    """The stem ``name`` takes when it is received at ``now_us`` in a queue of
+    format 3 (older formats keep the stem: their readers may be older vsqs,
+    for which ``-r`` names are foreign): at its first
+    receive (count 0) the stem gains ``-rFIRST``, FIRST = now in epoch ms, so
+    every later name of the message (hidden, ready again, dead letter) keeps
+    when it was first received at no cost of its own; afterwards it stays.
+    A name that has ``-r`` already (forged with count 0) keeps it: one flag."""
+    stem = name.stem
+    if name.receive_count:
+        return stem
+    at = KEY_LENGTH + _GROUP_FLAG_LENGTH if name.group_hash else KEY_LENGTH
+    if stem.startswith(FIRST_RECEIVE_FLAG, at):
+        return stem
+    return "%s-r%013d%s" % (stem[:at], now_us // 1000, stem[at:])  # noqa: UP031 - cheaper than an f-string
+
+
+def _with_first(stem: str, group_hash: str, first_ms: int) -> str:
+    at = KEY_LENGTH + _GROUP_FLAG_LENGTH if group_hash else KEY_LENGTH
+    return f"{stem[:at]}{FIRST_RECEIVE_FLAG}{first_ms:013d}{stem[at:]}"
+
+
+def first_receive_ms(name: str) -> int | None:
+    """The first receive's epoch ms that the stem of ``name`` (a stem or a
+    whole name, known to be of the grammar) records, ``None`` if none: a
+    message never received, or received only by a vsqs from before ``-r``."""
+    at = KEY_LENGTH + _GROUP_FLAG_LENGTH if name.startswith("-g", KEY_LENGTH) else KEY_LENGTH
+    if name.startswith(FIRST_RECEIVE_FLAG, at):
+        return int(name[at + 2 : at + 15])
+    return None
 
 
 def is_key(text: str) -> bool:
@@ -514,6 +565,8 @@ class Metadata(NamedTuple):
 
     queue_id: str
     shards: int  # 1: messages in the queue directory; else in shards/00 .. shards/NN
+    # format >= 3: a first receive writes -rFIRST (older formats: never, so older vsqs still reads every name)
+    first_receive: bool = False
 
 
 def check_shards(shards: object) -> int:
@@ -523,34 +576,38 @@ def check_shards(shards: object) -> int:
     return shards
 
 
-def encode_metadata(queue_id: str, shards: int = 1) -> bytes:
-    doc: dict[str, Any] = {"format": UNSHARDED_FORMAT, "queue_id": queue_id, "created": time.time()}
-    if shards != 1:
-        doc.update(format=FORMAT_VERSION, shards=shards)
+def encode_metadata(queue_id: str, shards: int = 1, *, first_receive: bool = True) -> bytes:
+    """The metadata of a new queue: format 3; without ``first_receive``, the
+    format 1 or 2 that vsqs before format 3 writes (a queue it can share)."""
+    version = FORMAT_VERSION if first_receive else UNSHARDED_FORMAT if shards == 1 else SHARDED_FORMAT
+    doc: dict[str, Any] = {"format": version, "queue_id": queue_id, "created": time.time()}
+    if version != UNSHARDED_FORMAT:
+        doc["shards"] = shards
     return (json.dumps(doc, sort_keys=True) + "\n").encode()
 
 
 def decode_metadata(data: bytes, where: str) -> Metadata:
-    """Check the format version; return the queue id and its shard count."""
+    """Check the format version; return the queue id, its shard count and
+    whether its receives record the first one (format 3)."""
     try:
         doc = json.loads(data)
         version, queue_id = doc["format"], doc["queue_id"]
-        shards = doc["shards"] if version == FORMAT_VERSION else 1
+        if version not in (UNSHARDED_FORMAT, SHARDED_FORMAT, FORMAT_VERSION) or isinstance(version, bool):
+            raise IncompatibleFormat(
+                f"{where}: queue format {version!r}, this vsqs reads formats {UNSHARDED_FORMAT} to {FORMAT_VERSION}"
+            )
+        shards = 1 if version == UNSHARDED_FORMAT else doc["shards"]
     except (ValueError, TypeError, KeyError, AttributeError) as exc:
         raise IncompatibleFormat(f"{where}: unreadable queue metadata ({exc})") from None
-    if version not in (UNSHARDED_FORMAT, FORMAT_VERSION) or isinstance(version, bool):
-        raise IncompatibleFormat(
-            f"{where}: queue format {version!r}, this vsqs reads formats {UNSHARDED_FORMAT} and {FORMAT_VERSION}"
-        )
     if not isinstance(queue_id, str) or not _QUEUE_ID_RE.fullmatch(queue_id):
         raise IncompatibleFormat(f"{where}: bad queue_id {queue_id!r} in queue metadata")
     try:
         check_shards(shards)
-        if version == FORMAT_VERSION and shards == 1:
+        if version == SHARDED_FORMAT and shards == 1:
             raise InvalidArgument("format 2 is for shards >= 2")
     except InvalidArgument:
         raise IncompatibleFormat(f"{where}: bad shards {shards!r} in queue metadata") from None
-    return Metadata(queue_id, shards)
+    return Metadata(queue_id, shards, version >= FIRST_RECEIVE_FORMAT)
 
 
 # -- shards ---------------------------------------------------------------------

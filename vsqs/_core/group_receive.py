@@ -31,9 +31,9 @@ from vsqs._core.dead_letters import DeadLetters
 from vsqs._core.errors import DamagedEntry, StorageError
 from vsqs._core.format import SlotRef
 from vsqs._core.groups import GroupLeases
-from vsqs._core.layout import Layout
 from vsqs._core.listing import Listing
 from vsqs._core.message import Message
+from vsqs._core.metadata import Store
 from vsqs._core.receipts import IssuedReceipts
 from vsqs._core.throttle import Throttle
 
@@ -64,11 +64,12 @@ class GroupReceiver:
     is the queue's, which guards the listing and the group leases."""
 
     def __init__(
-        self, layout: Layout, queue_id: str, groups: GroupLeases, listing: Listing, lock: threading.Lock,
+        self, store: Store, groups: GroupLeases, listing: Listing, lock: threading.Lock,
         receipts: IssuedReceipts, throttle: Throttle, dead_letters: DeadLetters[Any], skew_us: int,
     ) -> None:
-        self._layout = layout
-        self._queue_id = queue_id
+        self._layout = store.layout
+        self._queue_id = store.id
+        self._first_receive = store.first_receive  # format 3: a first receive writes -rFIRST
         self._groups = groups
         self._listing = listing
         self._lock = lock
@@ -150,9 +151,10 @@ class GroupReceiver:
     def _move(self, name: str, parsed: _format.Name, until: int, members: list[_Member]) -> bool:
         """Rename ``name`` into flight until ``until``; appended to ``members`` if it moved."""
         count = parsed.receive_count + 1
-        new = _format.hidden_name(parsed.stem, until, count)
+        stem = _format.received_stem(parsed, _format.now_us()) if count == 1 and self._first_receive else parsed.stem
+        new = _format.hidden_name(stem, until, count)
         layout = self._layout
-        directory = layout.prefix if layout.locate is None else layout.locate(name)  # (the stem keeps its shard)
+        directory = layout.prefix if layout.locate is None else layout.locate(name)  # (KEY and GROUP keep the shard)
         path = directory + new
         if not _fs.rename(directory + name, path):
             return False

@@ -136,6 +136,35 @@ class Message:
         return self._sent_at
 
     @property
+    def first_received_at(self) -> float | None:
+        """When the message was first received, epoch seconds (to the
+        millisecond), from its name; ``None`` if the name does not say (the
+        first receive was by a vsqs from before it was recorded, see
+        docs/FORMAT.md). SQS's ApproximateFirstReceiveTimestamp."""
+        name = self._name()
+        first = None if name is None else name.first_receive_ms
+        return None if first is None else first / 1000
+
+    @property
+    def dead_letter_source(self) -> str | None:
+        """For a message in a dead-letter queue, the name of the queue it came
+        from (its name's origin id, looked up in the dead-letter queue's
+        ``.sources``, see docs/FORMAT.md); ``None`` for any other message, or
+        if the source is not recorded."""
+        name = self._name()
+        if name is None or not name.origin:
+            return None
+        # imported here: dead_letters imports what imports this module
+        from vsqs._core.dead_letters import source_name
+
+        return source_name(self.queue.path, name.origin)
+
+    def _name(self) -> _format.Name | None:
+        """The name the receipt holds the message by (``None`` if it is not a receipt's)."""
+        parts = self.receipt.split(_format.RECEIPT_SEPARATOR) if isinstance(self.receipt, str) else []
+        return _format.parse_name(parts[1]) if len(parts) > 1 else None
+
+    @property
     def body(self) -> bytes:
         """The body; read now if it was received with ``read_bodies=False``."""
         if self._body is None:

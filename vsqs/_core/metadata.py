@@ -25,9 +25,11 @@ from vsqs._core.limits import MAX_CONTROL_FILE
 _METADATA_WAIT = 5.0
 
 
-def open_queue(path: str, *, create: bool, shards: int = 1, mode: int | None = None) -> _format.Metadata:
-    """Check (or make, with ``shards`` and file ``mode``) the queue directory
-    at ``path`` and its metadata; return what the metadata fixes.
+def open_queue(path: str, *, create: bool, shards: int = 1, mode: int | None = None,
+               first_receive: bool = True) -> _format.Metadata:
+    """Check (or make, with ``shards`` and file ``mode``, at format 3, or
+    without ``first_receive`` at the format 1 or 2 older vsqs read) the queue
+    directory at ``path`` and its metadata; return what the metadata fixes.
 
     A queue directory that is a symbolic link is refused (vsqs follows none:
     a link planted in a spool would take messages outside it), and so is
@@ -39,7 +41,7 @@ def open_queue(path: str, *, create: bool, shards: int = 1, mode: int | None = N
     meta = os.path.join(path, _format.METADATA_NAME)
     data = _read(meta)
     if data is None and create:
-        _create(path, shards, mode)
+        _create(path, shards, mode, first_receive)
         data = _read(meta)
     if data is None:
         if _fs.is_dir(path):
@@ -69,12 +71,12 @@ def _young(meta: str) -> bool:
     return written is not None and abs(time.time() - written) < _METADATA_WAIT
 
 
-def _create(path: str, shards: int, mode: int | None) -> None:
+def _create(path: str, shards: int, mode: int | None, first_receive: bool) -> None:
     """Make the queue so that it appears whole: a private directory holding
     the metadata (and the shard directories) is renamed into place. An
     existing directory is adopted by an exclusive create of the metadata
     file, after its shard directories."""
-    content = _format.encode_metadata(_format.new_queue_id(), shards)
+    content = _format.encode_metadata(_format.new_queue_id(), shards, first_receive=first_receive)
     meta = os.path.join(path, _format.METADATA_NAME)
     if not _fs.is_dir(path):
         parent, base = os.path.split(path)
@@ -112,18 +114,21 @@ def created_at(path: str) -> float | None:
 
 class Store:
     """A queue as the engine sees it: its id and where its files live (what a
-    handle's parts, dead-lettering and redrive need of a queue). A slotted
-    class, not a NamedTuple: the hot paths read both attributes."""
+    handle's parts, dead-lettering and redrive need of a queue), and whether
+    a first receive writes ``-rFIRST`` (format 3: see docs/FORMAT.md). A
+    slotted class, not a NamedTuple: the hot paths read its attributes."""
 
-    __slots__ = ("id", "layout")
+    __slots__ = ("first_receive", "id", "layout")
 
-    def __init__(self, queue_id: str, layout: Layout) -> None:
+    def __init__(self, queue_id: str, layout: Layout, first_receive: bool = False) -> None:
         self.id = queue_id
         self.layout = layout
+        self.first_receive = first_receive
 
 
-def open_store(path: str, *, create: bool = False, shards: int = 1, mode: int | None = None) -> Store:
+def open_store(path: str, *, create: bool = False, shards: int = 1, mode: int | None = None,
+               first_receive: bool = True) -> Store:
     """The :class:`Store` of the queue at ``path`` (made if ``create``, with
-    ``shards`` and file ``mode``)."""
-    meta = open_queue(path, create=create, shards=shards, mode=mode)
-    return Store(meta.queue_id, layout_for(path, meta.shards))
+    ``shards``, file ``mode`` and ``first_receive``: see :func:`open_queue`)."""
+    meta = open_queue(path, create=create, shards=shards, mode=mode, first_receive=first_receive)
+    return Store(meta.queue_id, layout_for(path, meta.shards), meta.first_receive)

@@ -58,7 +58,7 @@ from vsqs._core.maintenance import Maintenance
 from vsqs._core.message import Body, Message, MessageInfo, Outgoing, QueueStats, to_bytes, to_us
 from vsqs._core.metadata import Store, created_at, open_store
 from vsqs._core.move_tasks import MoveTasks
-from vsqs._core.receipts import HeldMessages, IssuedReceipts, stale_message
+from vsqs._core.receipts import HeldMessages, IssuedReceipts, read_held, stale_message
 from vsqs._core.rules import check_batch_size, check_priority, check_seconds
 from vsqs._core.settings_store import TTL as _SETTINGS_TTL
 from vsqs._core.settings_store import SettingsStore
@@ -137,8 +137,9 @@ class Queue:
             self._dead_letters: DeadLetters[Queue] = DeadLetters(
                 layout, store.id, settings,
                 lambda path, create, mode: Queue(path, create=create, mode=mode),  # a shared spool shares it too
+                store.first_receive,
             )
-            self._group_receiver = GroupReceiver(layout, store.id, self._groups, self._listing, self._lock,
+            self._group_receiver = GroupReceiver(store, self._groups, self._listing, self._lock,
                                                  self._receipts, self._throttle, self._dead_letters, self._skew_us)
             self._maintenance = Maintenance(
                 layout, self._skew_us, settings, self._dead_letters, self._stages,
@@ -486,7 +487,7 @@ class Queue:
         failure: StorageError | None = None  # raised only if nothing else was claimed
         max_receives, throttle = settings["max_receives"], settings["throttle"]
         layout, cache, lock, queue_id = store.layout, self._listing, self._lock, store.id
-        prefix, locate = layout.prefix, layout.locate
+        prefix, locate, first_receive = layout.prefix, layout.locate, store.first_receive  # (format 3: -rFIRST)
         # listings this call may make that give nothing: one, or in a sharded
         # queue one per shard (another consumer may have emptied the shard that
         # was listed); renewed by each claim that succeeds, so no spinning on
@@ -530,10 +531,12 @@ class Queue:
                     break
                 continue
             count = parsed.receive_count + 1
-            new = _format.hidden_name(parsed.stem, time.time_ns() // 1000 + lease_us, count)  # (now_us(), inlined)
+            now = time.time_ns() // 1000  # (now_us(), inlined)
+            stem = _format.received_stem(parsed, now) if count == 1 and first_receive else parsed.stem
+            new = _format.hidden_name(stem, now + lease_us, count)
             if locate is None:
                 source, path = prefix + name, prefix + new
-            else:  # (the shard of ``new`` is the shard of ``name``: the stem stays)
+            else:  # (the shard of ``new`` is the shard of ``name``: KEY and GROUP stay)
                 shard = locate(name)
                 source, path = shard + name, shard + new
             if not _fs.rename(source, path):
@@ -657,22 +660,13 @@ class Queue:
 
     def read(self, receipt: str) -> bytes:
         """The body of the message held by ``receipt``; :class:`StaleReceipt` if it no longer is."""
-        return self._read_content(receipt)[1]
+        return read_held(self._open_parts(), receipt)[1]
 
     def read_message(self, receipt: str) -> Message:
         """The message held by ``receipt`` (body, attributes, group...), read
         where the receipt went, e.g. on a Spark executor; changes nothing."""
-        name, body, header = self._read_content(receipt)
+        name, body, header = read_held(self._open_parts(), receipt)
         return Message(self, name.key, body, receipt, name.receive_count, name.sent_us / 1e6, header)
-
-    def _read_content(self, receipt: str) -> tuple[_format.Name, bytes, dict[str, Any] | None]:
-        store = self._open_parts()
-        name, text, _ = _format.parse_receipt(store.id, receipt)
-        path = store.layout.message_file(text)
-        data = _fs.read(path)
-        if data is None:
-            raise StaleReceipt(stale_message(name.key))
-        return (name, *_envelope.decode_content(name, data, path))
 
     def change_visibility(self, receipt: str, timeout: float) -> str:
         """Hide the message for ``timeout`` seconds from now; return the new receipt."""

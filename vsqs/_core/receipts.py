@@ -1,12 +1,14 @@
 """Receipts: what a handle remembers of the receipts it issued, the moves of
 a held message other than its delete (a change of visibility, a release),
 the lookup of a message's current receipt, and the one wording of a stale
-receipt. (Delete is the queue's hot path and stays in :class:`Queue`.)"""
+receipt, the read of a held message. (Delete is the queue's hot path and stays in :class:`Queue`.)"""
 
 from __future__ import annotations
 
 import threading
+from typing import Any
 
+from vsqs._core import envelope as _envelope
 from vsqs._core import format as _format
 from vsqs._core import fs as _fs
 from vsqs._core.errors import StaleReceipt
@@ -56,6 +58,17 @@ def stale_message(key: str) -> str:
         f"receipt for message {key} is stale: the message was deleted, its visibility "
         "was changed with this receipt already, or its lease ran out and it was received again"
     )
+
+
+def read_held(store: Store, receipt: str) -> tuple[_format.Name, bytes, dict[str, Any] | None]:
+    """The name, body and header of the message ``receipt`` holds in the
+    queue ``store``, read without moving it; :class:`StaleReceipt` if it is gone."""
+    name, text, _ = _format.parse_receipt(store.id, receipt)
+    path = store.layout.message_file(text)
+    data = _fs.read(path)
+    if data is None:
+        raise StaleReceipt(stale_message(name.key))
+    return (name, *_envelope.decode_content(name, data, path))
 
 
 class HeldMessages:

@@ -76,7 +76,7 @@ class SettingsStore:
             merged = {**current, **clean, **(edit(current) if edit is not None else {})}
             mode = _settings.file_mode_of(merged) if merged["file_mode"] is not None else mode
             _fs.make_dirs(self.directory, mode)
-            data = _settings.encode(merged, _format.FORMAT_VERSION)
+            data = _settings.encode(merged, _format.SETTINGS_FORMAT)
             path = os.path.join(self.directory, _settings.version_name(version + 1))
             if _fs.create_exclusive(path, data, durable=True, mode=mode):
                 _fs.fsync_dir(self.directory)
@@ -105,7 +105,7 @@ class SettingsStore:
         )
         for version in versions:
             data = _fs.read_control(os.path.join(self.directory, _settings.version_name(version)))
-            settings = _settings.decode(data, _format.FORMAT_VERSION) if data else None
+            settings = _settings.decode(data, _format.SETTINGS_FORMAT) if data else None
             if settings is not None:
                 return versions[0], version, settings
         return (versions[0] if versions else 0), 0, _settings.defaults()

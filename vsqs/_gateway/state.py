@@ -136,10 +136,13 @@ class Gateway:
     async def long_poll(
         self, name: str, max_messages: int, visibility_timeout: float | None, wait: float,
         disconnected: Callable[[], Awaitable[bool]] | None = None, group_runs: bool = False,
+        prepare: Callable[[list[Message]], object] | None = None,
     ) -> list[Message]:
         """The rest of a receive whose first attempt found nothing (see :meth:`receive`):
         sleep until woken or until it is our turn to poll, try again, for ``wait`` seconds
-        (``group_runs``: see :meth:`vsqs.Queue.receive_batch`)."""
+        (``group_runs``: see :meth:`vsqs.Queue.receive_batch`). ``prepare`` is called
+        with what an attempt got, in its worker thread: whatever reads files for
+        the answer does it there, never on the event loop."""
         deadline = time.monotonic() + wait
         waiters = self._waiters.setdefault(name, _Waiters())
         loop = asyncio.get_running_loop()
@@ -170,12 +173,18 @@ class Gateway:
                     if time.monotonic() - waiters.attempted_at >= _MIN_REPOLL:
                         break
                 waiters.attempted_at = time.monotonic()
-                got = await self.on(name, lambda queue: queue.receive_batch(
-                    max_messages, visibility_timeout=visibility_timeout, wait=0, group_runs=group_runs))
+                got = await self.on(name, lambda queue: _prepared(queue.receive_batch(
+                    max_messages, visibility_timeout=visibility_timeout, wait=0, group_runs=group_runs), prepare))
                 if got or deadline - time.monotonic() <= 0:
                     return got
         finally:
             self.metrics.long_polls.dec()
+
+
+def _prepared(got: list[Message], prepare: Callable[[list[Message]], object] | None) -> list[Message]:
+    if got and prepare is not None:
+        prepare(got)
+    return got
 
 
 class _Waiters:

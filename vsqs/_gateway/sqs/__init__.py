@@ -95,8 +95,11 @@ Decisions (beyond SQS's own rules):
   System attributes: SenderId (the gateway's account id), SentTimestamp,
   ApproximateReceiveCount, MessageGroupId, MessageDeduplicationId (as sent,
   or the body's SHA-256 on a content-deduplicated queue), AWSTraceHeader.
-  SequenceNumber (FIFO queues). ApproximateFirstReceiveTimestamp (not on
-  disk) and DeadLetterQueueSourceArn are not reported.
+  SequenceNumber (FIFO queues). ApproximateFirstReceiveTimestamp
+  (:attr:`vsqs.Message.first_received_at`; left out when the message's name
+  does not record it: first received by an older vsqs).
+  DeadLetterQueueSourceArn (:attr:`vsqs.Message.dead_letter_source`, as an
+  ARN like QueueArn; looked up in the receive's worker thread).
   ReceiveRequestAttemptId is ignored. ``All`` is taken in any case, message
   attributes also by ``.*`` and ``prefix.*``; unknown names are ignored, as
   Amazon ignores them.

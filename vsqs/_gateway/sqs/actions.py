@@ -39,6 +39,7 @@ from vsqs._gateway.sqs.management import MANAGEMENT_ACTIONS, check_tags
 from vsqs._gateway.sqs.messages import (
     Prepared,
     check_dedup,
+    dead_letter_sources,
     prepare,
     received_message,
     send_result,
@@ -294,12 +295,16 @@ async def receive_message(call: Call) -> dict[str, Any]:
     attribute_names = string_list(params, "MessageAttributeNames")
     timeout = None if visibility is None else float(visibility)
 
+    sources: dict[str, str | None] = {}  # receipt -> dead-letter source, looked up in worker threads
+
     def first_attempt(queue: Queue) -> tuple[dict[str, Any], list[Any]]:
         """The queue's settings and what a receive finds now (one hop). FIFO: a
         group's next messages together, as Amazon (group runs)."""
         runs = is_fifo(call.queue_name or "")
-        return call.settings_now(queue), queue.receive_batch(count, visibility_timeout=timeout, wait=0,
-                                                             group_runs=runs)
+        settings = call.settings_now(queue)
+        got = queue.receive_batch(count, visibility_timeout=timeout, wait=0, group_runs=runs)
+        dead_letter_sources(got, system_names, sources)  # (a long poll does it in its own worker thread)
+        return settings, got
 
     settings, messages = await call.on_queue(first_attempt)
     name = call.queue_name
@@ -308,9 +313,10 @@ async def receive_message(call: Call) -> dict[str, Any]:
     waits = float(settings["receive_wait"] if wait is None else wait)
     if not messages and waits > 0:
         messages = await call.gateway.long_poll(name, count, timeout, waits, call.request.is_disconnected,
-                                                group_runs=fifo)
-    received = [received_message(call, m, fifo, bool(settings["content_dedup"]), system_names, attribute_names)
-                for m in messages]
+                                                group_runs=fifo,
+                                                prepare=lambda got: dead_letter_sources(got, system_names, sources))
+    received = [received_message(call, m, fifo, bool(settings["content_dedup"]), system_names, attribute_names,
+                                 sources) for m in messages]
     return {"Messages": received} if received else {}
 
 

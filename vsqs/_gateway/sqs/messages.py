@@ -112,8 +112,21 @@ MESSAGE_SYSTEM_ATTRIBUTES = frozenset({"All", "SenderId", "SentTimestamp", "Appr
                                        "DeadLetterQueueSourceArn"})
 
 
+def dead_letter_sources(messages: list[Message], system_names: set[str], into: dict[str, str | None]) -> None:
+    """Look up the source queue of each dead letter among ``messages`` into
+    ``into`` (by receipt), if the receive asks for DeadLetterQueueSourceArn:
+    called in a worker thread, so that rendering them (see
+    :func:`received_message`) reads nothing from disk, found or not."""
+    if wants_all(system_names) or "DeadLetterQueueSourceArn" in system_names:
+        for message in messages:
+            into[message.receipt] = message.dead_letter_source
+
+
 def received_message(call: Call, message: Message, fifo: bool, content_dedup: bool,
-                     system_names: set[str], attribute_names: list[str]) -> dict[str, Any]:
+                     system_names: set[str], attribute_names: list[str],
+                     sources: dict[str, str | None]) -> dict[str, Any]:
+    """A received message in SQS's terms; ``sources``: the dead-letter sources
+    :func:`dead_letter_sources` looked up (this runs on the event loop: no I/O)."""
     body = message.body.decode("utf-8", errors="replace")
     stored = message.attributes
     out: dict[str, Any] = {"MessageId": message.id, "ReceiptHandle": message.receipt,
@@ -132,6 +145,12 @@ def received_message(call: Call, message: Message, fifo: bool, content_dedup: bo
         "AWSTraceHeader": stored.get(TRACE_ATTRIBUTE),
     }
     everything = wants_all(system_names)
+    if everything or "ApproximateFirstReceiveTimestamp" in system_names:
+        first = message.first_received_at  # None: received first by a vsqs that did not record it
+        candidates["ApproximateFirstReceiveTimestamp"] = None if first is None else str(round(first * 1000))
+    if everything or "DeadLetterQueueSourceArn" in system_names:
+        source = sources.get(message.receipt)
+        candidates["DeadLetterQueueSourceArn"] = None if source is None else call.arn_of(source)
     for name, value in candidates.items():
         if value is not None and (everything or name in system_names):
             system[name] = value
