@@ -288,3 +288,53 @@ def test_a_stale_listing_of_the_leases_only_delays_by_one_lookup(queue, monkeypa
     got = [queue.receive(visibility_timeout=30) for _ in range(2)]
     taken = next(m for m in got if m is not None)  # the first may lose the create; it finds the newest
     assert taken.body == b"4"
+
+
+def _receive_within(queue, seconds):
+    deadline = time.monotonic() + seconds
+    while True:
+        got = queue.receive(visibility_timeout=30)
+        if got is not None or time.monotonic() > deadline:
+            return got
+        time.sleep(0.05)
+
+
+def test_a_lease_that_could_not_be_written_does_not_hold_the_group_back(queue, monkeypatch):
+    # A generation this handle failed to create (a full disk) is no
+    # generation it knows: kept over every listing, it would make the slot
+    # unclaimable for this handle until someone else moved the chain past it.
+    import errno
+
+    from vsqs._core import fs as _fs
+
+    queue.publish_batch([b"1", b"2"], group="g")
+    queue.receive().delete()  # the chain is listed: generations 1 and 2 (free)
+    real = _fs.create_exclusive
+
+    def disk_full(path, data, **kwargs):
+        if os.path.basename(os.path.dirname(path)) == _format.GROUPS_DIR:
+            raise _fs.storage_error(OSError(errno.ENOSPC, "No space left on device", path), "cannot create")
+        return real(path, data, **kwargs)
+
+    monkeypatch.setattr(_fs, "create_exclusive", disk_full)
+    with pytest.raises(vsqs.StorageError):
+        queue.receive()  # generation 3 could not be made
+    monkeypatch.setattr(_fs, "create_exclusive", real)  # room again
+    got = _receive_within(queue, 5)
+    assert got is not None and got.body == b"2"
+
+
+def test_a_chain_made_again_does_not_block_a_handle_that_knew_the_old_one(tmp_path):
+    # The queue deleted and made again while a handle stays open: the new
+    # chain starts over at generation 1, below what the handle knew.
+    spool = vsqs.Spool(tmp_path)
+    old_handle = spool.create_queue("q")
+    old_handle.publish_batch([b"1", b"2", b"3"], group="g")
+    for _ in range(3):
+        old_handle.receive().delete()  # this handle knows generation 6
+    spool.delete_queue("q")
+    other = spool.create_queue("q")
+    other.publish_batch([b"a", b"b"], group="g")
+    other.receive().delete()  # the new chain: generations 1 and 2
+    got = _receive_within(old_handle, 5)
+    assert got is not None and got.body == b"b"

@@ -72,7 +72,9 @@ class GroupLeases:
                     newest[(group, index)] = max(gen, newest.get((group, index), 0))
         known = self._newest
         for key, gen in newest.items():  # (only chains listed: memory stays bounded by the listing)
-            if known.get(key, 0) > gen:
+            # kept only while it exists (one lookup per chain the listing lags on):
+            # a chain deleted and made again (the queue was) starts over below it
+            if known.get(key, 0) > gen and _fs.exists(self._path(key[0], key[1], known[key])):
                 newest[key] = known[key]
         self._newest = newest
 
@@ -103,13 +105,18 @@ class GroupLeases:
         if not self._ready:
             _fs.make_dirs(self._dir, self.mode)
             self._ready = True
-        self._newest[(group, index)] = gen + 1  # ours, or theirs: either way the newest we know
         path = self._path(group, index, gen + 1)
+        # (known only once it exists: a create that failed, a full disk, made nothing to keep)
         if not _fs.create_exclusive(path, content, durable=False, mode=self.mode):
             self._newest[(group, index)] = self._newest_beyond(group, index, gen + 1)
             return None
-        if _fs.exists(self._path(group, index, gen + 2)) or (gen == 1 and self._listed_beyond(group, index, 2)):
-            # our view was so old that gen+1 had been swept: the chain is further on
+        self._newest[(group, index)] = gen + 1
+        # our view was so old that gen+1 had been swept: the chain is further on
+        if _fs.exists(self._path(group, index, gen + 2)):
+            self._newest[(group, index)] = gen + 2  # (ours goes: the newest known is one that stays)
+            _fs.unlink(path)
+            return None
+        if gen == 1 and self._listed_beyond(group, index, 2):
             # (sweeps leave generation 1 and a gap after it, of any length: made
             # 2, which happens once a chain, look at the whole listing)
             _fs.unlink(path)
