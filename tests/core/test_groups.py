@@ -338,3 +338,26 @@ def test_a_chain_made_again_does_not_block_a_handle_that_knew_the_old_one(tmp_pa
     other.receive().delete()  # the new chain: generations 1 and 2
     got = _receive_within(old_handle, 5)
     assert got is not None and got.body == b"b"
+
+
+def test_settling_a_first_lease_lists_no_group_chains(queue, monkeypatch):
+    # Making a chain's generation 2 checks a listing of .groups/ only when
+    # generation 1 may have been taken over (it ran out, or was free): the
+    # usual case, a holder settling its own first lease, costs one read, not
+    # a listing of every group ever used (a listing a message: quadratic).
+    from vsqs._core import fs as _fs
+
+    queue.publish_batch([b"x"] * 1, group="warm")
+    queue.receive().delete()  # the listing of the groups is made once
+    for i in range(100):
+        queue.publish(b"x", group=f"g{i}")
+    leases = os.path.join(queue.path, _format.GROUPS_DIR)
+    listings = []
+    real = _fs.list_names
+    monkeypatch.setattr(_fs, "list_names", lambda d: listings.append(d) or real(d))
+    taken = 0
+    while (m := queue.receive()) is not None:
+        m.delete()
+        taken += 1
+    assert taken == 100
+    assert listings.count(leases) < 10, listings.count(leases)

@@ -116,12 +116,25 @@ class GroupLeases:
             self._newest[(group, index)] = gen + 2  # (ours goes: the newest known is one that stays)
             _fs.unlink(path)
             return None
-        if gen == 1 and self._listed_beyond(group, index, 2):
+        if gen == 1 and not self._in_force(group, index, 1) and self._listed_beyond(group, index, 2):
             # (sweeps leave generation 1 and a gap after it, of any length: made
             # 2, which happens once a chain, look at the whole listing)
             _fs.unlink(path)
             return None
         return SlotRef(index, gen + 1)
+
+    def _in_force(self, group: str, index: int, gen: int) -> bool:
+        """Whether generation ``gen`` is a lease that has not run out by this
+        host's clock. Lease files are never rewritten, so one in force now
+        was in force since it was made: no one could take the slot over it
+        (a claimer on another host waits for UNTIL + skew, its clock within
+        the skew of ours), so no later generation was made and swept. The
+        usual case of making generation 2, its holder settling its own first
+        lease, needs no listing then: one small read, not a listing of every
+        group's chain."""
+        data = _fs.read_control(self._path(group, index, gen))
+        until = _format.decode_lease(data) if data else None
+        return bool(until) and until > _format.now_us()
 
     def _listed_beyond(self, group: str, index: int, gen: int) -> bool:
         """Whether a listing shows a generation of the slot after ``gen`` (and
