@@ -18,6 +18,10 @@ shared:
   on ``local[2]``, all columns (bodies read), ``Trigger.AvailableNow``, the
   ``noop`` sink; timed from ``start()`` to the end of the query, in a
   session whose Python workers are already warm;
+* **Spark's floor for a Python stream source**: ``scripts/_spark_floor.py``,
+  a Python streaming source that plans and delivers the same rows as the
+  vsqs source (same schema, batches, partitions and Arrow record batches)
+  and does no queue work, same trigger and sink: what Spark alone costs;
 * **Spark file stream**: ``readStream.format("text")`` of one file per
   message (as a Spark user would otherwise do it), same trigger and sink;
   fewer messages (``--file-messages``), as it is slow;
@@ -43,6 +47,7 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "scripts"))
 
 import vsqs
 
@@ -107,6 +112,11 @@ def spark_session(master: str):
         .getOrCreate()
     )
     spark.sparkContext.setLogLevel("ERROR")
+    import _spark_floor
+    from pyspark import cloudpickle
+
+    cloudpickle.register_pickle_by_value(_spark_floor)  # the Python workers cannot import scripts/
+    spark.dataSource.register(_spark_floor.FloorDataSource)
     return spark
 
 
@@ -146,6 +156,28 @@ def stream_run(spark, directory: str, count: int, body: bytes, options: dict[str
     shutil.rmtree(path, ignore_errors=True)
     shutil.rmtree(checkpoint, ignore_errors=True)
     return result
+
+
+def floor_rate(spark, directory: str, count: int, body: bytes) -> float:
+    """Messages a second of the floor source: Spark's own cost of the same stream."""
+    checkpoint = os.path.join(directory, f"flck-{time.monotonic_ns()}")
+    began = time.perf_counter()
+    query = (
+        spark.readStream.format("vsqs_floor")
+        .option("count", str(count))
+        .option("bodySize", str(len(body)))
+        .load()
+        .writeStream.format("noop")
+        .option("checkpointLocation", checkpoint)
+        .trigger(availableNow=True)
+        .start()
+    )
+    query.awaitTermination()
+    elapsed = time.perf_counter() - began
+    rows = sum(p["numInputRows"] for p in query.recentProgress)
+    assert rows == count, (rows, count)
+    shutil.rmtree(checkpoint, ignore_errors=True)
+    return count / elapsed
 
 
 def file_stream_rate(spark, directory: str, count: int, body: bytes) -> float:
@@ -199,23 +231,28 @@ def main() -> int:
     try:
         spark = spark_session(args.master)
         stream_run(spark, directory, 2_000, body, {})  # warm the Python workers up
+        floor_rate(spark, directory, 2_000, body)  # (and the floor's first use of its class)
         rows = []
         for repetition in range(args.repeat):
             lib = library_rate(directory, args.messages, body, 1)
             lib_batch = library_rate(directory, args.messages, body, 100)
             stream = stream_run(spark, directory, args.messages, body, {})
+            floor = floor_rate(spark, directory, args.messages, body)
             files = file_stream_rate(spark, directory, args.file_messages, body)
-            rows.append((lib, lib_batch, stream, files))
+            rows.append((lib, lib_batch, stream, floor, files))
             print(
                 f"run {repetition + 1}: library receive+delete {lib:,.0f} msg/s, "
                 f"library receive_batch(100)+delete {lib_batch:,.0f} msg/s, "
                 f"vsqs stream (defaults) {stream['rate']:,.0f} msg/s in {stream['batches']} batches, "
+                f"Spark's floor (a Python source without queue work) {floor:,.0f} msg/s, "
                 f"file stream {files:,.0f} msg/s",
                 flush=True,
             )
             print(
                 f"       ratios: vsqs stream / library = {stream['rate'] / lib:.2f}, "
                 f"/ library batch = {stream['rate'] / lib_batch:.2f}, "
+                f"/ Spark's floor = {stream['rate'] / floor:.2f}, "
+                f"floor / library = {floor / lib:.2f}, "
                 f"/ file stream = {stream['rate'] / files:.1f}x",
                 flush=True,
             )
