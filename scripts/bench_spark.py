@@ -25,6 +25,8 @@ shared:
 * **Spark file stream**: ``readStream.format("text")`` of one file per
   message (as a Spark user would otherwise do it), same trigger and sink;
   fewer messages (``--file-messages``), as it is slow;
+* **CPU** of Spark's JVM and of its Python workers during each stream and
+  its floor (every such process of the machine, from ``/proc``);
 * **driver time per batch** at 5,000 and 50,000 messages a trigger, from
   Spark's progress reports: ``latestOffset`` (the source's planning) and
   everything but the batch's execution (``triggerExecution - addBatch``),
@@ -50,6 +52,36 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "scripts"))
 
 import vsqs
+
+
+def cpu_seconds() -> dict[str, float]:
+    """CPU seconds used so far by Spark's JVM and by its Python workers, live
+    or exited (all of this machine's processes, from /proc: run nothing else
+    meanwhile)."""
+    used = {"jvm": 0.0, "python": 0.0}
+    tick = os.sysconf("SC_CLK_TCK")
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            with open(f"/proc/{entry}/cmdline", "rb") as f:
+                command = f.read().replace(b"\0", b" ")
+        except OSError:  # gone meanwhile
+            continue
+        own, reaped = int(fields[11]) + int(fields[12]), int(fields[13]) + int(fields[14])
+        if b"java" in command:  # its children are Python (Spark's daemons): theirs once they exited
+            used["jvm"] += own / tick
+            used["python"] += reaped / tick
+        elif b"pyspark" in command:  # (a daemon's reaped workers too: workers come and go)
+            used["python"] += (own + reaped) / tick
+    return used
+
+
+def _cpu_used(before: dict[str, float]) -> dict[str, float]:
+    after = cpu_seconds()
+    return {kind: after[kind] - before[kind] for kind in before}
 
 
 def fill(path: str, count: int, body: bytes) -> vsqs.Queue:
@@ -129,6 +161,7 @@ def stream_run(spark, directory: str, count: int, body: bytes, options: dict[str
     reader = spark.readStream.format("vsqs")
     for key, value in options.items():
         reader = reader.option(key, value)
+    cpu = cpu_seconds()
     began = time.perf_counter()
     query = (
         reader.load(path)
@@ -139,6 +172,7 @@ def stream_run(spark, directory: str, count: int, body: bytes, options: dict[str
     )
     query.awaitTermination()
     elapsed = time.perf_counter() - began
+    cpu = _cpu_used(cpu)
     left = vsqs.Queue(path).stats().total
     progress = [p for p in query.recentProgress]
     rows = sum(p["numInputRows"] for p in progress)
@@ -147,6 +181,9 @@ def stream_run(spark, directory: str, count: int, body: bytes, options: dict[str
     offsets = [f for f in Path(checkpoint, "offsets").iterdir() if f.name.isdigit()]
     result = {
         "rate": count / elapsed,
+        "count": count,
+        "cpu": cpu,
+        "elapsed": elapsed,
         "batches": len(batches),
         "latest_offset_ms": [p["durationMs"].get("latestOffset", 0) for p in batches],
         "driver_ms": [p["durationMs"]["triggerExecution"] - p["durationMs"].get("addBatch", 0) for p in batches],
@@ -158,9 +195,10 @@ def stream_run(spark, directory: str, count: int, body: bytes, options: dict[str
     return result
 
 
-def floor_rate(spark, directory: str, count: int, body: bytes) -> float:
-    """Messages a second of the floor source: Spark's own cost of the same stream."""
+def floor_run(spark, directory: str, count: int, body: bytes) -> dict:
+    """Rate and CPU of the floor source: Spark's own cost of the same stream."""
     checkpoint = os.path.join(directory, f"flck-{time.monotonic_ns()}")
+    cpu = cpu_seconds()
     began = time.perf_counter()
     query = (
         spark.readStream.format("vsqs_floor")
@@ -174,10 +212,11 @@ def floor_rate(spark, directory: str, count: int, body: bytes) -> float:
     )
     query.awaitTermination()
     elapsed = time.perf_counter() - began
+    cpu = _cpu_used(cpu)
     rows = sum(p["numInputRows"] for p in query.recentProgress)
     assert rows == count, (rows, count)
     shutil.rmtree(checkpoint, ignore_errors=True)
-    return count / elapsed
+    return {"rate": count / elapsed, "count": count, "cpu": cpu, "elapsed": elapsed}
 
 
 def file_stream_rate(spark, directory: str, count: int, body: bytes) -> float:
@@ -207,6 +246,15 @@ def file_stream_rate(spark, directory: str, count: int, body: bytes) -> float:
     return count / elapsed
 
 
+def _cpu_line(run: dict) -> str:
+    cpu = run["cpu"]
+    return (
+        f"JVM {cpu['jvm']:.2f}, Python workers {cpu['python']:.2f} "
+        f"(of {(os.cpu_count() or 1) * run['elapsed']:.2f}; "
+        f"{1e6 * cpu['python'] / run['count']:.0f} us a message in Python)"
+    )
+
+
 def _ms(values: list[float]) -> str:
     if not values:
         return "-"
@@ -231,13 +279,14 @@ def main() -> int:
     try:
         spark = spark_session(args.master)
         stream_run(spark, directory, 2_000, body, {})  # warm the Python workers up
-        floor_rate(spark, directory, 2_000, body)  # (and the floor's first use of its class)
+        floor_run(spark, directory, 2_000, body)  # (and the floor's first use of its class)
         rows = []
         for repetition in range(args.repeat):
             lib = library_rate(directory, args.messages, body, 1)
             lib_batch = library_rate(directory, args.messages, body, 100)
             stream = stream_run(spark, directory, args.messages, body, {})
-            floor = floor_rate(spark, directory, args.messages, body)
+            floor_figures = floor_run(spark, directory, args.messages, body)
+            floor = floor_figures["rate"]
             files = file_stream_rate(spark, directory, args.file_messages, body)
             rows.append((lib, lib_batch, stream, floor, files))
             print(
@@ -254,6 +303,11 @@ def main() -> int:
                 f"/ Spark's floor = {stream['rate'] / floor:.2f}, "
                 f"floor / library = {floor / lib:.2f}, "
                 f"/ file stream = {stream['rate'] / files:.1f}x",
+                flush=True,
+            )
+            print(
+                f"       CPU seconds (of {os.cpu_count()} cores x the run's time): vsqs stream: "
+                f"{_cpu_line(stream)}; Spark's floor: {_cpu_line(floor_figures)}",
                 flush=True,
             )
         if not args.skip_driver:
