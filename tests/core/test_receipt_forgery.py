@@ -83,3 +83,103 @@ def test_a_delayed_message_tag_is_not_predicted_by_the_ids_before_it(tmp_path):
     delayed = [n for n in message_names(queue.path) if n.startswith(later)]
     assert len(delayed) == 1 and delayed[0].count(".") == 3
     assert not delayed[0].endswith(predicted_tag)
+
+
+
+# A group's slot leases are what keeps its order when a listing is
+# incomplete: a readdir that races a rename may miss the renamed entry
+# (POSIX allows it; NFS clients list from their cache), so a consumer may
+# see a group's next message as its first with none in flight. A receipt's
+# slot (``S.GEN``) comes from outside: one altered to another holder's must
+# neither free nor take that holder's slot.
+
+
+def _with_slot(receipt: str, donor: str) -> str:
+    """``receipt`` carrying the slot (``S.GEN``) of ``donor``'s receipt instead
+    of its own: what a consumer who saw a receipt of the group can write."""
+    return receipt.rsplit(":", 1)[0] + ":" + donor.rsplit(":", 1)[1]
+
+
+def _blind_to(monkeypatch, message_id: str) -> None:
+    """Listings of the queue miss ``message_id``'s file (as a readdir racing its rename may)."""
+    from vsqs._core import fs as _fs
+
+    real = _fs.list_names
+    monkeypatch.setattr(
+        _fs, "list_names",
+        lambda d: [n for n in real(d) if message_id not in n] if _format.GROUPS_DIR not in d else real(d),
+    )
+
+
+def _ignore_stale(call) -> None:
+    try:
+        call()
+    except vsqs.StaleReceipt:
+        pass
+
+
+def _fifo_with_an_old_receipt(queue):
+    """A FIFO group of three; the first message received and deleted (its
+    receipt kept: old, and the attacker's), the second held by a victim."""
+    queue.configure(group_concurrency=1)
+    queue.publish_batch([b"1", b"2", b"3"], group="g")
+    old = vsqs.Queue(queue.path).receive(visibility_timeout=300)
+    assert old is not None and old.body == b"1"
+    old.delete()
+    victim = vsqs.Queue(queue.path).receive(visibility_timeout=300)
+    assert victim is not None and victim.body == b"2"
+    return old.receipt, victim
+
+
+def _group_still_held(queue, victim, monkeypatch) -> None:
+    """A consumer whose listing misses the victim's message still gets
+    nothing of the group while it is in flight (its slot is held); once the
+    victim deletes it, the next comes, in order."""
+    with monkeypatch.context() as patch:
+        _blind_to(patch, victim.id)
+        assert vsqs.Queue(queue.path).receive(visibility_timeout=300) is None
+    victim.delete()
+    after = vsqs.Queue(queue.path).receive(visibility_timeout=300)
+    assert after is not None and after.body == b"3"
+
+
+def test_a_delete_with_another_holders_slot_frees_nothing(queue, monkeypatch):
+    old, victim = _fifo_with_an_old_receipt(queue)
+    _ignore_stale(lambda: vsqs.Queue(queue.path).delete(_with_slot(old, victim.receipt)))
+    _group_still_held(queue, victim, monkeypatch)
+
+
+def test_a_release_with_another_holders_slot_frees_nothing(queue, monkeypatch):
+    old, victim = _fifo_with_an_old_receipt(queue)
+    _ignore_stale(lambda: vsqs.Queue(queue.path).release(_with_slot(old, victim.receipt)))
+    _group_still_held(queue, victim, monkeypatch)
+
+
+def test_a_visibility_change_with_another_holders_slot_takes_nothing(queue, monkeypatch):
+    # two slots; the attacker holds a message of the group on one, the victim on the other
+    queue.configure(group_concurrency=2)
+    queue.publish_batch([b"1", b"2", b"3", b"4"], group="g")
+    mine = vsqs.Queue(queue.path).receive(visibility_timeout=300)
+    victim = vsqs.Queue(queue.path).receive(visibility_timeout=300)
+    assert (mine.body, victim.body) == (b"1", b"2")
+    attacker = vsqs.Queue(queue.path)
+    # the victim's slot taken over by an extension, and given up with the new receipt ...
+    _ignore_stale(lambda: attacker.delete(attacker.change_visibility(_with_slot(mine.receipt, victim.receipt), 300)))
+    _ignore_stale(lambda: attacker.delete(mine.receipt))  # ... and the attacker's own, by its genuine receipt
+    with monkeypatch.context() as patch:
+        _blind_to(patch, victim.id)
+        others = [vsqs.Queue(queue.path).receive(visibility_timeout=300) for _ in range(2)]
+    assert [m.body for m in others if m is not None] == [b"3"]  # the victim's and one more: two in flight
+    victim.delete()
+
+
+def test_a_genuine_receipt_from_another_handle_still_frees_its_slot(queue):
+    queue.publish_batch([b"1", b"2"], group="g")
+    held = vsqs.Queue(queue.path).receive(visibility_timeout=300)
+    moved = vsqs.Queue(queue.path).change_visibility(held.receipt, 300)  # another handle: checked, and its own
+    vsqs.Queue(queue.path).delete(moved)
+    after = vsqs.Queue(queue.path).receive(visibility_timeout=300)
+    assert after is not None and after.body == b"2"
+    vsqs.Queue(queue.path).release(after.receipt)
+    again = vsqs.Queue(queue.path).receive(visibility_timeout=300)
+    assert again is not None and again.body == b"2"

@@ -199,14 +199,17 @@ class GroupReceiver:
                 Message(queue, member.parsed.key, member.body, receipt, member.count, None, member.header)
             )
 
-    def settled(self, text: str, slot: SlotRef, done: bool) -> None:
+    def settled(self, text: str, slot: SlotRef, done: bool, issued: bool = False) -> None:
         """After the delete (or release) of the hidden message ``text`` held on
         ``slot``: free the slot, or for a member of a run, mark it done (only if
-        ``done``: this call moved it) and free the slot with the last one."""
+        ``done``: this call moved it) and free the slot with the last one.
+        ``issued``: the receipt is one this handle made (its slot needs no check)."""
         group = _format.group_of(text)
         with self._lock:
             if not slot.run:
-                self._groups.free(group, slot)  # harmless if the slot moved on: the next generation exists then
+                name = None if issued else _format.parse_name(text)
+                if issued or (name is not None and self._groups.holds(group, slot, name.until_us)):
+                    self._groups.free(group, slot)  # harmless if the slot moved on: the next generation exists then
             elif done:
                 name = _format.parse_name(text)
                 if name is not None:

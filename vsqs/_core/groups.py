@@ -186,6 +186,15 @@ class GroupLeases:
         """Give the slot up (after delete or release)."""
         self._next(group, slot.index, slot.gen, _format.FREE_LEASE)
 
+    def holds(self, group: str, slot: SlotRef, until_us: int) -> bool:
+        """Whether generation ``slot.gen`` of the slot is the lease until exactly
+        ``until_us``: the one the claim or extend of a message hidden until then
+        wrote. A receipt from outside is checked so before it frees or extends
+        its slot: one whose ``S.GEN`` was altered to another holder's would
+        otherwise open the group to one more consumer than it allows."""
+        data = _fs.read_control(self._path(group, slot.index, slot.gen))
+        return data is not None and _format.decode_lease(data) == until_us
+
     def free_purged(self, held: dict[str, set[int]]) -> int:
         """Free the slots whose newest lease is one of ``held`` (group -> the
         UNTILs of its in-flight messages a purge removed); how many were freed.

@@ -620,7 +620,7 @@ class Queue:
         locate = layout.locate
         deleted = _fs.unlink(layout.prefix + text if locate is None else locate(text) + text)
         if slot is not None:
-            self._group_receiver.settled(text, slot, deleted)
+            self._group_receiver.settled(text, slot, deleted, issued is not None)
         if not deleted:
             raise StaleReceipt(stale_message(text[:_KEY_LENGTH]))
         if settings["max_messages"] is not None:  # this handle's deletes count at once, as its publishes

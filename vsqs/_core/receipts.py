@@ -102,8 +102,10 @@ class HeldMessages:
             with self._lock:
                 if slot.run:  # (a raise of the run's lease if it is lower: never lowered)
                     extended = self._groups.run_extend(name.group_hash, slot, name.until_us, until, self._skew_us)
-                else:
+                elif self._groups.holds(name.group_hash, slot, name.until_us):  # (see holds: not another's)
                     extended = self._groups.extend(name.group_hash, slot, until)
+                else:
+                    extended = None
             if extended is None:  # the lease ran out and the slot was taken: so was the message
                 raise StaleReceipt(stale_message(name.key))
             slot = extended
@@ -158,7 +160,8 @@ class HeldMessages:
         if slot is not None:
             with self._lock:
                 if not slot.run:
-                    self._groups.free(name.group_hash, slot)
+                    if self._groups.holds(name.group_hash, slot, name.until_us):  # (see holds: not another's)
+                        self._groups.free(name.group_hash, slot)
                 elif released:
                     self._groups.run_done(name.group_hash, slot, name.until_us, self._skew_us)
                 self._listing.slot_freed(name.group_hash)
