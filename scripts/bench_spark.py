@@ -22,6 +22,12 @@ shared:
   a Python streaming source that plans and delivers the same rows as the
   vsqs source (same schema, batches, partitions and Arrow record batches)
   and does no queue work, same trigger and sink: what Spark alone costs;
+* **process_queue**: ``vsqs.spark.process_queue`` with a function that does
+  nothing, default options (``wait`` 1 s: each task ends after 1 s of an
+  empty queue, which the figure includes);
+* **snapshot read**: ``spark.read.format("vsqs")`` of the queue (every
+  column, bodies read) into the ``noop`` sink, against ``spark.read.text``
+  of one file per message (``--file-messages``);
 * **Spark file stream**: ``readStream.format("text")`` of one file per
   message (as a Spark user would otherwise do it), same trigger and sink;
   fewer messages (``--file-messages``), as it is slow;
@@ -219,6 +225,43 @@ def floor_run(spark, directory: str, count: int, body: bytes) -> dict:
     return {"rate": count / elapsed, "count": count, "cpu": cpu, "elapsed": elapsed}
 
 
+def process_queue_rate(spark, directory: str, count: int, body: bytes) -> float:
+    """Messages a second of ``process_queue`` with a function that does nothing."""
+    import vsqs.spark
+
+    path = os.path.join(directory, f"pq-{time.monotonic_ns()}")
+    fill(path, count, body)
+    began = time.perf_counter()
+    result = vsqs.spark.process_queue(spark, vsqs.Queue(path), lambda message: None)
+    elapsed = time.perf_counter() - began
+    assert result.processed == count and vsqs.Queue(path).stats().total == 0, (result, count)
+    shutil.rmtree(path)
+    return count / elapsed
+
+
+def snapshot_rates(spark, directory: str, count: int, file_count: int, body: bytes) -> tuple[float, float]:
+    """Messages a second of a snapshot read of the queue (every column), and
+    rows a second of ``spark.read.text`` of one file per message."""
+    tag = time.monotonic_ns()
+    path = os.path.join(directory, f"snap-{tag}")
+    fill(path, count, body)
+    began = time.perf_counter()
+    spark.read.format("vsqs").load(path).write.format("noop").mode("overwrite").save()
+    snapshot = count / (time.perf_counter() - began)
+    assert vsqs.Queue(path).stats().ready == count  # a snapshot changes nothing
+    shutil.rmtree(path)
+    files = os.path.join(directory, f"snapfiles-{tag}")
+    os.makedirs(files)
+    for n in range(file_count):
+        with open(os.path.join(files, f"m{n:08d}.txt"), "wb") as stream:
+            stream.write(body)
+    began = time.perf_counter()
+    spark.read.text(files).write.format("noop").mode("overwrite").save()
+    text = file_count / (time.perf_counter() - began)
+    shutil.rmtree(files)
+    return snapshot, text
+
+
 def file_stream_rate(spark, directory: str, count: int, body: bytes) -> float:
     """Messages a second of Spark's own file stream source, one file per message."""
     tag = time.monotonic_ns()
@@ -280,6 +323,8 @@ def main() -> int:
         spark = spark_session(args.master)
         stream_run(spark, directory, 2_000, body, {})  # warm the Python workers up
         floor_run(spark, directory, 2_000, body)  # (and the floor's first use of its class)
+        process_queue_rate(spark, directory, 500, body)  # (and the batch paths')
+        snapshot_rates(spark, directory, 500, 50, body)
         rows = []
         for repetition in range(args.repeat):
             lib = library_rate(directory, args.messages, body, 1)
@@ -288,6 +333,8 @@ def main() -> int:
             floor_figures = floor_run(spark, directory, args.messages, body)
             floor = floor_figures["rate"]
             files = file_stream_rate(spark, directory, args.file_messages, body)
+            processed = process_queue_rate(spark, directory, args.messages, body)
+            snapshot, text = snapshot_rates(spark, directory, args.messages, args.file_messages, body)
             rows.append((lib, lib_batch, stream, floor, files))
             print(
                 f"run {repetition + 1}: library receive+delete {lib:,.0f} msg/s, "
@@ -303,6 +350,13 @@ def main() -> int:
                 f"/ Spark's floor = {stream['rate'] / floor:.2f}, "
                 f"floor / library = {floor / lib:.2f}, "
                 f"/ file stream = {stream['rate'] / files:.1f}x",
+                flush=True,
+            )
+            print(
+                f"       process_queue (a function that does nothing) {processed:,.0f} msg/s "
+                f"= {processed / lib:.2f}x the library; snapshot read {snapshot:,.0f} msg/s "
+                f"= {snapshot / lib:.2f}x the library, {snapshot / text:.1f}x read.text of one file "
+                f"per message ({text:,.0f} rows/s)",
                 flush=True,
             )
             print(
