@@ -99,6 +99,8 @@ class HeldMessages:
         until = _format.now_us() + to_us(timeout)
         new = _format.hidden_name(name.stem, until, name.receive_count, name.tag)
         if slot is not None:  # the slot first: a crash between leaves the group blocked, not open
+            if not _fs.exists(layout.message_file(text)):  # (see release: a made-up name moves no slot)
+                raise StaleReceipt(stale_message(name.key))
             with self._lock:
                 if slot.run:  # (a raise of the run's lease if it is lower: never lowered)
                     extended = self._groups.run_extend(name.group_hash, slot, name.until_us, until, self._skew_us)
@@ -156,16 +158,21 @@ class HeldMessages:
         queue_id, layout = self._store.id, self._store.layout
         name, text, slot = _format.parse_receipt(queue_id, receipt)
         ready = _format.ready_name(name.stem, name.receive_count)
-        released = _fs.rename(layout.message_file(text), layout.message_file(ready))
+        path = layout.message_file(text)
+        # A receipt moves its slot only with its message, found under its name
+        # first: a name made up (its TAG, 48 secret bits, unknown) moves none,
+        # though its rename may report success (the ready name exists: the
+        # answer to a retransmitted rename), nor does a stale one
+        held = slot is None or _fs.exists(path)
+        released = _fs.rename(path, layout.message_file(ready))
         if slot is not None:
             with self._lock:
-                if not slot.run:
-                    if self._groups.holds(name.group_hash, slot, name.until_us):  # (see holds: not another's)
-                        self._groups.free(name.group_hash, slot)
-                elif released:
+                if held and released and slot.run:
                     self._groups.run_done(name.group_hash, slot, name.until_us, self._skew_us)
+                elif held and released and self._groups.holds(name.group_hash, slot, name.until_us):
+                    self._groups.free(name.group_hash, slot)  # (see holds: not another's)
                 self._listing.slot_freed(name.group_hash)
-        if not released:
+        if not (held and released):
             raise StaleReceipt(stale_message(name.key))
         with self._lock:
             self._listing.remember(ready)
