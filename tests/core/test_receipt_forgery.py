@@ -18,6 +18,7 @@ import vsqs
 from tests.conftest import message_names
 from tests.mersenne import KEYS_NEEDED, clone, next_tag_after, outputs_of_keys
 from vsqs._core import format as _format
+from vsqs._core.groups import GroupLeases
 
 
 def _forged(receipt: str, tag: str, until_us: int = 1_700_000_000_000_000) -> str:
@@ -249,3 +250,27 @@ def test_a_visibility_change_of_a_made_up_run_member_raises_no_lease(queue):
     victim.delete()  # frees the slot, unless a raise took the next generation: held 12 hours
     after = vsqs.Queue(queue.path).receive(visibility_timeout=300)
     assert after is not None and after.body == b"3"
+
+
+@pytest.mark.parametrize("settle", ["delete", "release"])
+def test_held_messages_made_run_members_of_another_holders_slot_free_nothing(queue, settle):
+    # Runs are taken only with one slot a group; with three, a consumer holding
+    # two messages of the group (its own slots) calls them the two members of
+    # a run on the victim's slot: deleting them marked the run done and freed
+    # the victim's slot, and once the consumer's own leases ran out, four were
+    # in flight
+    queue.configure(group_concurrency=3)
+    queue.publish_batch([b"1", b"2", b"3", b"4"], group="g")
+    victim = vsqs.Queue(queue.path).receive(visibility_timeout=300)
+    mine = vsqs.Queue(queue.path).receive_batch(2, visibility_timeout=300)
+    assert victim.body == b"1" and [m.body for m in mine] == [b"2", b"3"]
+    index, gen = _slot_of(victim.receipt)
+    attacker = vsqs.Queue(queue.path)
+    for member, message in enumerate(mine):
+        forged = message.receipt.rsplit(":", 1)[0] + f":{index}.{gen}.{gen}.{member}.2"
+        _ignore_stale(lambda forged=forged: getattr(attacker, settle)(forged))
+    until = _format.parse_name(victim.receipt.split(":")[1]).until_us
+    leases = GroupLeases(queue.path)
+    assert leases.held_until(_format.group_hash("g"), index, until) is not None  # still the victim's
+    if settle == "delete":
+        assert vsqs.Queue(queue.path).receive(visibility_timeout=300) is None  # three slots held

@@ -79,16 +79,22 @@ class HeldMessages:
     the group leases and the listing. A member of a run (see
     :mod:`vsqs._core.groups`) moves only while its own lease has not run
     out (``skew_us``: the queue's clock-skew allowance), and is marked done
-    once it is deleted, released or made visible."""
+    once it is deleted, released or made visible. ``one_slot``: the queue's
+    groups have one slot each, the only way runs are taken; else a run's
+    receipt is made up (of messages held on the group's other slots, whose
+    deletes would mark the run done and free a slot another consumer
+    holds), and moves no slot."""
 
     def __init__(
-        self, store: Store, groups: GroupLeases, lock: threading.Lock, listing: Listing, skew_us: int = 0
+        self, store: Store, groups: GroupLeases, lock: threading.Lock, listing: Listing, skew_us: int = 0,
+        one_slot: bool = True,
     ) -> None:
         self._store = store
         self._groups = groups
         self._lock = lock
         self._listing = listing
         self._skew_us = skew_us
+        self._one_slot = one_slot
 
     def change_visibility(self, receipt: str, timeout: float) -> str:
         """Hide the message for ``timeout`` (checked) seconds from now; the new receipt.
@@ -103,7 +109,8 @@ class HeldMessages:
                 raise StaleReceipt(stale_message(name.key))
             with self._lock:
                 if slot.run:  # (a raise of the run's lease if it is lower: never lowered)
-                    extended = self._groups.run_extend(name.group_hash, slot, name.until_us, until, self._skew_us)
+                    extended = (self._groups.run_extend(name.group_hash, slot, name.until_us, until, self._skew_us)
+                                if self._one_slot else None)
                 elif self._groups.holds(name.group_hash, slot, name.until_us):  # (see holds: not another's)
                     extended = self._groups.extend(name.group_hash, slot, until)
                 else:
@@ -167,9 +174,10 @@ class HeldMessages:
         released = _fs.rename(path, layout.message_file(ready))
         if slot is not None:
             with self._lock:
-                if held and released and slot.run:
+                moved = held and released
+                if moved and slot.run and self._one_slot:
                     self._groups.run_done(name.group_hash, slot, name.until_us, self._skew_us)
-                elif held and released and self._groups.holds(name.group_hash, slot, name.until_us):
+                elif moved and not slot.run and self._groups.holds(name.group_hash, slot, name.until_us):
                     self._groups.free(name.group_hash, slot)  # (see holds: not another's)
                 self._listing.slot_freed(name.group_hash)
         if not (held and released):
