@@ -361,3 +361,23 @@ def test_settling_a_first_lease_lists_no_group_chains(queue, monkeypatch):
         taken += 1
     assert taken == 100
     assert listings.count(leases) < 10, listings.count(leases)
+
+
+def test_an_old_receipt_of_this_handle_makes_no_swept_generation_again(queue):
+    # A handle deletes by a receipt it made without reading it again; one it
+    # made before a change of visibility is old, and its generation may be swept
+    queue.publish_batch([b"0", b"1", b"2", b"3"], group="g")
+    group = _format.group_hash("g")
+    queue.receive().delete()  # generations 1 and 2
+    held = queue.receive(visibility_timeout=30)  # generation 3
+    queue.delete(queue.change_visibility(held.receipt, 30))  # 4, and 5 free
+    queue.receive().delete()  # 6 and 7
+    leases = os.path.join(queue.path, _format.GROUPS_DIR)
+    for gen in range(2, 7):
+        os.unlink(os.path.join(leases, f"{group}.0.{gen}"))  # as if swept: 1 and the newest, 7, stay
+    with pytest.raises(vsqs.StaleReceipt):
+        queue.delete(held.receipt)
+    assert sorted(os.listdir(leases)) == [f"{group}.0.1", f"{group}.0.7"]  # no free made at 4
+    assert vsqs.Queue(queue.path).receive(visibility_timeout=30).body == b"3"  # generation 8
+    now = _format.now_us()
+    assert queue._groups.claim(group, 1, now + 10**6, now, 0) is None  # (as a receive from its cached listing)

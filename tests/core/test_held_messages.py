@@ -271,9 +271,21 @@ def test_a_groups_message_whose_slot_was_taken_is_stale_and_stays(handle):
     assert handle.listing.remembered == []
 
 
-def test_a_groups_message_that_is_gone_gives_its_slot_back(handle):
+def test_a_groups_message_that_is_gone_moves_no_slot(handle):
+    # (its receipt may be made up: only its TAG is secret) the slot waits for its lease
     _, receipt = receive(handle, group=GROUP)
     os.unlink(handle.store.layout.message_file(str(only_name(handle.store))))
+    leases = sorted(os.listdir(os.path.join(handle.store.layout.path, _format.GROUPS_DIR)))
+    for move in (lambda: handle.held.change_visibility(receipt, 5), lambda: handle.held.release(receipt)):
+        with pytest.raises(StaleReceipt):
+            move()
+    assert sorted(os.listdir(os.path.join(handle.store.layout.path, _format.GROUPS_DIR))) == leases
+
+
+def test_a_groups_message_gone_during_its_extension_gives_its_slot_back(handle, monkeypatch):
+    _, receipt = receive(handle, group=GROUP)
+    real = _fs.rename
+    monkeypatch.setattr(_fs, "rename", lambda src, dst: os.unlink(src) or real(src, dst))  # deleted meanwhile
     with pytest.raises(StaleReceipt):
         handle.held.change_visibility(receipt, 5)
     other = GroupLeases(handle.store.layout.path)

@@ -10,10 +10,15 @@ it, and the lookup matched on the first 6 hex digits of the TAG alone.
 
 from __future__ import annotations
 
+import os
+
+import pytest
+
 import vsqs
 from tests.conftest import message_names
 from tests.mersenne import KEYS_NEEDED, clone, next_tag_after, outputs_of_keys
 from vsqs._core import format as _format
+from vsqs._core.groups import GroupLeases
 
 
 def _forged(receipt: str, tag: str, until_us: int = 1_700_000_000_000_000) -> str:
@@ -183,3 +188,89 @@ def test_a_genuine_receipt_from_another_handle_still_frees_its_slot(queue):
     vsqs.Queue(queue.path).release(after.receipt)
     again = vsqs.Queue(queue.path).receive(visibility_timeout=300)
     assert again is not None and again.body == b"2"
+
+
+# What the slot check rests on: a receipt that holds its message. A hidden
+# name can be made up from what is known (the stem of a message of the
+# group, a receive count, an UNTIL: a time known to within a few
+# milliseconds, so a few thousand guesses), all but its TAG; whatever a
+# receipt names, its slot moves only with a message found under that name.
+
+
+def _made_up(receipt: str, stem: str, count: int, until_us: int, slot: str) -> str:
+    """A receipt of ``receipt``'s queue for a hidden name made up of ``stem``,
+    ``count`` and ``until_us`` (and a TAG guessed), holding ``slot``."""
+    queue_id = receipt.split(":", 1)[0]
+    return f"{queue_id}:{_format.hidden_name(stem, until_us, count, 'a' * 12)}:{slot}"
+
+
+def _ready_stem(queue) -> str:
+    """The stem of the group's one message waiting (its id is published; the
+    group's hash is in any receipt of the group)."""
+    (name,) = [os.path.basename(n) for n in message_names(queue.path) if "." not in os.path.basename(n)]
+    return name
+
+
+def _slot_of(receipt: str) -> tuple[int, int]:
+    index, gen = receipt.rsplit(":", 1)[1].split(".")[:2]
+    return int(index), int(gen)
+
+
+@pytest.mark.parametrize("settle", ["delete", "release", "change_visibility"])
+def test_a_made_up_name_with_the_holders_until_frees_nothing(queue, monkeypatch, settle):
+    old, victim = _fifo_with_an_old_receipt(queue)
+    until = _format.parse_name(victim.receipt.split(":")[1]).until_us  # known here; else guessed
+    stem = _format.parse_name(old.split(":")[1]).stem
+    forged = _made_up(old, stem, 1, until, victim.receipt.rsplit(":", 1)[1])
+    attacker = vsqs.Queue(queue.path)
+    act = {"delete": attacker.delete, "release": attacker.release,
+           "change_visibility": lambda receipt: attacker.change_visibility(receipt, 300)}[settle]
+    _ignore_stale(lambda: act(forged))
+    _group_still_held(queue, victim, monkeypatch)
+
+
+def test_a_release_of_made_up_run_members_frees_nothing(queue, monkeypatch):
+    # the made-up name's release reports success: its ready name (the group's
+    # next message, never received) exists, as after a retransmitted rename
+    old, victim = _fifo_with_an_old_receipt(queue)
+    index, gen = _slot_of(victim.receipt)
+    far = _format.now_us() + 3600 * 10**6
+    attacker = vsqs.Queue(queue.path)
+    for member in (0, 1):  # a run of two: both marked done, the last frees the slot
+        forged = _made_up(old, _ready_stem(queue), 0, far, f"{index}.{gen}.1.{member}.2")
+        _ignore_stale(lambda forged=forged: attacker.release(forged))
+    _group_still_held(queue, victim, monkeypatch)
+
+
+def test_a_visibility_change_of_a_made_up_run_member_raises_no_lease(queue):
+    old, victim = _fifo_with_an_old_receipt(queue)
+    index, gen = _slot_of(victim.receipt)
+    forged = _made_up(old, _ready_stem(queue), 0, _format.now_us() + 3600 * 10**6, f"{index}.{gen}.1.0.2")
+    _ignore_stale(lambda: vsqs.Queue(queue.path).change_visibility(forged, 43200))
+    victim.delete()  # frees the slot, unless a raise took the next generation: held 12 hours
+    after = vsqs.Queue(queue.path).receive(visibility_timeout=300)
+    assert after is not None and after.body == b"3"
+
+
+@pytest.mark.parametrize("settle", ["delete", "release"])
+def test_held_messages_made_run_members_of_another_holders_slot_free_nothing(queue, settle):
+    # Runs are taken only with one slot a group; with three, a consumer holding
+    # two messages of the group (its own slots) calls them the two members of
+    # a run on the victim's slot: deleting them marked the run done and freed
+    # the victim's slot, and once the consumer's own leases ran out, four were
+    # in flight
+    queue.configure(group_concurrency=3)
+    queue.publish_batch([b"1", b"2", b"3", b"4"], group="g")
+    victim = vsqs.Queue(queue.path).receive(visibility_timeout=300)
+    mine = vsqs.Queue(queue.path).receive_batch(2, visibility_timeout=300)
+    assert victim.body == b"1" and [m.body for m in mine] == [b"2", b"3"]
+    index, gen = _slot_of(victim.receipt)
+    attacker = vsqs.Queue(queue.path)
+    for member, message in enumerate(mine):
+        forged = message.receipt.rsplit(":", 1)[0] + f":{index}.{gen}.{gen}.{member}.2"
+        _ignore_stale(lambda forged=forged: getattr(attacker, settle)(forged))
+    until = _format.parse_name(victim.receipt.split(":")[1]).until_us
+    leases = GroupLeases(queue.path)
+    assert leases.held_until(_format.group_hash("g"), index, until) is not None  # still the victim's
+    if settle == "delete":
+        assert vsqs.Queue(queue.path).receive(visibility_timeout=300) is None  # three slots held

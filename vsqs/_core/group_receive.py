@@ -199,18 +199,26 @@ class GroupReceiver:
                 Message(queue, member.parsed.key, member.body, receipt, member.count, None, member.header)
             )
 
-    def settled(self, text: str, slot: SlotRef, done: bool, issued: bool = False) -> None:
+    def settled(self, text: str, slot: SlotRef, done: bool, issued: bool = False, one_slot: bool = True) -> None:
         """After the delete (or release) of the hidden message ``text`` held on
         ``slot``: free the slot, or for a member of a run, mark it done (only if
         ``done``: this call moved it) and free the slot with the last one.
-        ``issued``: the receipt is one this handle made (its slot needs no check)."""
+        ``issued``: the receipt is one this handle made; its slot needs no check
+        if this call deleted the message. A receipt from outside frees only
+        with its message (a made-up name, its TAG unknown, deletes nothing);
+        one of ours that did not delete it is stale, and checked (its
+        generation may be swept, and made again by a free). ``one_slot``: see
+        :class:`HeldMessages` (a run's receipt from outside counts only then)."""
         group = _format.group_of(text)
         with self._lock:
             if not slot.run:
-                name = None if issued else _format.parse_name(text)
-                if issued or (name is not None and self._groups.holds(group, slot, name.until_us)):
+                if done and issued:
                     self._groups.free(group, slot)  # harmless if the slot moved on: the next generation exists then
-            elif done:
+                elif done or issued:
+                    name = _format.parse_name(text)
+                    if name is not None and self._groups.holds(group, slot, name.until_us):
+                        self._groups.free(group, slot)
+            elif done and (issued or one_slot):
                 name = _format.parse_name(text)
                 if name is not None:
                     self._groups.run_done(group, slot, name.until_us, self._skew_us)

@@ -620,7 +620,7 @@ class Queue:
         locate = layout.locate
         deleted = _fs.unlink(layout.prefix + text if locate is None else locate(text) + text)
         if slot is not None:
-            self._group_receiver.settled(text, slot, deleted, issued is not None)
+            self._group_receiver.settled(text, slot, deleted, issued is not None, settings["group_concurrency"] == 1)
         if not deleted:
             raise StaleReceipt(stale_message(text[:_KEY_LENGTH]))
         if settings["max_messages"] is not None:  # this handle's deletes count at once, as its publishes
@@ -695,7 +695,8 @@ class Queue:
         self._held(self._open_parts()).release(receipt)
 
     def _held(self, store: Store) -> HeldMessages:
-        return HeldMessages(store, self._groups, self._lock, self._listing, self._skew_us)
+        one_slot = self._settings.current()["group_concurrency"] == 1
+        return HeldMessages(store, self._groups, self._lock, self._listing, self._skew_us, one_slot)
 
     # -- inspection and maintenance ------------------------------------------
 

@@ -79,16 +79,22 @@ class HeldMessages:
     the group leases and the listing. A member of a run (see
     :mod:`vsqs._core.groups`) moves only while its own lease has not run
     out (``skew_us``: the queue's clock-skew allowance), and is marked done
-    once it is deleted, released or made visible."""
+    once it is deleted, released or made visible. ``one_slot``: the queue's
+    groups have one slot each, the only way runs are taken; else a run's
+    receipt is made up (of messages held on the group's other slots, whose
+    deletes would mark the run done and free a slot another consumer
+    holds), and moves no slot."""
 
     def __init__(
-        self, store: Store, groups: GroupLeases, lock: threading.Lock, listing: Listing, skew_us: int = 0
+        self, store: Store, groups: GroupLeases, lock: threading.Lock, listing: Listing, skew_us: int = 0,
+        one_slot: bool = True,
     ) -> None:
         self._store = store
         self._groups = groups
         self._lock = lock
         self._listing = listing
         self._skew_us = skew_us
+        self._one_slot = one_slot
 
     def change_visibility(self, receipt: str, timeout: float) -> str:
         """Hide the message for ``timeout`` (checked) seconds from now; the new receipt.
@@ -99,9 +105,12 @@ class HeldMessages:
         until = _format.now_us() + to_us(timeout)
         new = _format.hidden_name(name.stem, until, name.receive_count, name.tag)
         if slot is not None:  # the slot first: a crash between leaves the group blocked, not open
+            if not _fs.exists(layout.message_file(text)):  # (see release: a made-up name moves no slot)
+                raise StaleReceipt(stale_message(name.key))
             with self._lock:
                 if slot.run:  # (a raise of the run's lease if it is lower: never lowered)
-                    extended = self._groups.run_extend(name.group_hash, slot, name.until_us, until, self._skew_us)
+                    extended = (self._groups.run_extend(name.group_hash, slot, name.until_us, until, self._skew_us)
+                                if self._one_slot else None)
                 elif self._groups.holds(name.group_hash, slot, name.until_us):  # (see holds: not another's)
                     extended = self._groups.extend(name.group_hash, slot, until)
                 else:
@@ -156,16 +165,22 @@ class HeldMessages:
         queue_id, layout = self._store.id, self._store.layout
         name, text, slot = _format.parse_receipt(queue_id, receipt)
         ready = _format.ready_name(name.stem, name.receive_count)
-        released = _fs.rename(layout.message_file(text), layout.message_file(ready))
+        path = layout.message_file(text)
+        # A receipt moves its slot only with its message, found under its name
+        # first: a name made up (its TAG, 48 secret bits, unknown) moves none,
+        # though its rename may report success (the ready name exists: the
+        # answer to a retransmitted rename), nor does a stale one
+        held = slot is None or _fs.exists(path)
+        released = _fs.rename(path, layout.message_file(ready))
         if slot is not None:
             with self._lock:
-                if not slot.run:
-                    if self._groups.holds(name.group_hash, slot, name.until_us):  # (see holds: not another's)
-                        self._groups.free(name.group_hash, slot)
-                elif released:
+                moved = held and released
+                if moved and slot.run and self._one_slot:
                     self._groups.run_done(name.group_hash, slot, name.until_us, self._skew_us)
+                elif moved and not slot.run and self._groups.holds(name.group_hash, slot, name.until_us):
+                    self._groups.free(name.group_hash, slot)  # (see holds: not another's)
                 self._listing.slot_freed(name.group_hash)
-        if not released:
+        if not (held and released):
             raise StaleReceipt(stale_message(name.key))
         with self._lock:
             self._listing.remember(ready)
