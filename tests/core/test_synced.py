@@ -103,3 +103,40 @@ def test_a_low_descriptor_limit_only_slows_a_batch(tmp_path):
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == ["1200"]
+
+
+LOW_FD_LIMIT_THREADS = """
+import resource, sys, threading
+import vsqs
+resource.setrlimit(resource.RLIMIT_NOFILE, (48, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
+queue = vsqs.Queue(sys.argv[1], create=True)
+failures = []
+
+def stage(name):
+    try:
+        for _ in range(3):
+            queue.publish_staged([b"s"] * 400, stage=name)
+    except Exception as exc:
+        failures.append(repr(exc))
+
+threads = [threading.Thread(target=stage, args=(f"s{i}",)) for i in range(3)]
+for thread in threads:
+    thread.start()
+for thread in threads:
+    thread.join()
+print(failures or queue.stats().staged)
+"""
+
+
+def test_staged_publishes_in_threads_share_a_low_descriptor_limit(tmp_path):
+    # A Spark write task stages two chunks at once. Each publish used to
+    # hold up to three batches of open files and, out of descriptors, only
+    # synced its own: with another holding the rest, it (or any other open
+    # of the process meanwhile: a directory's fsync) failed with EMFILE.
+    # Now they hold together at most the limit less a reserve for the rest.
+    done = subprocess.run(
+        [sys.executable, "-c", LOW_FD_LIMIT_THREADS, str(tmp_path / "q")],
+        capture_output=True, text=True, check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["3600"]

@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import resource
+import threading
 from collections import deque
 from concurrent.futures import Future, ThreadPoolExecutor
 from types import TracebackType
@@ -25,6 +27,61 @@ from vsqs._core.errors import StorageError
 
 SYNC_THREADS = 8  # fsyncs in flight at once
 SYNC_BATCH = 128  # files written before their fsyncs are handed to the threads
+_RESERVED = 128  # descriptors of the process left to everything but SyncedFiles (see _Descriptors)
+
+
+class _Descriptors:
+    """The descriptors all :class:`SyncedFiles` of the process hold open.
+
+    Together they hold at most a budget: the soft ``ulimit -n`` less 128 for
+    everything else (at least half of it), so that a low limit slows a
+    staged publish instead of failing it, or failing the other opens of the
+    process meanwhile. One that has none left (or meets EMFILE) syncs and
+    closes its own, or, holding none, waits for the others' (two chunks of a
+    Spark write task stage at once): those are being synced, or held by a
+    thread that is writing and will hand them over or sync them in turn."""
+
+    def __init__(self) -> None:
+        self._changed = threading.Condition()
+        self._held = 0
+        self._closed = 0  # descriptors closed so far: a change to wait for
+
+    @staticmethod
+    def budget() -> int:
+        """How many all SyncedFiles may hold, from the limit now (a process may change it)."""
+        soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+        return 1 << 30 if soft == resource.RLIM_INFINITY else max(soft // 2, soft - _RESERVED)
+
+    def room(self, budget: int) -> bool:
+        """Whether another may be opened within ``budget`` (a read: no lock)."""
+        return self._held < budget
+
+    def opened(self) -> None:
+        with self._changed:
+            self._held += 1
+
+    def closed(self, count: int = 1) -> None:
+        with self._changed:
+            self._held -= count
+            self._closed += count
+            self._changed.notify_all()
+
+    def seen(self) -> int:
+        with self._changed:
+            return self._closed
+
+    def wait_for_one(self, seen: int) -> bool:
+        """Wait until a descriptor was closed since ``seen`` (True), unless no
+        SyncedFiles holds any (False: the limit is too low for one file)."""
+        with self._changed:
+            while self._closed == seen:
+                if self._held <= 0:
+                    return False
+                self._changed.wait()
+            return True
+
+
+_DESCRIPTORS = _Descriptors()
 
 
 class SyncedFiles:
@@ -44,23 +101,36 @@ class SyncedFiles:
         self._written: list[tuple[int, str]] = []  # created, not yet handed over
         self._pending: deque[list[Future[None]]] = deque()  # the batches being synced
         self._error: BaseException | None = None
+        self._budget = _DESCRIPTORS.budget()
 
     def create(self, path: str, data: bytes, mode: int | None = None) -> bool:
         """Create ``path`` holding ``data`` (as :func:`fs.create_exclusive`);
         its fsync follows in the background. ``False`` if the name was taken.
 
-        If the process has no descriptor left (up to three batches are open
-        at once: more than a low ``ulimit -n`` shared by many threads), the
-        files in flight are synced and closed first, and the create tried again."""
-        try:
-            fd = _fs.create_open(path, data, mode)
-        except StorageError as exc:
-            if exc.errno not in (errno.EMFILE, errno.ENFILE) or not (self._written or self._pending):
-                raise
-            self._settle_all()  # their descriptors closed (a failure is kept for wait())
-            fd = _fs.create_open(path, data, mode)
+        If the process has no descriptor left for it (up to three batches
+        are open at once; see :class:`_Descriptors`), the files in flight are
+        synced and closed first, and the create tried again, after the other
+        SyncedFiles of the process closed one of theirs if need be."""
+        while True:
+            seen = _DESCRIPTORS.seen()
+            refused: StorageError | None = None
+            if _DESCRIPTORS.room(self._budget):
+                try:
+                    fd = _fs.create_open(path, data, mode)
+                    break
+                except StorageError as exc:
+                    if exc.errno not in (errno.EMFILE, errno.ENFILE):
+                        raise
+                    refused = exc
+            if self._written or self._pending:
+                self._settle_all()  # their descriptors closed (a failure is kept for wait())
+            elif not _DESCRIPTORS.wait_for_one(seen):
+                if refused is not None:
+                    raise refused
+                raise StorageError(errno.EMFILE, "no descriptor left for a message file", path)
         if fd is None:
             return False
+        _DESCRIPTORS.opened()
         self._written.append((fd, path))
         if len(self._written) >= self._batch:
             while len(self._pending) >= 2:
@@ -100,6 +170,8 @@ class SyncedFiles:
                 _fs.sync_and_close(fd, path)
             except BaseException as exc:  # noqa: BLE001 - raised below
                 self._error = self._error or exc
+            finally:
+                _DESCRIPTORS.closed()
         elif self._written:
             self._hand_over()
         while self._pending:
@@ -127,14 +199,17 @@ def _sync_all(files: list[tuple[int, str]]) -> None:
     """fsync and close each file in turn (one thread's slice); every
     descriptor is closed even after a failure, and the first failure raised."""
     error: BaseException | None = None
-    for fd, path in files:
-        if error is not None:
-            with contextlib.suppress(BaseException):
+    try:
+        for fd, path in files:
+            if error is not None:
+                with contextlib.suppress(BaseException):
+                    _fs.sync_and_close(fd, path)
+                continue
+            try:
                 _fs.sync_and_close(fd, path)
-            continue
-        try:
-            _fs.sync_and_close(fd, path)
-        except BaseException as exc:  # noqa: BLE001 - raised once the slice is closed
-            error = exc
+            except BaseException as exc:  # noqa: BLE001 - raised once the slice is closed
+                error = exc
+    finally:
+        _DESCRIPTORS.closed(len(files))  # (once a slice: the threads would contend for the lock a file)
     if error is not None:
         raise error
