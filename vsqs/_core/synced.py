@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import os
 import resource
 import threading
 from collections import deque
@@ -84,6 +85,17 @@ class _Descriptors:
 _DESCRIPTORS = _Descriptors()
 
 
+def _forget_in_child() -> None:
+    """A forked child counts none of its parent's: the threads that held
+    (and would close) them are not in it, nor a holder of the lock."""
+    global _DESCRIPTORS
+    _DESCRIPTORS = _Descriptors()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_in_child)
+
+
 class SyncedFiles:
     """A context manager: :meth:`create` files, :meth:`wait` until all are
     durable. Leaving the block waits for the fsyncs still running (their
@@ -137,6 +149,13 @@ class SyncedFiles:
                 self._settle(self._pending.popleft())
             self._hand_over()
         return True
+
+    def hand_over(self) -> None:
+        """Give the files written so far to the fsync threads now: their
+        descriptors are closed without this thread (which may then wait for
+        another publish: one waiting for descriptors would wait for these)."""
+        if self._written:
+            self._hand_over()
 
     def _hand_over(self) -> None:
         """Give the files written so far to the threads, in slices."""
