@@ -43,9 +43,11 @@ class _Descriptors:
     thread that is writing and will hand them over or sync them in turn."""
 
     def __init__(self) -> None:
-        self._changed = threading.Condition()
-        self._held = 0
-        self._closed = 0  # descriptors closed so far: a change to wait for
+        # a C lock, taken once a file: a Condition's own ``with`` runs Python code
+        self.lock = threading.Lock()
+        self._changed = threading.Condition(self.lock)
+        self.held = 0  # changed under the lock; read without it (a room check, not a promise)
+        self.closes = 0  # descriptors closed so far (only grows): a change to wait for
 
     @staticmethod
     def budget() -> int:
@@ -53,30 +55,18 @@ class _Descriptors:
         soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
         return 1 << 30 if soft == resource.RLIM_INFINITY else max(soft // 2, soft - _RESERVED)
 
-    def room(self, budget: int) -> bool:
-        """Whether another may be opened within ``budget`` (a read: no lock)."""
-        return self._held < budget
-
-    def opened(self) -> None:
-        with self._changed:
-            self._held += 1
-
     def closed(self, count: int = 1) -> None:
-        with self._changed:
-            self._held -= count
-            self._closed += count
+        with self.lock:
+            self.held -= count
+            self.closes += count
             self._changed.notify_all()
-
-    def seen(self) -> int:
-        with self._changed:
-            return self._closed
 
     def wait_for_one(self, seen: int) -> bool:
         """Wait until a descriptor was closed since ``seen`` (True), unless no
         SyncedFiles holds any (False: the limit is too low for one file)."""
-        with self._changed:
-            while self._closed == seen:
-                if self._held <= 0:
+        with self.lock:
+            while self.closes == seen:
+                if self.held <= 0:
                     return False
                 self._changed.wait()
             return True
@@ -123,10 +113,11 @@ class SyncedFiles:
         are open at once; see :class:`_Descriptors`), the files in flight are
         synced and closed first, and the create tried again, after the other
         SyncedFiles of the process closed one of theirs if need be."""
+        descriptors = _DESCRIPTORS  # (its attributes read without the lock: once a file, a hot path)
         while True:
-            seen = _DESCRIPTORS.seen()
+            seen = descriptors.closes  # read before the room: a close after it ends the wait below
             refused: StorageError | None = None
-            if _DESCRIPTORS.room(self._budget):
+            if descriptors.held < self._budget:
                 try:
                     fd = _fs.create_open(path, data, mode)
                     break
@@ -136,13 +127,14 @@ class SyncedFiles:
                     refused = exc
             if self._written or self._pending:
                 self._settle_all()  # their descriptors closed (a failure is kept for wait())
-            elif not _DESCRIPTORS.wait_for_one(seen):
+            elif not descriptors.wait_for_one(seen):
                 if refused is not None:
                     raise refused
                 raise StorageError(errno.EMFILE, "no descriptor left for a message file", path)
         if fd is None:
             return False
-        _DESCRIPTORS.opened()
+        with descriptors.lock:
+            descriptors.held += 1
         self._written.append((fd, path))
         if len(self._written) >= self._batch:
             while len(self._pending) >= 2:
