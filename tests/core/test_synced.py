@@ -210,3 +210,39 @@ def test_written_may_publish_while_its_files_are_open(tmp_path):
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == ["32", "1"]
+
+
+NO_FSYNC_THREAD = """
+import os, resource, sys, threading
+import vsqs
+from vsqs._core import synced
+resource.setrlimit(resource.RLIMIT_NOFILE, (64, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
+queue = vsqs.Queue(sys.argv[1], create=True)
+open_before = len(os.listdir("/proc/self/fd"))
+start = threading.Thread.start
+
+def refused(thread):
+    if thread.name.startswith("vsqs-fsync"):
+        raise RuntimeError("can't start new thread")  # a pids limit, say
+    start(thread)
+
+threading.Thread.start = refused
+try:
+    queue.publish_staged([b"a"] * synced._Descriptors.budget(), stage="a")
+except RuntimeError as exc:
+    print(exc.args[0].replace(" ", "_"))
+threading.Thread.start = start
+print(len(os.listdir("/proc/self/fd")) - open_before, len(queue.publish_staged([b"b"] * 40, stage="b")))
+"""
+
+
+def test_files_no_thread_took_are_closed_by_the_writer(tmp_path):
+    # When the fsync threads could not start, the files handed to them
+    # stayed open and counted as held: with the whole budget of them, every
+    # later staged publish of the process waited for them forever.
+    done = subprocess.run(
+        [sys.executable, "-c", NO_FSYNC_THREAD, str(tmp_path / "q")],
+        capture_output=True, text=True, check=False, timeout=60,  # only ends a hang (the failure)
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["can't_start_new_thread", "0", "40"]

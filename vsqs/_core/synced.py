@@ -150,12 +150,26 @@ class SyncedFiles:
             self._hand_over()
 
     def _hand_over(self) -> None:
-        """Give the files written so far to the threads, in slices."""
+        """Give the files written so far to the threads, in slices. If the
+        pool cannot take one (no thread could start), this thread syncs and
+        closes what no thread took, and the pool's error is raised."""
         files, self._written = self._written, []
         if self._pool is None:
             self._pool = ThreadPoolExecutor(self._threads, thread_name_prefix="vsqs-fsync")
-        slices = [files[i :: self._threads] for i in range(min(self._threads, len(files)))]
-        self._pending.append([self._pool.submit(_sync_all, part) for part in slices])
+        # each slice in a list of its own: whoever pops it syncs it (a refused one may still be queued)
+        slices = [[files[i :: self._threads]] for i in range(min(self._threads, len(files)))]
+        batch: list[Future[None]] = []
+        self._pending.append(batch)
+        try:
+            for part in slices:
+                batch.append(self._pool.submit(_sync_all, part))
+        except BaseException:
+            for part in slices:
+                try:
+                    _sync_all(part)
+                except BaseException as exc:  # noqa: BLE001 - the pool's error is raised
+                    self._error = self._error or exc
+            raise
 
     def _settle_all(self) -> None:
         """Hand over the files written so far and wait for every fsync."""
@@ -206,9 +220,14 @@ class SyncedFiles:
                 self._pool.shutdown(wait=True)
 
 
-def _sync_all(files: list[tuple[int, str]]) -> None:
-    """fsync and close each file in turn (one thread's slice); every
+def _sync_all(unclaimed: list[list[tuple[int, str]]]) -> None:
+    """fsync and close each file of a slice in turn, unless another took the
+    slice (a writer whose pool refused it) before this thread; every
     descriptor is closed even after a failure, and the first failure raised."""
+    try:
+        files = unclaimed.pop()
+    except IndexError:
+        return
     error: BaseException | None = None
     try:
         for fd, path in files:
