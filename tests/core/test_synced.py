@@ -140,3 +140,109 @@ def test_staged_publishes_in_threads_share_a_low_descriptor_limit(tmp_path):
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == ["3600"]
+
+
+FORK_WHILE_ANOTHER_THREAD_HOLDS = """
+import os, resource, signal, sys, threading
+import vsqs
+from vsqs._core import synced
+resource.setrlimit(resource.RLIMIT_NOFILE, (64, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
+queue = vsqs.Queue(sys.argv[1], create=True)
+holding, forked = threading.Event(), threading.Event()
+
+def hold():  # files of a publish: every descriptor of the budget open, until the fork is done
+    with synced.SyncedFiles() as files:
+        for i in range(synced._Descriptors.budget()):
+            assert files.create(os.path.join(sys.argv[2], f"{i}.new"), b"p")
+        holding.set()
+        forked.wait()
+        files.wait()
+
+thread = threading.Thread(target=hold)
+thread.start()
+holding.wait()
+pid = os.fork()
+if pid == 0:
+    signal.alarm(60)  # only ends a child that hangs (the failure): it is done in well under a second
+    queue.publish_staged([b"c"], stage="child")  # the holding thread does not exist here
+    os._exit(0)
+forked.set()
+thread.join()
+_, status = os.waitpid(pid, 0)
+print(os.waitstatus_to_exitcode(status), queue.commit_stage("child"))
+"""
+
+
+def test_a_forked_child_does_not_wait_for_descriptors_of_its_parents_threads(tmp_path):
+    # A child forked while another thread of its parent held files of a
+    # staged publish open counted them as held: that thread does not exist
+    # in the child, nothing ever closed them, and the child's first staged
+    # publish waited for them forever.
+    done = subprocess.run(
+        [sys.executable, "-c", FORK_WHILE_ANOTHER_THREAD_HOLDS, str(tmp_path / "q"), str(tmp_path)],
+        capture_output=True, text=True, check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["0", "1"]
+
+
+PUBLISH_WHILE_WRITTEN = """
+import resource, sys
+import vsqs
+from vsqs._core import synced
+resource.setrlimit(resource.RLIMIT_NOFILE, (64, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
+queue = vsqs.Queue(sys.argv[1], create=True)
+inner = []
+outer = queue.publish_staged([b"o"] * synced._Descriptors.budget(), stage="outer",
+                             written=lambda: inner.extend(queue.publish_staged([b"i"], stage="inner")))
+print(len(outer), len(inner))
+"""
+
+
+def test_written_may_publish_while_its_files_are_open(tmp_path):
+    # written() runs while the publish's files are written and not yet
+    # synced: they held the whole budget, a publish (or any wait for one)
+    # inside written() waited for them to close, and only that thread would
+    # ever close them. They are handed to the fsync threads first.
+    done = subprocess.run(
+        [sys.executable, "-c", PUBLISH_WHILE_WRITTEN, str(tmp_path / "q")],
+        capture_output=True, text=True, check=False, timeout=60,  # only ends a hang (the failure)
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["32", "1"]
+
+
+NO_FSYNC_THREAD = """
+import os, resource, sys, threading
+import vsqs
+from vsqs._core import synced
+resource.setrlimit(resource.RLIMIT_NOFILE, (64, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
+queue = vsqs.Queue(sys.argv[1], create=True)
+open_before = len(os.listdir("/proc/self/fd"))
+start = threading.Thread.start
+
+def refused(thread):
+    if thread.name.startswith("vsqs-fsync"):
+        raise RuntimeError("can't start new thread")  # a pids limit, say
+    start(thread)
+
+threading.Thread.start = refused
+try:
+    queue.publish_staged([b"a"] * synced._Descriptors.budget(), stage="a")
+except RuntimeError as exc:
+    print(exc.args[0].replace(" ", "_"))
+threading.Thread.start = start
+print(len(os.listdir("/proc/self/fd")) - open_before, len(queue.publish_staged([b"b"] * 40, stage="b")))
+"""
+
+
+def test_files_no_thread_took_are_closed_by_the_writer(tmp_path):
+    # When the fsync threads could not start, the files handed to them
+    # stayed open and counted as held: with the whole budget of them, every
+    # later staged publish of the process waited for them forever.
+    done = subprocess.run(
+        [sys.executable, "-c", NO_FSYNC_THREAD, str(tmp_path / "q")],
+        capture_output=True, text=True, check=False, timeout=60,  # only ends a hang (the failure)
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["can't_start_new_thread", "0", "40"]

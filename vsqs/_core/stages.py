@@ -60,6 +60,7 @@ class Stages:
                     stem, temp = publishing.write_new(self._layout, entry, True, mode, stage=prefix, files=files)
                     staged.append((stem, temp, prefix + publishing.final_name(stem, entry.delay)))
                 if written is not None:
+                    files.hand_over()  # closed without this thread: written() may publish, or wait for one
                     written()
                 files.wait()
         except BaseException:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import os
 import resource
 import threading
 from collections import deque
@@ -42,9 +43,11 @@ class _Descriptors:
     thread that is writing and will hand them over or sync them in turn."""
 
     def __init__(self) -> None:
-        self._changed = threading.Condition()
-        self._held = 0
-        self._closed = 0  # descriptors closed so far: a change to wait for
+        # a C lock, taken once a file: a Condition's own ``with`` runs Python code
+        self.lock = threading.Lock()
+        self._changed = threading.Condition(self.lock)
+        self.held = 0  # changed under the lock; read without it (a room check, not a promise)
+        self.closes = 0  # descriptors closed so far (only grows): a change to wait for
 
     @staticmethod
     def budget() -> int:
@@ -52,36 +55,35 @@ class _Descriptors:
         soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
         return 1 << 30 if soft == resource.RLIM_INFINITY else max(soft // 2, soft - _RESERVED)
 
-    def room(self, budget: int) -> bool:
-        """Whether another may be opened within ``budget`` (a read: no lock)."""
-        return self._held < budget
-
-    def opened(self) -> None:
-        with self._changed:
-            self._held += 1
-
     def closed(self, count: int = 1) -> None:
-        with self._changed:
-            self._held -= count
-            self._closed += count
+        with self.lock:
+            self.held -= count
+            self.closes += count
             self._changed.notify_all()
-
-    def seen(self) -> int:
-        with self._changed:
-            return self._closed
 
     def wait_for_one(self, seen: int) -> bool:
         """Wait until a descriptor was closed since ``seen`` (True), unless no
         SyncedFiles holds any (False: the limit is too low for one file)."""
-        with self._changed:
-            while self._closed == seen:
-                if self._held <= 0:
+        with self.lock:
+            while self.closes == seen:
+                if self.held <= 0:
                     return False
                 self._changed.wait()
             return True
 
 
 _DESCRIPTORS = _Descriptors()
+
+
+def _forget_in_child() -> None:
+    """A forked child counts none of its parent's: the threads that held
+    (and would close) them are not in it, nor a holder of the lock."""
+    global _DESCRIPTORS
+    _DESCRIPTORS = _Descriptors()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_in_child)
 
 
 class SyncedFiles:
@@ -111,10 +113,11 @@ class SyncedFiles:
         are open at once; see :class:`_Descriptors`), the files in flight are
         synced and closed first, and the create tried again, after the other
         SyncedFiles of the process closed one of theirs if need be."""
+        descriptors = _DESCRIPTORS  # (its attributes read without the lock: once a file, a hot path)
         while True:
-            seen = _DESCRIPTORS.seen()
+            seen = descriptors.closes  # read before the room: a close after it ends the wait below
             refused: StorageError | None = None
-            if _DESCRIPTORS.room(self._budget):
+            if descriptors.held < self._budget:
                 try:
                     fd = _fs.create_open(path, data, mode)
                     break
@@ -124,13 +127,14 @@ class SyncedFiles:
                     refused = exc
             if self._written or self._pending:
                 self._settle_all()  # their descriptors closed (a failure is kept for wait())
-            elif not _DESCRIPTORS.wait_for_one(seen):
+            elif not descriptors.wait_for_one(seen):
                 if refused is not None:
                     raise refused
                 raise StorageError(errno.EMFILE, "no descriptor left for a message file", path)
         if fd is None:
             return False
-        _DESCRIPTORS.opened()
+        with descriptors.lock:
+            descriptors.held += 1
         self._written.append((fd, path))
         if len(self._written) >= self._batch:
             while len(self._pending) >= 2:
@@ -138,13 +142,34 @@ class SyncedFiles:
             self._hand_over()
         return True
 
+    def hand_over(self) -> None:
+        """Give the files written so far to the fsync threads now: their
+        descriptors are closed without this thread (which may then wait for
+        another publish: one waiting for descriptors would wait for these)."""
+        if self._written:
+            self._hand_over()
+
     def _hand_over(self) -> None:
-        """Give the files written so far to the threads, in slices."""
+        """Give the files written so far to the threads, in slices. If the
+        pool cannot take one (no thread could start), this thread syncs and
+        closes what no thread took, and the pool's error is raised."""
         files, self._written = self._written, []
         if self._pool is None:
             self._pool = ThreadPoolExecutor(self._threads, thread_name_prefix="vsqs-fsync")
-        slices = [files[i :: self._threads] for i in range(min(self._threads, len(files)))]
-        self._pending.append([self._pool.submit(_sync_all, part) for part in slices])
+        # each slice in a list of its own: whoever pops it syncs it (a refused one may still be queued)
+        slices = [[files[i :: self._threads]] for i in range(min(self._threads, len(files)))]
+        batch: list[Future[None]] = []
+        self._pending.append(batch)
+        try:
+            for part in slices:
+                batch.append(self._pool.submit(_sync_all, part))
+        except BaseException:
+            for part in slices:
+                try:
+                    _sync_all(part)
+                except BaseException as exc:  # noqa: BLE001 - the pool's error is raised
+                    self._error = self._error or exc
+            raise
 
     def _settle_all(self) -> None:
         """Hand over the files written so far and wait for every fsync."""
@@ -195,9 +220,14 @@ class SyncedFiles:
                 self._pool.shutdown(wait=True)
 
 
-def _sync_all(files: list[tuple[int, str]]) -> None:
-    """fsync and close each file in turn (one thread's slice); every
+def _sync_all(unclaimed: list[list[tuple[int, str]]]) -> None:
+    """fsync and close each file of a slice in turn, unless another took the
+    slice (a writer whose pool refused it) before this thread; every
     descriptor is closed even after a failure, and the first failure raised."""
+    try:
+        files = unclaimed.pop()
+    except IndexError:
+        return
     error: BaseException | None = None
     try:
         for fd, path in files:
