@@ -75,7 +75,7 @@ def create_app(config: GatewayConfig) -> ASGIApp:
     app.router.routes.append(sqs_route(sqs_face))
     # POST /: straight to the SQS face; the hot native routes: past FastAPI's layers, from their declarations
     routed = SqsDispatch(NativeFastPath(app), sqs_face)
-    capped = RequestSizeCap(ApiKeyAuth(routed, config.api_key), config)
+    capped = RequestSizeCap(ApiKeyAuth(routed, config.api_key, gateway.key_guesses), config)
     guarded = BrowserGuard(BodyDeadline(capped, config.body_timeout), config)  # headers first, then the body
     return RequestMetrics(console.SecurityHeaders(guarded), gateway.metrics)  # (the guard's refusals too)
 

@@ -20,8 +20,14 @@ from urllib.parse import urlsplit
 from fastapi.responses import Response
 
 from vsqs._gateway.asgi import ASGIApp, Receive, Scope, Send
-from vsqs._gateway.config import GatewayConfig, check_host_name, host_name, is_ip_literal
+from vsqs._gateway.config import (
+    GatewayConfig,
+    check_host_name,
+    host_name,
+    is_ip_literal,
+)
 from vsqs._gateway.errors import ApiError, error_response
+from vsqs._gateway.guesses import KeyGuesses, client_address
 from vsqs._gateway.sqs.protocol import SqsError
 from vsqs._gateway.sqs.wire import content_type as sqs_content_type
 from vsqs._gateway.sqs.wire import is_sqs_request, refusal
@@ -185,16 +191,32 @@ def _answer(scope: Scope, status: int, code: str, sqs_name: str, message: str) -
 
 class ApiKeyAuth:
     """``Authorization: Bearer KEY`` or ``X-Api-Key: KEY``; with no key configured,
-    every request passes."""
+    every request passes. Wrong keys are counted by address (``guesses``):
+    past a few, that address's keys are refused unread for a while (429)."""
 
-    def __init__(self, app: ASGIApp, api_key: str | None) -> None:
+    def __init__(self, app: ASGIApp, api_key: str | None, guesses: KeyGuesses | None = None) -> None:
         self.app = app
         self._key = api_key.encode() if api_key else None
+        self._guesses = guesses or KeyGuesses()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or self._key is None or self._open(scope) or self._holds_key(scope):
+        if scope["type"] != "http" or self._key is None or self._open(scope):
             await self.app(scope, receive, send)
             return
+        given = self._given_key(scope)
+        if given is not None:
+            address = client_address(scope)
+            wait = self._guesses.wait(address)
+            if wait:
+                refusal = ApiError(429, "too_many_wrong_keys",
+                                   f"too many wrong API keys from this address: try again in {wait} s",
+                                   headers={"Retry-After": str(wait)})
+                await error_response(refusal)(scope, receive, send)
+                return
+            if hmac.compare_digest(given, self._key):
+                await self.app(scope, receive, send)
+                return
+            self._guesses.wrong(address)
         refusal = ApiError(401, "unauthorized", "a valid API key is required (Authorization: Bearer KEY)",
                            headers={"WWW-Authenticate": 'Bearer realm="vsqs"'})
         await error_response(refusal)(scope, receive, send)
@@ -207,11 +229,11 @@ class ApiKeyAuth:
         return path in OPEN_PATHS or path == CONSOLE_PREFIX or path.startswith(CONSOLE_PREFIX + "/") \
             or is_sqs_request(scope)
 
-    def _holds_key(self, scope: Scope) -> bool:
-        assert self._key is not None
+    @staticmethod
+    def _given_key(scope: Scope) -> bytes | None:
         headers = dict(scope["headers"])
         given = headers.get(b"x-api-key")
         auth = headers.get(b"authorization", b"")
         if given is None and auth[:7].lower() == b"bearer ":
             given = auth[7:].strip()
-        return given is not None and hmac.compare_digest(given, self._key)
+        return given

@@ -24,6 +24,7 @@ from fastapi import Request
 
 from vsqs import InvalidArgument, Message, Queue, Spool
 from vsqs._gateway.config import GatewayConfig
+from vsqs._gateway.guesses import KeyGuesses
 from vsqs._gateway.limits import MAX_WAIT
 from vsqs._gateway.metrics import GatewayMetrics
 
@@ -44,6 +45,7 @@ class Gateway:
         self._handles_lock = threading.Lock()
         self._waiters: dict[str, _Waiters] = {}
         self.metrics = GatewayMetrics(self.spool)
+        self.key_guesses = KeyGuesses()  # wrong API keys by address: the API's and the console's sign-in
 
     # -- queue handles ------------------------------------------------------
 

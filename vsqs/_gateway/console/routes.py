@@ -31,6 +31,7 @@ from vsqs._gateway.console.session import (
     Sessions,
 )
 from vsqs._gateway.errors import ApiError, api_error_of, without_paths
+from vsqs._gateway.guesses import client_address
 from vsqs._gateway.limits import MAX_GROUP_LENGTH
 from vsqs._gateway.state import Gateway
 
@@ -204,7 +205,16 @@ def router(console: Console) -> APIRouter:
         if not console.csrf_ok(request, form):
             return console.page(request, "login.html", 403, next=target,
                                 error="This form is stale or came from elsewhere: please try again.")
+        address, guesses = client_address(request.scope), gateway.key_guesses
+        wait = guesses.wait(address)
+        if wait:  # (the key is not compared: see vsqs._gateway.guesses)
+            answer = console.page(request, "login.html", 429, next=target,
+                                  error=f"Too many wrong keys from this address: try again in {wait} s.")
+            answer.headers["Retry-After"] = str(wait)
+            return answer
         if not console.sessions.key_matches(form.get("key", "")):
+            if form.get("key"):  # (an empty form is no guess)
+                guesses.wrong(address)
             return console.page(request, "login.html", 401, next=target, error="That is not the API key.")
         console.start_session(request, signed_in=True)
         return console.redirect(request, target)

@@ -1,0 +1,105 @@
+"""Wrong API keys are counted by address: guessing the key is slow (vsqs._gateway.guesses)."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+
+pytest.importorskip("fastapi", reason="the gateway needs the server extra: pip install 'vsqs[server]'")
+
+from tests.console.helpers import ConsoleClient
+from tests.gateway.server import running_gateway
+from vsqs._gateway.auth import ApiKeyAuth
+from vsqs._gateway.guesses import KeyGuesses
+
+KEY = "guesses-test-key-0123456789"
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_a_burst_of_wrong_keys_then_one_a_while():
+    clock = Clock()
+    guesses = KeyGuesses(burst=3, per_guess=6.0, clock=clock)
+    assert guesses.wait("a") == 0
+    for _ in range(3):
+        guesses.wrong("a")
+    assert guesses.wait("a") == 6  # the burst is spent: one more in 6 s
+    assert guesses.wait("b") == 0  # per address
+    clock.now += 4
+    assert guesses.wait("a") == 2
+    clock.now += 2
+    assert guesses.wait("a") == 0
+    guesses.wrong("a")
+    assert guesses.wait("a") == 6
+    clock.now += 3600  # refilled, never beyond the burst
+    for _ in range(3):
+        assert guesses.wait("a") == 0
+        guesses.wrong("a")
+    assert guesses.wait("a") > 0
+
+
+def test_the_addresses_remembered_are_bounded():
+    guesses = KeyGuesses(burst=1, per_guess=60.0, max_addresses=100, clock=Clock())
+    for n in range(1000):
+        guesses.wrong(f"10.0.{n // 256}.{n % 256}")
+    assert guesses.wait("10.0.3.231") > 0  # the latest are kept
+    assert guesses.wait("10.0.0.0") == 0  # the oldest were forgotten: memory stays bounded
+
+
+def call(app: Any, headers: list[tuple[bytes, bytes]], client: str = "192.0.2.7") -> tuple[int, dict[bytes, bytes]]:
+    sent: list[dict] = []
+    scope = {"type": "http", "path": "/queues", "method": "GET", "headers": headers, "client": (client, 4000),
+             "query_string": b"", "http_version": "1.1", "scheme": "http", "server": ("testserver", 80)}
+
+    async def receive() -> dict:
+        return {"type": "http.request", "body": b"", "more_body": False}
+
+    async def send(message: dict) -> None:
+        sent.append(message)
+
+    asyncio.run(app(scope, receive, send))
+    start = sent[0]
+    return start["status"], dict(start.get("headers", []))
+
+
+async def inner(scope: Any, receive: Any, send: Any) -> None:
+    await send({"type": "http.response.start", "status": 200, "headers": []})
+    await send({"type": "http.response.body", "body": b"ok"})
+
+
+def test_the_api_refuses_a_guessers_keys_unread():
+    app = ApiKeyAuth(inner, KEY, KeyGuesses(burst=3, per_guess=60.0, clock=Clock()))
+    right, wrong = [(b"authorization", f"Bearer {KEY}".encode())], [(b"x-api-key", b"guess")]
+    assert call(app, right)[0] == 200
+    assert [call(app, wrong)[0] for _ in range(3)] == [401, 401, 401]
+    status, headers = call(app, wrong)
+    assert status == 429 and headers[b"retry-after"] == b"60"
+    assert call(app, right)[0] == 429  # refused unread while the address waits: a guess tells nothing
+    assert call(app, right, client="192.0.2.8")[0] == 200  # another address is not held back
+    assert [call(app, [], client="192.0.2.9")[0] for _ in range(5)] == [401] * 5  # no key: not a guess
+    assert call(app, right, client="192.0.2.9")[0] == 200
+
+
+def test_the_console_sign_in_counts_the_same_guesses(tmp_path):
+    with running_gateway(str(tmp_path), env={"VSQS_API_KEY": KEY}) as server:
+        client = ConsoleClient(server.url)
+        try:
+            statuses = []
+            for _ in range(11):
+                answer = client.post("/ui/login", {"csrf": client.token("/ui/login"), "key": "guess", "next": "/ui"})
+                statuses.append(answer.status_code)
+            assert statuses == [401] * 10 + [429]
+            assert int(answer.headers["retry-after"]) > 0 and "Too many wrong keys" in answer.text
+            right = client.post("/ui/login", {"csrf": client.token("/ui/login"), "key": KEY, "next": "/ui"})
+            assert right.status_code == 429  # the right key too, while this address waits
+            assert client.get("/queues", headers={"Authorization": f"Bearer {KEY}"}).status_code == 429  # one count
+        finally:
+            client.close()
