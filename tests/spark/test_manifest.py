@@ -192,3 +192,30 @@ def test_a_torn_seal_does_not_hide_the_seal_that_stands(flat_queue, monkeypatch)
     real_listdir = manifests._listdir
     monkeypatch.setattr(manifests, "_listdir", lambda directory: sorted(real_listdir(directory)))
     assert manifests.claimed_in(flat_queue.path, "0123456789abcdef", 1) == 7
+
+
+def test_an_empty_batch_directory_is_settled_not_planned_again_and_again(flat_queue):
+    # A task killed between the two removals of remove_partition (its
+    # partition's directory gone, the batch's not yet) left the batch's
+    # directory empty: every later plan listed it as a batch to settle with
+    # no partition, planned a batch that deleted nothing, and an
+    # availableNow query ran such batches without end (caught by the
+    # driver-kill test in CI: 2,962 batches in 8 minutes).
+    from pyspark.sql.streaming.datasource import ReadMaxRows
+
+    from vsqs._spark.options import Options
+    from vsqs._spark.schema import SCHEMA, read_columns
+    from vsqs._spark.stream import ClaimingStreamReader
+
+    query = "0123456789abcdef"
+    os.makedirs(os.path.dirname(_partition_dir(flat_queue, batch=1)))  # batch 1: settled but for its directory
+    foreign = os.path.dirname(_partition_dir(flat_queue, batch=2))
+    os.makedirs(foreign)
+    with open(os.path.join(foreign, "notes.txt"), "w") as stream:  # batch 2: no manifest, a foreign file
+        stream.write("x")
+    assert manifests.pending_batches(flat_queue.path, query, 5) == []
+    assert not os.path.exists(os.path.dirname(_partition_dir(flat_queue, batch=1)))  # removed
+    assert os.path.exists(os.path.join(foreign, "notes.txt"))  # left (gc reports it)
+    reader = ClaimingStreamReader(Options.parse({"path": flat_queue.path}), read_columns(SCHEMA), SCHEMA)
+    start = {"v": 1, "query": query, "seq": 5}
+    assert reader.latestOffset(start, ReadMaxRows(100)) == start  # nothing to claim, nothing to settle: no batch

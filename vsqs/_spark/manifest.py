@@ -67,13 +67,22 @@ def partition_dir(queue_path: str, query: str, batch: int, partition: int) -> st
 
 def pending_batches(queue_path: str, query: str, through: int) -> list[tuple[int, int]]:
     """``(batch, partitions)`` of each batch up to ``through`` whose manifests
-    are still there (not yet settled): two listings per such batch."""
+    are still there (not yet settled): two listings per such batch.
+
+    A batch directory without a partition is settled: a task killed between
+    the two removals of :func:`remove_partition` leaves it empty (it is
+    removed here), or it holds only entries that are no manifest's (left to
+    gc, which reports them). Reported, it would plan a batch that deletes
+    nothing and leaves it there, again and again: a query that never ends."""
     found = []
     for name in _listdir(query_dir(queue_path, query)):
         if _BATCH.match(name) and int(name) <= through:
             batch = int(name)
             parts = [int(p[1:]) for p in _listdir(os.path.join(query_dir(queue_path, query), name)) if _PARTITION.match(p)]
-            found.append((batch, max(parts) + 1 if parts else 0))
+            if parts:
+                found.append((batch, max(parts) + 1))
+            else:
+                remove_batch_if_empty(queue_path, query, batch)
     return sorted(found)
 
 
@@ -179,6 +188,7 @@ def remove_partition(path: str) -> None:
 
 
 def remove_batch_if_empty(queue_path: str, query: str, batch: int) -> None:
+    """Remove batch ``batch``'s directory if it is empty (else leave it)."""
     with contextlib.suppress(OSError):
         os.rmdir(os.path.join(query_dir(queue_path, query), str(batch)))
 
