@@ -118,6 +118,18 @@ def test_one_host_is_one_address_whatever_form_it_takes():
     assert of("2001:db8:1:2::1") == of("2001:db8:1:2:ffff:1:2:3") != of("2001:db8:1:3::1")
     assert of("::ffff:192.0.2.7") == of("192.0.2.7") != of("192.0.2.8")
     assert of("not-an-address") == of("x" * 10_000) == of(None) and len(of("x" * 10_000)) < 64
+    assert of("fe80::1%eth0") == of("fe80::2%eth0")
+
+
+def test_the_names_remembered_on_the_way_are_bounded_too():
+    """A proxy's X-Forwarded-For can make a client's 'host' up to a request head long:
+    the cache of what each host counts as keeps no such text."""
+    from vsqs._gateway.guesses import _address_of, client_address
+
+    _address_of.cache_clear()
+    for n in range(100):
+        client_address({"client": (f"{n}-" + "x" * 10_000, 1)})
+    assert _address_of.cache_info().currsize == 0  # none kept: each would have held 10 kB
 
 
 def test_an_ipv6_guesser_cannot_rotate_through_its_64():

@@ -28,6 +28,7 @@ from vsqs._gateway.limits import KEY_GUESS_ADDRESSES as MAX_ADDRESSES
 from vsqs._gateway.limits import KEY_GUESS_BURST as BURST
 from vsqs._gateway.limits import KEY_GUESS_SECONDS as PER_GUESS
 
+_LONGEST_IP = 64  # characters of an IP address's text (45, and an IPv6 zone's name)
 NOT_AN_IP = "?"  # the one address of every client that has none (a Unix socket, a proxy's odd X-Forwarded-For)
 
 
@@ -78,7 +79,9 @@ def client_address(scope: dict) -> str:
     a proxy's ``X-Forwarded-For`` can make of it), so that a host cannot rotate
     through addresses, nor names, to guess afresh."""
     client = scope.get("client")
-    return _address_of(client[0]) if client and isinstance(client[0], str) else NOT_AN_IP
+    if not client or not isinstance(client[0], str) or len(client[0]) > _LONGEST_IP:
+        return NOT_AN_IP  # (a long one is no address, and is not kept in the cache below)
+    return _address_of(client[0])
 
 
 @functools.lru_cache(maxsize=4096)  # (a few hundred bytes each; the hit costs less than the parse)
