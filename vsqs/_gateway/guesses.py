@@ -55,11 +55,17 @@ class KeyGuesses:
 
     def wait(self, address: str) -> int:
         """Seconds (rounded up) before ``address`` may present a key again; 0: now."""
+        if address not in self._left:  # (the common case, every right key: one lookup, no lock)
+            return 0
         with self._lock:
             if address not in self._left:
                 return 0
             left = self._now_left(address, self._clock())
         return 0 if left >= 1 else max(1, math.ceil((1 - left) * self._per_guess))
+
+    def counts_any(self) -> bool:
+        """Whether any address has presented a wrong key lately (else none need be told apart)."""
+        return bool(self._left)
 
     def wrong(self, address: str) -> None:
         """``address`` presented a wrong key."""
