@@ -161,3 +161,20 @@ def test_the_sqs_face_signed_with_the_api_key_counts_the_same_guesses(tmp_path):
         refused = signed(server.url, KEY)
         assert refused.status_code == 429 and refused.json()["__type"].endswith("RequestThrottled")
         assert httpx.get(server.url + "/queues", headers={"X-Api-Key": KEY}).status_code == 429  # one count
+
+
+def test_a_presigned_url_is_a_key_presented_too(tmp_path):
+    import httpx
+    from botocore.auth import SigV4QueryAuth
+    from botocore.awsrequest import AWSRequest
+    from botocore.credentials import Credentials
+
+    def presigned(url: str, secret: str) -> httpx.Response:
+        request = AWSRequest(method="GET", url=url + "/?Action=ListQueues&Version=2012-11-05")
+        SigV4QueryAuth(Credentials("AKIDANY", secret), "sqs", "us-east-1", expires=300).add_auth(request)
+        return httpx.get(request.url, timeout=30)
+
+    with running_gateway(str(tmp_path), env={"VSQS_API_KEY": KEY}) as server:
+        assert presigned(server.url, KEY).status_code == 200
+        assert [presigned(server.url, "guess").status_code for _ in range(11)] == [403] * 10 + [429]
+        assert presigned(server.url, KEY).status_code == 429

@@ -111,9 +111,8 @@ async def _authenticate(request: Request, gateway: Gateway, body: bytes, action:
         credentials=credentials,
         now=time.time(),
     )
-    address = client_address(request.scope)
-    signed = "authorization" in request.headers or "x-amz-signature=" in request.url.query.lower()
-    wait = gateway.key_guesses.wait(address) if signed else 0
+    guesses, scope = gateway.key_guesses, request.scope
+    wait = guesses.wait(client_address(scope)) if guesses.counts_any() and _presents_signature(scope) else 0
     if wait:  # too many wrong keys from this address: refused unread, as the native API's (docs/gateway.md)
         raise SqsError("RequestThrottled", f"too many wrong keys from this address: try again in {wait} s")
     try:
@@ -123,8 +122,14 @@ async def _authenticate(request: Request, gateway: Gateway, body: bytes, action:
             await gateway.call(check)
     except _sigv4.SigV4Error as exc:
         if exc.code in _WRONG_KEY_CODES:
-            gateway.key_guesses.wrong(address)
+            guesses.wrong(client_address(scope))
         raise SqsError(exc.code, exc.message, exc.status) from None
+
+
+def _presents_signature(scope: Scope) -> bool:
+    """Whether the request carries a signature (an ``Authorization`` header, or a presigned query)."""
+    return any(key == b"authorization" for key, _ in scope["headers"]) \
+        or b"x-amz-signature=" in scope.get("query_string", b"").lower()
 
 
 def _request_id() -> str:
