@@ -1,7 +1,9 @@
 """Wrong API keys, counted per client address, so that guessing the key is slow.
 
-The native API (``Authorization: Bearer KEY``, ``X-Api-Key``) and the
-console's sign-in form check the same key. Each address may present a wrong
+The native API (``Authorization: Bearer KEY``, ``X-Api-Key``), the
+console's sign-in form and the SQS face (a SigV4 signature, whose secret is
+the API key when no AWS key pairs are configured, else theirs) check the
+same key or a secret like it: one count. Each address may present a wrong
 one ``BURST`` times; after that, one more guess every ``PER_GUESS`` seconds
 (a token bucket), and until then every request of that address that presents
 a key, right or wrong, is answered 429 with ``Retry-After``, without the key
