@@ -197,7 +197,7 @@ class ApiKeyAuth:
     def __init__(self, app: ASGIApp, api_key: str | None, guesses: KeyGuesses | None = None) -> None:
         self.app = app
         self._key = api_key.encode() if api_key else None
-        self._guesses = guesses or KeyGuesses()
+        self._guesses = guesses if guesses is not None else KeyGuesses()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or self._key is None or self._open(scope):
@@ -205,8 +205,7 @@ class ApiKeyAuth:
             return
         given = self._given_key(scope)
         if given is not None:
-            address = client_address(scope)
-            wait = self._guesses.wait(address)
+            wait = self._guesses.wait(client_address(scope)) if self._guesses.counts_any() else 0  # (none: no address)
             if wait:
                 refusal = ApiError(429, "too_many_wrong_keys",
                                    f"too many wrong API keys from this address: try again in {wait} s",
@@ -216,7 +215,7 @@ class ApiKeyAuth:
             if hmac.compare_digest(given, self._key):
                 await self.app(scope, receive, send)
                 return
-            self._guesses.wrong(address)
+            self._guesses.wrong(client_address(scope))
         refusal = ApiError(401, "unauthorized", "a valid API key is required (Authorization: Bearer KEY)",
                            headers={"WWW-Authenticate": 'Bearer realm="vsqs"'})
         await error_response(refusal)(scope, receive, send)

@@ -1,7 +1,9 @@
 """Wrong API keys, counted per client address, so that guessing the key is slow.
 
-The native API (``Authorization: Bearer KEY``, ``X-Api-Key``) and the
-console's sign-in form check the same key. Each address may present a wrong
+The native API (``Authorization: Bearer KEY``, ``X-Api-Key``), the
+console's sign-in form and the SQS face (a SigV4 signature, whose secret is
+the API key when no AWS key pairs are configured, else theirs) check the
+same key or a secret like it: one count. Each address may present a wrong
 one ``BURST`` times; after that, one more guess every ``PER_GUESS`` seconds
 (a token bucket), and until then every request of that address that presents
 a key, right or wrong, is answered 429 with ``Retry-After``, without the key
@@ -9,20 +11,27 @@ being compared: a guesser learns nothing while refused. A request that
 presents no key is not a guess and is never counted. Each gateway process
 keeps its own count (``--workers N`` allows N times as many guesses), in
 memory bounded by ``MAX_ADDRESSES``: the address idle longest is forgotten
-first.
+first. An address is what a guesser cannot multiply cheaply: an IPv4 address,
+an IPv6 /64 (one host's share: it may use any address in it), and one for all
+that is no IP address at all (:func:`client_address`).
 """
 
 from __future__ import annotations
 
+import functools
+import ipaddress
 import math
 import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable
 
-BURST = 10  # wrong keys an address may present at once ...
-PER_GUESS = 6.0  # ... then one every this many seconds
-MAX_ADDRESSES = 10_000  # addresses remembered (each a few hundred bytes)
+from vsqs._gateway.limits import KEY_GUESS_ADDRESSES as MAX_ADDRESSES
+from vsqs._gateway.limits import KEY_GUESS_BURST as BURST
+from vsqs._gateway.limits import KEY_GUESS_SECONDS as PER_GUESS
+
+_LONGEST_IP = 64  # characters of an IP address's text (45, and an IPv6 zone's name)
+NOT_AN_IP = "?"  # the one address of every client that has none (a Unix socket, a proxy's odd X-Forwarded-For)
 
 
 class KeyGuesses:
@@ -48,11 +57,17 @@ class KeyGuesses:
 
     def wait(self, address: str) -> int:
         """Seconds (rounded up) before ``address`` may present a key again; 0: now."""
+        if address not in self._left:  # (the common case, every right key: one lookup, no lock)
+            return 0
         with self._lock:
             if address not in self._left:
                 return 0
             left = self._now_left(address, self._clock())
         return 0 if left >= 1 else max(1, math.ceil((1 - left) * self._per_guess))
+
+    def counts_any(self) -> bool:
+        """Whether any address has presented a wrong key lately (else none need be told apart)."""
+        return bool(self._left)
 
     def wrong(self, address: str) -> None:
         """``address`` presented a wrong key."""
@@ -66,6 +81,25 @@ class KeyGuesses:
 
 
 def client_address(scope: dict) -> str:
-    """The peer's address as the server saw it (``?`` if unknown: a Unix socket)."""
+    """The address that wrong keys count against: the client's IPv4 address (also
+    when a dual-stack socket shows it as ``::ffff:a.b.c.d``), its IPv6 /64, or
+    :data:`NOT_AN_IP` (no client: a Unix socket; or text that is no address, which
+    a proxy's ``X-Forwarded-For`` can make of it), so that a host cannot rotate
+    through addresses, nor names, to guess afresh."""
     client = scope.get("client")
-    return str(client[0]) if client else "?"
+    if not client or not isinstance(client[0], str) or len(client[0]) > _LONGEST_IP:
+        return NOT_AN_IP  # (a long one is no address, and is not kept in the cache below)
+    return _address_of(client[0])
+
+
+@functools.lru_cache(maxsize=4096)  # (a few hundred bytes each; the hit costs less than the parse)
+def _address_of(host: str) -> str:
+    try:
+        ip = ipaddress.ip_address(host)
+    except ValueError:
+        return NOT_AN_IP
+    if isinstance(ip, ipaddress.IPv6Address):
+        if ip.ipv4_mapped is not None:
+            return str(ip.ipv4_mapped)
+        return str(ipaddress.IPv6Network((int(ip) >> 64 << 64, 64)))
+    return str(ip)

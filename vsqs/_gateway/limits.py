@@ -62,4 +62,8 @@ GC_INTERVAL = 60.0  # seconds between the gateway's housekeeping sweeps (vsqs._g
 # (tens of microseconds, less than a hop to a thread), on a thread when either is larger
 INLINE_SIGNATURE_BYTES = 64 * 1024
 INLINE_SIGNATURE_HEAD_BYTES = 8 * 1024
+# -- guessing the API key (vsqs._gateway.guesses): wrong keys counted by client address --
+KEY_GUESS_BURST = 10  # wrong keys an address may present at once ...
+KEY_GUESS_SECONDS = 6.0  # ... then one every this many seconds
+KEY_GUESS_ADDRESSES = 10_000  # addresses remembered (each a few hundred bytes), the longest idle forgotten first
 CONSOLE_INTERVAL = 5.0  # seconds between the console's samples of every queue (vsqs._gateway.console.history)

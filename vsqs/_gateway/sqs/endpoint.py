@@ -21,6 +21,7 @@ from starlette.routing import Route
 from vsqs import QueueNotFound, VsqsError
 from vsqs._gateway import sigv4 as _sigv4
 from vsqs._gateway.asgi import ASGIApp, Receive, Scope, Send
+from vsqs._gateway.guesses import client_address
 from vsqs._gateway.limits import (
     INLINE_SIGNATURE_BYTES,
     INLINE_SIGNATURE_HEAD_BYTES,
@@ -43,6 +44,9 @@ from vsqs._gateway.sqs.wire import JSON, Incoming, wire_of
 from vsqs._gateway.state import Gateway
 
 log = logging.getLogger("vsqs.gateway.sqs")
+
+# what a wrong secret (or an access key id of none) answers: a wrong key, counted (vsqs._gateway.guesses)
+_WRONG_KEY_CODES = frozenset({"SignatureDoesNotMatch", "InvalidClientTokenId"})
 
 
 class _AnyAccessKey(Mapping[str, str]):
@@ -86,7 +90,10 @@ async def _authenticate(request: Request, gateway: Gateway, body: bytes, action:
     small head (a few tens of microseconds, less than a hop to a thread), on the
     thread pool when either is large (a head of thousands of hosts or query
     pairs), so that it never holds up the event loop (its cost is bounded: see
-    :mod:`vsqs._gateway.sigv4`)."""
+    :mod:`vsqs._gateway.sigv4`). A wrong secret counts against the client's
+    address with the API's wrong keys, and past them a signed request is
+    refused unread (``RequestThrottled``, 429), so guessing a secret through
+    this face is as slow as guessing the API key."""
     config = gateway.config
     credentials: Mapping[str, str] = config.aws_credentials
     if not credentials:
@@ -104,13 +111,25 @@ async def _authenticate(request: Request, gateway: Gateway, body: bytes, action:
         credentials=credentials,
         now=time.time(),
     )
+    guesses, scope = gateway.key_guesses, request.scope
+    wait = guesses.wait(client_address(scope)) if guesses.counts_any() and _presents_signature(scope) else 0
+    if wait:  # too many wrong keys from this address: refused unread, as the native API's (docs/gateway.md)
+        raise SqsError("RequestThrottled", f"too many wrong keys from this address: try again in {wait} s")
     try:
         if len(body) <= INLINE_SIGNATURE_BYTES and _head_bytes(request.scope) <= INLINE_SIGNATURE_HEAD_BYTES:
             check()
         else:
             await gateway.call(check)
     except _sigv4.SigV4Error as exc:
+        if exc.code in _WRONG_KEY_CODES:
+            guesses.wrong(client_address(scope))
         raise SqsError(exc.code, exc.message, exc.status) from None
+
+
+def _presents_signature(scope: Scope) -> bool:
+    """Whether the request carries a signature (an ``Authorization`` header, or a presigned query)."""
+    return any(key == b"authorization" for key, _ in scope["headers"]) \
+        or b"x-amz-signature=" in scope.get("query_string", b"").lower()
 
 
 def _request_id() -> str:

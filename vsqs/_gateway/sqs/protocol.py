@@ -63,6 +63,7 @@ _ERRORS: dict[str, tuple[str, int]] = {
     "UnknownOperationException": ("UnknownOperationException", 400),
     "SerializationException": ("SerializationException", 400),
     "RequestTimeout": ("RequestTimeout", 408),
+    "RequestThrottled": ("RequestThrottled", 429),  # too many wrong keys from the address (vsqs._gateway.guesses)
     "InternalError": ("InternalError", 500),
     "ServiceUnavailable": ("ServiceUnavailable", 503),
 }
