@@ -219,3 +219,17 @@ def test_an_empty_batch_directory_is_settled_not_planned_again_and_again(flat_qu
     reader = ClaimingStreamReader(Options.parse({"path": flat_queue.path}), read_columns(SCHEMA), SCHEMA)
     start = {"v": 1, "query": query, "seq": 5}
     assert reader.latestOffset(start, ReadMaxRows(100)) == start  # nothing to claim, nothing to settle: no batch
+
+
+def test_a_partition_with_a_foreign_entry_is_settled_once(flat_queue):
+    # A foreign file in a settled partition's directory kept the directory,
+    # and with it the partition: every plan settled it again, without end.
+    path = _partition_dir(flat_queue, batch=3)
+    os.makedirs(path)
+    with open(os.path.join(path, "notes.txt"), "w") as stream:
+        stream.write("x")
+    manifests.remove_partition(path)
+    assert manifests.pending_batches(flat_queue.path, "0123456789abcdef", 5) == []
+    [aside] = os.listdir(os.path.dirname(path))
+    assert aside.startswith(".left-p0-")
+    assert os.listdir(os.path.join(os.path.dirname(path), aside)) == ["notes.txt"]  # kept, for gc to report

@@ -45,6 +45,7 @@ MAX_MANIFEST_FILE = MAX_ADAPTER_FILE  # a chunk file holds at most CLAIM_CHUNK r
 _QUERY = re.compile(r"[0-9a-f]{16}\Z")
 _BATCH = re.compile(r"(0|[1-9][0-9]{0,17})\Z")
 _PARTITION = re.compile(r"p(0|[1-9][0-9]{0,5})\Z")
+_LEFT_PREFIX = ".left-"  # a settled partition's directory moved aside with foreign entries in it
 _FILE = re.compile(r"(0|[1-9][0-9]{0,5})\.(0|[1-9][0-9]{0,8}|end)\.json\Z")
 
 
@@ -175,16 +176,28 @@ def read_manifest(path: str) -> Manifest:
 
 
 def remove_partition(path: str) -> None:
-    """Remove a settled partition's manifest (and its batch directory once empty)."""
+    """Remove a settled partition's manifest (and its batch directory once empty).
+
+    A partition directory that holds entries of no manifest's (put there by
+    hand, a client's leftovers) is moved aside under a name that is no
+    partition's (``.left-pP-HEX``): else the next plans would find the
+    partition again and plan its settling without end. Its entries stay for
+    gc, which reports them and removes the query's tree after its grace."""
     for name in _listdir(path):
         if _FILE.match(name) or name.startswith(ADAPTER_WRITING_PREFIX):
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(os.path.join(path, name))
-    for directory in (path, os.path.dirname(path)):
-        try:
-            os.rmdir(directory)
-        except OSError:  # not empty (another partition, a foreign file) or gone
-            return
+    try:
+        os.rmdir(path)
+    except FileNotFoundError:
+        pass
+    except OSError:  # not empty: foreign entries
+        aside = os.path.join(os.path.dirname(path), f"{_LEFT_PREFIX}{os.path.basename(path)}-{secrets.token_hex(4)}")
+        with contextlib.suppress(OSError):
+            os.rename(path, aside)
+        return
+    with contextlib.suppress(OSError):  # not empty (another partition, a foreign entry) or gone
+        os.rmdir(os.path.dirname(path))
 
 
 def remove_batch_if_empty(queue_path: str, query: str, batch: int) -> None:
