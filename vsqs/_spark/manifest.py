@@ -35,6 +35,7 @@ import stat
 from dataclasses import dataclass, field
 
 from vsqs._core.limits import ADAPTER_WRITING_PREFIX, MAX_ADAPTER_FILE, SPARK_AREA
+from vsqs._spark.options import MAX_PARTITIONS
 
 MANIFEST_VERSION = 2  # 1: written by link (complete by construction, no seal); still read
 _READABLE = (1, MANIFEST_VERSION)
@@ -44,7 +45,7 @@ ROOT = (SPARK_AREA, "stream")  # gc's generic rule for the area (docs/FORMAT.md)
 MAX_MANIFEST_FILE = MAX_ADAPTER_FILE  # a chunk file holds at most CLAIM_CHUNK receipts: far less
 _QUERY = re.compile(r"[0-9a-f]{16}\Z")
 _BATCH = re.compile(r"(0|[1-9][0-9]{0,17})\Z")
-_PARTITION = re.compile(r"p(0|[1-9][0-9]{0,5})\Z")
+_PARTITION = re.compile(r"p(0|[1-9][0-9]{0,5})\Z")  # and below MAX_PARTITIONS: see _is_partition
 _LEFT_PREFIX = ".left-"  # a settled partition's directory moved aside with foreign entries in it
 _FILE = re.compile(r"(0|[1-9][0-9]{0,5})\.(0|[1-9][0-9]{0,8}|end)\.json\Z")
 
@@ -79,7 +80,7 @@ def pending_batches(queue_path: str, query: str, through: int) -> list[tuple[int
     for name in _listdir(query_dir(queue_path, query)):
         if _BATCH.match(name) and int(name) <= through:
             batch = int(name)
-            parts = [int(p[1:]) for p in _listdir(os.path.join(query_dir(queue_path, query), name)) if _PARTITION.match(p)]
+            parts = [int(p[1:]) for p in _listdir(os.path.join(query_dir(queue_path, query), name)) if _is_partition(p)]
             if parts:
                 found.append((batch, max(parts) + 1))
             else:
@@ -127,7 +128,7 @@ def claimed_in(queue_path: str, query: str, batch: int) -> int | None:
     """How many messages the sealed partitions of ``batch`` claimed (from
     their seals: one small file each); None if it has no manifest left."""
     directory = os.path.join(query_dir(queue_path, query), str(batch))
-    names = [name for name in _listdir(directory) if _PARTITION.match(name)]
+    names = [name for name in _listdir(directory) if _is_partition(name)]
     if not names:
         return None
     total = 0
@@ -204,6 +205,14 @@ def remove_batch_if_empty(queue_path: str, query: str, batch: int) -> None:
     """Remove batch ``batch``'s directory if it is empty (else leave it)."""
     with contextlib.suppress(OSError):
         os.rmdir(os.path.join(query_dir(queue_path, query), str(batch)))
+
+
+def _is_partition(name: str) -> bool:
+    """Whether ``name`` is a partition's directory name: ``pP`` with P below
+    MAX_PARTITIONS (no batch has more). A higher one is a foreign entry: as a
+    partition, it would plan a settle list that no offset of the source may
+    hold, and the query would fail on it at every restart."""
+    return _PARTITION.match(name) is not None and int(name[1:]) < MAX_PARTITIONS
 
 
 def _listdir(path: str) -> list[str]:
