@@ -279,15 +279,21 @@ def test_a_settle_that_fails_every_time_is_not_planned_again_and_again(flat_queu
         raise PermissionError(errno.EACCES, "Permission denied", path)
 
     monkeypatch.setattr(manifests, "remove_partition", refused)
-    reader = _reader(flat_queue)
     start = {"v": 1, "query": query, "seq": 5}
-    end = reader.latestOffset(start, ReadMaxRows(100))
-    assert end["settle"] == [[1, 1]] and end["take"] == 0
-    for partition in reader.partitions(start, end):
-        claims._Settler(flat_queue, partition).finish()  # the settle fails (logged)
-    assert manifests.pending_batches(flat_queue.path, query, 6) == [(1, 1)]
+
+    def failed_settle():
+        reader = _reader(flat_queue)
+        end = reader.latestOffset(start, ReadMaxRows(100))
+        assert end["settle"] == [[1, 1]] and end["take"] == 0
+        for partition in reader.partitions(start, end):
+            claims._Settler(flat_queue, partition).finish()  # the settle fails (logged)
+        assert manifests.pending_batches(flat_queue.path, query, 6) == [(1, 1)]
+        return reader, end
+
+    reader, end = failed_settle()
     assert reader.latestOffset(end, ReadMaxRows(100)) == end  # no batch: the query can end
-    flat_queue.send("m")
+    reader, end = failed_settle()
+    flat_queue.publish("m")
     again = reader.latestOffset(end, ReadMaxRows(100))
     assert again["take"] == 1 and again["settle"] == [[1, 1]]  # a claiming batch tries again
 
@@ -308,6 +314,6 @@ def test_batches_that_failed_to_settle_do_not_starve_the_others(flat_queue, monk
     start = {"v": 1, "query": query, "seq": 5}
     end = reader.latestOffset(start, ReadMaxRows(100))
     assert end["settle"] == [[1, 1], [2, 1]]  # (not settled: still there)
-    flat_queue.send("m")  # a claiming batch: it settles what no batch tried yet first
+    flat_queue.publish("m")  # a claiming batch: it settles what no batch tried yet first
     end2 = reader.latestOffset(end, ReadMaxRows(100))
     assert end2["take"] == 1 and end2["settle"] == [[3, 1], [1, 1]]
