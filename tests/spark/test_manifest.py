@@ -317,3 +317,24 @@ def test_batches_that_failed_to_settle_do_not_starve_the_others(flat_queue, monk
     flat_queue.publish("m")  # a claiming batch: it settles what no batch tried yet first
     end2 = reader.latestOffset(end, ReadMaxRows(100))
     assert end2["take"] == 1 and end2["settle"] == [[3, 1], [1, 1]]
+
+
+@pytest.mark.xfail(strict=True, reason="open: a later attempt's new claim of chunk K outranks the earlier attempt's chunk K")
+def test_a_later_attempts_new_claim_never_replaces_a_recorded_chunk(flat_queue):
+    # Attempt A (generation 0) recorded chunk 0; a speculative copy B started
+    # then: it re-read chunk 0 (generation 1) and, the manifest unsealed,
+    # claims on at chunk 1. A records its chunk 1 and seals; B records *new*
+    # messages as chunk 1 of generation 1 (another name: no collision). The
+    # manifest now says chunk 1 is B's, though Spark committed A's rows: the
+    # next batch deletes B's messages, which no committed batch delivered
+    # (lost), and leaves A's to come back.
+    path = _partition_dir(flat_queue)
+    a = manifests.Manifest(path)
+    assert a.write_chunk(0, 0, ["a0"])
+    b = manifests.read_manifest(path)
+    assert b.generation == 0
+    assert b.write_chunk(1, 0, ["a0-renewed"])
+    assert a.write_chunk(0, 1, ["a1"])
+    assert a.seal(0, 2, 2) == 2
+    b.write_chunk(1, 1, ["b1"])  # B's new claim, made after it re-read chunk 0
+    assert "b1" not in manifests.read_manifest(path).receipts()
