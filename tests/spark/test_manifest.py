@@ -338,3 +338,20 @@ def test_a_later_attempts_new_claim_never_replaces_a_recorded_chunk(flat_queue):
     assert a.seal(0, 2, 2) == 2
     b.write_chunk(1, 1, ["b1"])  # B's new claim, made after it re-read chunk 0
     assert "b1" not in manifests.read_manifest(path).receipts()
+
+
+def test_a_partition_that_is_a_symbolic_link_is_moved_aside_not_followed(flat_queue, tmp_path):
+    # "pP" a symbolic link to a directory elsewhere: settling it unlinked the
+    # files there that look like manifest files (outside the queue), then
+    # could not remove the link as a directory.
+    outside = tmp_path / "elsewhere"
+    outside.mkdir()
+    (outside / "0.0.json").write_text("not the queue's")
+    path = _partition_dir(flat_queue, batch=3)
+    os.makedirs(os.path.dirname(path))
+    os.symlink(outside, path)
+    manifests.remove_partition(path)
+    assert (outside / "0.0.json").exists()  # not followed
+    assert manifests.pending_batches(flat_queue.path, "0123456789abcdef", 5) == []
+    [aside] = os.listdir(os.path.dirname(path))
+    assert aside.startswith(".left-p0-") and os.path.islink(os.path.join(os.path.dirname(path), aside))

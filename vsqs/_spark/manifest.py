@@ -183,22 +183,40 @@ def remove_partition(path: str) -> None:
     hand, a client's leftovers) is moved aside under a name that is no
     partition's (``.left-pP-HEX``): else the next plans would find the
     partition again and plan its settling without end. Its entries stay for
-    gc, which reports them and removes the query's tree after its grace."""
-    for name in _listdir(path):
-        if _FILE.match(name) or name.startswith(ADAPTER_WRITING_PREFIX):
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(os.path.join(path, name))
+    gc, which reports them and removes the query's tree after its grace. A
+    ``pP`` that is no directory (a symbolic link, a file) is moved aside
+    unfollowed: settling must never unlink a file outside the queue."""
+    try:  # never followed: a link (or a file) in a partition's place is moved aside as it is
+        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except FileNotFoundError:
+        fd = None
+    except OSError:
+        _move_aside(path)
+        return
+    if fd is not None:
+        try:
+            for name in os.listdir(fd):
+                if _FILE.match(name) or name.startswith(ADAPTER_WRITING_PREFIX):
+                    with contextlib.suppress(FileNotFoundError):
+                        os.unlink(name, dir_fd=fd)
+        finally:
+            os.close(fd)
     try:
         os.rmdir(path)
     except FileNotFoundError:
         pass
     except OSError:  # not empty: foreign entries
-        aside = os.path.join(os.path.dirname(path), f"{_LEFT_PREFIX}{os.path.basename(path)}-{secrets.token_hex(4)}")
-        with contextlib.suppress(OSError):
-            os.rename(path, aside)
+        _move_aside(path)
         return
     with contextlib.suppress(OSError):  # not empty (another partition, a foreign entry) or gone
         os.rmdir(os.path.dirname(path))
+
+
+def _move_aside(path: str) -> None:
+    """Rename a partition's directory to ``.left-pP-HEX`` (no partition's name), for gc."""
+    aside = os.path.join(os.path.dirname(path), f"{_LEFT_PREFIX}{os.path.basename(path)}-{secrets.token_hex(4)}")
+    with contextlib.suppress(OSError):
+        os.rename(path, aside)
 
 
 def remove_batch_if_empty(queue_path: str, query: str, batch: int) -> None:
