@@ -233,3 +233,125 @@ def test_a_partition_with_a_foreign_entry_is_settled_once(flat_queue):
     [aside] = os.listdir(os.path.dirname(path))
     assert aside.startswith(".left-p0-")
     assert os.listdir(os.path.join(os.path.dirname(path), aside)) == ["notes.txt"]  # kept, for gc to report
+
+
+def _reader(queue: vsqs.Queue):
+    from vsqs._spark.options import Options
+    from vsqs._spark.schema import SCHEMA, read_columns
+    from vsqs._spark.stream import ClaimingStreamReader
+
+    return ClaimingStreamReader(Options.parse({"path": queue.path}), read_columns(SCHEMA), SCHEMA)
+
+
+def test_a_partition_number_past_the_partition_limit_is_no_partition(flat_queue):
+    # A foreign "p100000" (the name pattern allowed six digits; a batch has at
+    # most MAX_PARTITIONS) was planned as a batch of 100,001 partitions to
+    # settle, which partitions() refuses as no offset of the source: the
+    # query failed, and failed again on every restart replaying that offset.
+    from pyspark.sql.streaming.datasource import ReadMaxRows
+
+    query = "0123456789abcdef"
+    os.makedirs(_partition_dir(flat_queue, batch=1, index=100_000))
+    assert manifests.pending_batches(flat_queue.path, query, 5) == []
+    reader = _reader(flat_queue)
+    start = {"v": 1, "query": query, "seq": 5}
+    end = reader.latestOffset(start, ReadMaxRows(100))
+    assert end == start
+    reader.partitions(start, end)  # (raised InvalidArgument)
+
+
+def test_a_settle_that_fails_every_time_is_not_planned_again_and_again(flat_queue, monkeypatch):
+    # A partition whose manifest cannot be removed (EACCES on unlink, a
+    # rename refused): the delete-only batch that tried to settle it found
+    # it again, planned another, and an availableNow query never ended.
+    # A delete-only batch tries each batch once per run; claiming batches
+    # (and the next run) try again.
+    from pyspark.sql.streaming.datasource import ReadMaxRows
+
+    from vsqs._spark import claims
+
+    query = "0123456789abcdef"
+    record = manifests.Manifest(_partition_dir(flat_queue, batch=1))
+    record.write_chunk(0, 0, [])
+    record.seal(0, 1, 0)
+
+    def refused(path):
+        raise PermissionError(errno.EACCES, "Permission denied", path)
+
+    monkeypatch.setattr(manifests, "remove_partition", refused)
+    start = {"v": 1, "query": query, "seq": 5}
+
+    def failed_settle():
+        reader = _reader(flat_queue)
+        end = reader.latestOffset(start, ReadMaxRows(100))
+        assert end["settle"] == [[1, 1]] and end["take"] == 0
+        for partition in reader.partitions(start, end):
+            claims._Settler(flat_queue, partition).finish()  # the settle fails (logged)
+        assert manifests.pending_batches(flat_queue.path, query, 6) == [(1, 1)]
+        return reader, end
+
+    reader, end = failed_settle()
+    assert reader.latestOffset(end, ReadMaxRows(100)) == end  # no batch: the query can end
+    reader, end = failed_settle()
+    flat_queue.publish("m")
+    again = reader.latestOffset(end, ReadMaxRows(100))
+    assert again["take"] == 1 and again["settle"] == [[1, 1]]  # a claiming batch tries again
+
+
+def test_batches_that_failed_to_settle_do_not_starve_the_others(flat_queue, monkeypatch):
+    # MAX_SETTLE_ENTRIES batches whose settling fails every time were the
+    # first MAX_SETTLE_ENTRIES of every plan: later batches were never
+    # settled while the query ran, and their messages came back again and again.
+    from pyspark.sql.streaming.datasource import ReadMaxRows
+
+    from vsqs._spark import stream
+
+    query = "0123456789abcdef"
+    monkeypatch.setattr(stream, "MAX_SETTLE_ENTRIES", 2)
+    for batch in (1, 2, 3):
+        os.makedirs(_partition_dir(flat_queue, batch=batch))
+    reader = _reader(flat_queue)
+    start = {"v": 1, "query": query, "seq": 5}
+    end = reader.latestOffset(start, ReadMaxRows(100))
+    assert end["settle"] == [[1, 1], [2, 1]]  # (not settled: still there)
+    flat_queue.publish("m")  # a claiming batch: it settles what no batch tried yet first
+    end2 = reader.latestOffset(end, ReadMaxRows(100))
+    assert end2["take"] == 1 and end2["settle"] == [[3, 1], [1, 1]]
+
+
+@pytest.mark.xfail(strict=True, reason="open: a later attempt's new claim of chunk K outranks the earlier attempt's chunk K")
+def test_a_later_attempts_new_claim_never_replaces_a_recorded_chunk(flat_queue):
+    # Attempt A (generation 0) recorded chunk 0; a speculative copy B started
+    # then: it re-read chunk 0 (generation 1) and, the manifest unsealed,
+    # claims on at chunk 1. A records its chunk 1 and seals; B records *new*
+    # messages as chunk 1 of generation 1 (another name: no collision). The
+    # manifest now says chunk 1 is B's, though Spark committed A's rows: the
+    # next batch deletes B's messages, which no committed batch delivered
+    # (lost), and leaves A's to come back.
+    path = _partition_dir(flat_queue)
+    a = manifests.Manifest(path)
+    assert a.write_chunk(0, 0, ["a0"])
+    b = manifests.read_manifest(path)
+    assert b.generation == 0
+    assert b.write_chunk(1, 0, ["a0-renewed"])
+    assert a.write_chunk(0, 1, ["a1"])
+    assert a.seal(0, 2, 2) == 2
+    b.write_chunk(1, 1, ["b1"])  # B's new claim, made after it re-read chunk 0
+    assert "b1" not in manifests.read_manifest(path).receipts()
+
+
+def test_a_partition_that_is_a_symbolic_link_is_moved_aside_not_followed(flat_queue, tmp_path):
+    # "pP" a symbolic link to a directory elsewhere: settling it unlinked the
+    # files there that look like manifest files (outside the queue), then
+    # could not remove the link as a directory.
+    outside = tmp_path / "elsewhere"
+    outside.mkdir()
+    (outside / "0.0.json").write_text("not the queue's")
+    path = _partition_dir(flat_queue, batch=3)
+    os.makedirs(os.path.dirname(path))
+    os.symlink(outside, path)
+    manifests.remove_partition(path)
+    assert (outside / "0.0.json").exists()  # not followed
+    assert manifests.pending_batches(flat_queue.path, "0123456789abcdef", 5) == []
+    [aside] = os.listdir(os.path.dirname(path))
+    assert aside.startswith(".left-p0-") and os.path.islink(os.path.join(os.path.dirname(path), aside))

@@ -35,6 +35,7 @@ import stat
 from dataclasses import dataclass, field
 
 from vsqs._core.limits import ADAPTER_WRITING_PREFIX, MAX_ADAPTER_FILE, SPARK_AREA
+from vsqs._spark.options import MAX_PARTITIONS
 
 MANIFEST_VERSION = 2  # 1: written by link (complete by construction, no seal); still read
 _READABLE = (1, MANIFEST_VERSION)
@@ -44,7 +45,7 @@ ROOT = (SPARK_AREA, "stream")  # gc's generic rule for the area (docs/FORMAT.md)
 MAX_MANIFEST_FILE = MAX_ADAPTER_FILE  # a chunk file holds at most CLAIM_CHUNK receipts: far less
 _QUERY = re.compile(r"[0-9a-f]{16}\Z")
 _BATCH = re.compile(r"(0|[1-9][0-9]{0,17})\Z")
-_PARTITION = re.compile(r"p(0|[1-9][0-9]{0,5})\Z")
+_PARTITION = re.compile(r"p(0|[1-9][0-9]{0,5})\Z")  # and below MAX_PARTITIONS: see _is_partition
 _LEFT_PREFIX = ".left-"  # a settled partition's directory moved aside with foreign entries in it
 _FILE = re.compile(r"(0|[1-9][0-9]{0,5})\.(0|[1-9][0-9]{0,8}|end)\.json\Z")
 
@@ -79,7 +80,7 @@ def pending_batches(queue_path: str, query: str, through: int) -> list[tuple[int
     for name in _listdir(query_dir(queue_path, query)):
         if _BATCH.match(name) and int(name) <= through:
             batch = int(name)
-            parts = [int(p[1:]) for p in _listdir(os.path.join(query_dir(queue_path, query), name)) if _PARTITION.match(p)]
+            parts = [int(p[1:]) for p in _listdir(os.path.join(query_dir(queue_path, query), name)) if _is_partition(p)]
             if parts:
                 found.append((batch, max(parts) + 1))
             else:
@@ -127,7 +128,7 @@ def claimed_in(queue_path: str, query: str, batch: int) -> int | None:
     """How many messages the sealed partitions of ``batch`` claimed (from
     their seals: one small file each); None if it has no manifest left."""
     directory = os.path.join(query_dir(queue_path, query), str(batch))
-    names = [name for name in _listdir(directory) if _PARTITION.match(name)]
+    names = [name for name in _listdir(directory) if _is_partition(name)]
     if not names:
         return None
     total = 0
@@ -182,28 +183,54 @@ def remove_partition(path: str) -> None:
     hand, a client's leftovers) is moved aside under a name that is no
     partition's (``.left-pP-HEX``): else the next plans would find the
     partition again and plan its settling without end. Its entries stay for
-    gc, which reports them and removes the query's tree after its grace."""
-    for name in _listdir(path):
-        if _FILE.match(name) or name.startswith(ADAPTER_WRITING_PREFIX):
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(os.path.join(path, name))
+    gc, which reports them and removes the query's tree after its grace. A
+    ``pP`` that is no directory (a symbolic link, a file) is moved aside
+    unfollowed: settling must never unlink a file outside the queue."""
+    try:  # never followed: a link (or a file) in a partition's place is moved aside as it is
+        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except FileNotFoundError:
+        fd = None
+    except OSError:
+        _move_aside(path)
+        return
+    if fd is not None:
+        try:
+            for name in os.listdir(fd):
+                if _FILE.match(name) or name.startswith(ADAPTER_WRITING_PREFIX):
+                    with contextlib.suppress(FileNotFoundError):
+                        os.unlink(name, dir_fd=fd)
+        finally:
+            os.close(fd)
     try:
         os.rmdir(path)
     except FileNotFoundError:
         pass
     except OSError:  # not empty: foreign entries
-        aside = os.path.join(os.path.dirname(path), f"{_LEFT_PREFIX}{os.path.basename(path)}-{secrets.token_hex(4)}")
-        with contextlib.suppress(OSError):
-            os.rename(path, aside)
+        _move_aside(path)
         return
     with contextlib.suppress(OSError):  # not empty (another partition, a foreign entry) or gone
         os.rmdir(os.path.dirname(path))
+
+
+def _move_aside(path: str) -> None:
+    """Rename a partition's directory to ``.left-pP-HEX`` (no partition's name), for gc."""
+    aside = os.path.join(os.path.dirname(path), f"{_LEFT_PREFIX}{os.path.basename(path)}-{secrets.token_hex(4)}")
+    with contextlib.suppress(OSError):
+        os.rename(path, aside)
 
 
 def remove_batch_if_empty(queue_path: str, query: str, batch: int) -> None:
     """Remove batch ``batch``'s directory if it is empty (else leave it)."""
     with contextlib.suppress(OSError):
         os.rmdir(os.path.join(query_dir(queue_path, query), str(batch)))
+
+
+def _is_partition(name: str) -> bool:
+    """Whether ``name`` is a partition's directory name: ``pP`` with P below
+    MAX_PARTITIONS (no batch has more). A higher one is a foreign entry: as a
+    partition, it would plan a settle list that no offset of the source may
+    hold, and the query would fail on it at every restart."""
+    return _PARTITION.match(name) is not None and int(name[1:]) < MAX_PARTITIONS
 
 
 def _listdir(path: str) -> list[str]:

@@ -75,12 +75,13 @@ class ClaimingStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.schema = schema
         self._budget: int | None = None  # Trigger.AvailableNow: messages left to plan
         self._queue: Queue | None = None  # the driver's handle
-        self._clean_through: tuple[str, int] | None = None  # (query, seq): no manifests left up to seq
+        self._clean_through: tuple[str, int] | None = None  # (query, seq): nothing to settle up to seq (but what a batch tried and failed to)
         self._planned: dict[int, int] = {}  # seq -> messages this run planned for it (AvailableNow)
         self._fruitless = 0  # claiming batches in a row that claimed nothing
         self._last_full = False  # the last batch claimed all it planned: more are likely there
         self._idle_until = 0.0  # after fruitless batches: no claiming batch before this (monotonic)
         self._ready_now: int | None = None  # visible messages counted just before the first batch (AvailableNow)
+        self._tried: tuple[str, set[int]] = ("", set())  # (query, batches a batch of this run was given to settle)
 
     def _driver_queue(self) -> Queue:
         if self._queue is None:
@@ -108,9 +109,10 @@ class ClaimingStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             start = {"v": OFFSET_VERSION, "query": manifests.new_query_id(), "seq": int(start.get("seq", 0))}
         query, seq = _query_of(start), int(start["seq"])
         pending: list[tuple[int, int]] = []
+        retry: list[tuple[int, int]] = []
         if self._clean_through != (query, seq):
             # every batch up to seq is committed: what is left of them is to delete
-            pending = manifests.pending_batches(queue.path, query, seq)[:MAX_SETTLE_ENTRIES]
+            pending, retry = self._split_tried(query, manifests.pending_batches(queue.path, query, seq))
         self._account(queue, query, seq)
         wanted = self._wanted(limit)
         if wanted and not self._last_full:
@@ -120,9 +122,18 @@ class ClaimingStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             ready = queue.stats().ready if self._ready_now is None else self._ready_now
             wanted = min(wanted, ready)
         self._ready_now = None
+        if wanted:  # a claiming batch settles again what an earlier one failed to (after what none tried)
+            pending = (pending + retry)[:MAX_SETTLE_ENTRIES]
+        elif retry:
+            # a batch settled before is still there (its settling failed: logged by the
+            # executor): a batch that only deletes would fail again, and again, without
+            # end. Left to the claiming batches and to the next run.
+            log.warning("query %s: batches %s were not settled; left for a later batch", query,
+                        [batch for batch, _ in retry[:10]])
         if not wanted and not pending:
             self._clean_through = (query, seq)
             return start
+        self._tried[1].update(batch for batch, _ in pending)
         self._planned[seq + 1] = wanted
         if self._budget is not None:
             self._budget -= wanted
@@ -143,6 +154,16 @@ class ClaimingStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             "take": take,
             "settle": [list(entry) for entry in pending],
         }
+
+    def _split_tried(self, query: str, found: list[tuple[int, int]]) -> tuple[list[tuple[int, int]], list[tuple[int, int]]]:
+        """``found`` split into batches no batch of this run was given to settle
+        (at most MAX_SETTLE_ENTRIES) and those one was (its settling failed):
+        these come last, so that they never starve the others."""
+        tried = self._tried[1] if self._tried[0] == query else set()
+        self._tried = (query, {batch for batch, _ in found if batch in tried})  # (bounded by what is left)
+        fresh = [entry for entry in found if entry[0] not in tried][:MAX_SETTLE_ENTRIES]
+        retry = [entry for entry in found if entry[0] in tried][:MAX_SETTLE_ENTRIES]
+        return fresh, retry
 
     def _account(self, queue: Queue, query: str, seq: int) -> None:
         """Count what batch ``seq`` (just committed) claimed, from its seals:
