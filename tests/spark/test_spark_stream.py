@@ -78,7 +78,7 @@ def _query(spark, queue, checkpoint, sink, udf=None, per_trigger=200):  # noqa: 
 
 def test_task_killed_mid_claim_is_retried_on_the_same_messages(spark, queue, tmp_path):  # noqa: F811
     """The first attempt of batch 0's task fails after it claimed (and
-    recorded) some messages; the retry re-reads them and claims the rest."""
+    recorded) some messages; the retry re-reads them (later batches claim the rest)."""
     bodies = [f"t{i:03d}" for i in range(300)]
     queue.publish_batch(bodies)
     marks, out = tmp_path / "marks", tmp_path / "out"

@@ -118,7 +118,7 @@ def _record_batch(messages: list[Message], arrow: Any, content: bool) -> Any:
 
 
 def _claimed(queue: Queue, options: Options, partition: StreamPartition, content: bool) -> Iterator[list[Message]]:
-    """Re-read what earlier attempts recorded, then claim the rest (unless sealed)."""
+    """Re-read what earlier attempts recorded; the first attempt claims (see below)."""
     if not partition.each:  # a batch that only deletes: no manifest (which would need deleting in turn)
         return
     path = manifests.partition_dir(queue.path, partition.query, partition.seq, partition.index)
@@ -150,7 +150,15 @@ def _claimed(queue: Queue, options: Options, partition: StreamPartition, content
             except StaleReceipt:  # taken from us since the extension: theirs now
                 continue
         yield again
-    if manifest.sealed or partition.replay:
+    if manifest.sealed or partition.replay or manifest.generation >= 0:
+        # A later attempt of a partition an earlier one recorded (a task retry, a
+        # speculative copy) re-reads what is recorded and claims nothing new: its
+        # claims would be chunks of a newer generation, which outrank the chunks of
+        # the same numbers that the earlier attempt, if still running (a copy),
+        # records meanwhile under its own generation; were the earlier attempt's
+        # rows the ones Spark commits, the next batch would delete this attempt's
+        # messages, delivered by no committed batch: lost. What is not claimed
+        # here, the next batch claims.
         # A replay re-reads what is recorded and claims nothing new: an unsealed
         # manifest may be a sealed one read half (gc renamed the tree away between
         # the listing and the reads, a stale NFS listing, a torn seal), and the

@@ -18,8 +18,9 @@ same partition (a task retry, a replay after a driver crash) reads the
 chunks instead of claiming new messages; it extends their visibility, which
 gives new receipts, and records them as its own generation G+1 (chunk K of
 the highest generation holding it wins). A sealed partition is re-read
-exactly; an unsealed one (its attempt died while claiming) is re-read and,
-by a task retry, claims the rest (a replay claims nothing new: claims.py).
+exactly, and so is an unsealed one (its attempt died while claiming, or is a
+speculative copy's first, still running): no later attempt claims anything
+new (claims.py says why).
 """
 
 from __future__ import annotations
