@@ -359,13 +359,13 @@ def test_dead_letters_into_a_missing_shard_stay_home(tmp_path):
 def test_a_round_that_stopped_early_goes_on_to_the_other_shards(sharded):
     """A consumer whose listed shard was emptied by others lists the next
     shards before it answers "empty", even when listings are not cheap."""
-    from vsqs._core import queue as _queue
+    from vsqs._core import receiver as _receiver
 
     ids = sharded.publish_batch([b"%d" % i for i in range(64)], durable=False)
     consumer = _starting_at(sharded, _shard(ids[0], 8))
     with mock.patch.object(_listing, "CHEAP_LISTING", 0.0), \
             mock.patch.object(_listing, "EXHAUSTED_FACTOR", 1e9), \
-            mock.patch.object(_queue, "_SKIPS_PER_CALL", 0):  # as if listings were dear (NFS); no skipping
+            mock.patch.object(_receiver, "_SKIPS_PER_CALL", 0):  # as if listings were dear (NFS); no skipping
         first = consumer.receive()  # lists ids[0]'s shard only
         for message_id in ids:  # others take the rest of that shard
             if _shard(message_id, 8) == _shard(first.id, 8) and message_id != first.id:

@@ -13,6 +13,11 @@ MAX_VISIBILITY_TIMEOUT = 12 * 3600.0  # as SQS: a lease longer than 12 h is a mi
 MAX_DELAY = 366 * 86400.0  # a delayed publish, ``at=`` included
 MAX_WAIT = 12 * 3600.0  # a library receive's long poll
 MAX_CLOCK_SKEW = 3600.0  # the clock_skew allowance of a handle
+# a waiting receive where no kernel notification reaches (a network filesystem,
+# no inotify, its watch limit reached): how often the queue's directories are
+# looked at (a stat each; listed only when one changed), by default and at most
+DEFAULT_POLL_INTERVAL = 0.1
+MAX_POLL_INTERVAL = 60.0
 
 # -- messages --
 MAX_BATCH = 10_000  # messages per publish_batch / receive_batch call

@@ -20,6 +20,7 @@ from vsqs._core.format import State
 from vsqs._core.groups import GroupLeases
 from vsqs._core.layout import Layout
 from vsqs._core.limits import DEFAULT_GC_GRACE, MAX_RUN
+from vsqs._core.wakeup import Watch
 
 # A cached listing is re-read when it runs out, or when older than
 # max(MAX_AGE, AGE_FACTOR x the time the last listing took), so that
@@ -70,6 +71,9 @@ class Listing:
         self.runs_wanted = False  # keep each group's next names (runs): once a receive asked for runs
         self._groups_swept_at = -math.inf
         self._orphans_swept_at = -math.inf
+        # the queue's watch once this handle waited, and how much of its news this cache knows
+        self.watch: Watch | None = None
+        self.watch_epoch, self.watch_version = 0, 0
         self.reset()
 
     def reset(self) -> None:
@@ -200,6 +204,28 @@ class Listing:
         """Leave ``group`` alone until the next listing (its slots are all held)."""
         self.blocked.add(group)
 
+    def absorb(self, watch: Watch) -> tuple[int, bool]:
+        """Take in what ``watch`` told since this cache last looked: the names that landed
+        (ready ones to try, hidden ones to wait for), or, when it cannot name them all, a
+        listing at the next try. The watch's version now, and whether there is anything new."""
+        epoch, version, names = watch.news_since(self.watch_epoch, self.watch_version)
+        self.watch_epoch, self.watch_version = epoch, version
+        if names is None:
+            self.freed = True  # list again, now: this cache may lack names nobody will tell of
+            self.stale_at = -math.inf
+            return version, True
+        if not names or self.listed_at == -math.inf:  # (never listed: the next try lists)
+            return version, bool(names)
+        for text in names:
+            name = _format.parse_name(text)
+            if name is None:
+                continue
+            if name.state is State.HIDDEN:
+                heapq.heappush(self.hidden, (name.until_us, text))
+            else:
+                self.remember(text)
+        return version, True
+
     def until_next_expiry(self) -> float:
         """Seconds until the first hidden name of the cache turns visible."""
         if not self.hidden:
@@ -209,6 +235,8 @@ class Listing:
     def relist(self, now: int) -> None:
         """List the directory; keep the first names of each kind (see WINDOW)."""
         started = time.monotonic()
+        if self.watch is not None:  # what the watch told before this listing, the listing shows
+            self.watch_epoch, self.watch_version = self.watch.mark()
         self.runs = {}
         found, grouped, more_shards = self._list(now)
         visible, _ = first_messages(found.visible, self.window)  # (names left out: listed again when out)

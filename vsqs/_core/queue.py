@@ -15,17 +15,15 @@ create, a rename or an unlink) on a name built by :mod:`vsqs._core.format`.
 from __future__ import annotations
 
 import contextlib
-import heapq
 import logging
 import os
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
 from datetime import datetime
 from types import MappingProxyType
 from typing import Any
 
-from vsqs._core import envelope as _envelope
 from vsqs._core import format as _format
 from vsqs._core import fs as _fs
 from vsqs._core import publishing
@@ -33,14 +31,12 @@ from vsqs._core import settings as _settings
 from vsqs._core.dead_letters import DeadLetters
 from vsqs._core.dedup import Reservations
 from vsqs._core.errors import (
-    DamagedEntry,
     InvalidArgument,
     InvalidReceipt,
     StaleReceipt,
     StorageError,
     VsqsError,
 )
-from vsqs._core.format import State
 from vsqs._core.group_receive import GroupReceiver
 from vsqs._core.groups import GroupLeases
 from vsqs._core.limits import (
@@ -48,10 +44,9 @@ from vsqs._core.limits import (
     DEFAULT_STAGE_GRACE,
     MAX_BATCH,
     MAX_CLOCK_SKEW,
+    MAX_POLL_INTERVAL,
     MAX_PRIORITY,
-    MAX_RECEIVE_BYTES,
     MAX_VISIBILITY_TIMEOUT,
-    MAX_WAIT,
 )
 from vsqs._core.listing import Listing
 from vsqs._core.maintenance import Maintenance
@@ -59,17 +54,17 @@ from vsqs._core.message import Body, Message, MessageInfo, Outgoing, QueueStats,
 from vsqs._core.metadata import Store, created_at, open_store
 from vsqs._core.move_tasks import MoveTasks
 from vsqs._core.receipts import HeldMessages, IssuedReceipts, read_held, stale_message
+from vsqs._core.receiver import Receiver
 from vsqs._core.rules import check_batch_size, check_priority, check_seconds
 from vsqs._core.settings_store import TTL as _SETTINGS_TTL
 from vsqs._core.settings_store import SettingsStore
 from vsqs._core.stages import Stages
 from vsqs._core.throttle import Throttle
+from vsqs._core.hub import published as _published
 
 log = logging.getLogger("vsqs")
 
 _KEY_LENGTH = _format.KEY_LENGTH
-_POLL_FIRST, _POLL_MAX = 0.005, 0.5  # a long poll's first and longest pause, in seconds
-_SKIPS_PER_CALL = 3  # skips ahead after lost races per receive call (see Listing.skip_ahead)
 
 
 class Queue:
@@ -78,6 +73,9 @@ class Queue:
     ``clock_skew`` (seconds) is the allowance for clocks of hosts sharing the
     spool: a hidden message is taken for visible only that long after its
     time, so a consumer whose clock runs ahead does not steal a live lease.
+    ``poll_interval`` (seconds, default 0.1): how often a waiting receive looks
+    at the queue where no kernel notification tells it of a change (a network
+    filesystem; see docs/filesystems.md).
     """
 
     def __init__(
@@ -88,9 +86,11 @@ class Queue:
         clock_skew: float = 0.0,
         mode: int | str | None = None,
         shards: int | None = None,
+        poll_interval: float | None = None,
     ) -> None:
         self._path = os.path.abspath(os.fspath(path))
         self._skew_us = to_us(check_seconds(clock_skew, "clock_skew", MAX_CLOCK_SKEW))
+        self._poll_interval = _poll_interval(poll_interval)
         self._init_runtime()
         if mode is not None:  # the queue's file_mode, needed before its settings exist
             self._settings.mode = _settings.file_mode_of(_settings.validate({"file_mode": mode}))
@@ -141,6 +141,8 @@ class Queue:
             )
             self._group_receiver = GroupReceiver(store, self._groups, self._listing, self._lock,
                                                  self._receipts, self._throttle, self._dead_letters, self._skew_us)
+            self._receiver = Receiver(store, settings, self._listing, self._lock, self._receipts, self._throttle,
+                                      self._group_receiver, self._poll_interval)
             self._maintenance = Maintenance(
                 layout, self._skew_us, settings, self._dead_letters, self._stages,
                 self._groups, self._reservations, self._lock,
@@ -151,11 +153,12 @@ class Queue:
     # -- pickling: path and options only; reopened lazily where unpickled --
 
     def __getstate__(self) -> dict[str, Any]:
-        return {"path": self._path, "clock_skew": self._skew_us / 1e6}
+        return {"path": self._path, "clock_skew": self._skew_us / 1e6, "poll_interval": self._poll_interval}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self._path = state["path"]
         self._skew_us = to_us(state["clock_skew"])
+        self._poll_interval = state.get("poll_interval")
         self._init_runtime()
 
     def __repr__(self) -> str:
@@ -324,10 +327,14 @@ class Queue:
             self._check_capacity([entry.body for entry in entries], settings)
         written = publishing.write_batch(layout, entries, durable, self._settings.mode, self._reservations, settings)
         ids: list[str] = []
+        names: list[str] = []
         for entry, stem, temp in written.files:
-            if not _fs.rename(temp, layout.message_file(publishing.final_name(stem, entry.delay))):
+            name = publishing.final_name(stem, entry.delay)
+            if not _fs.rename(temp, layout.message_file(name)):
                 raise StorageError(2, "message file vanished before it was published", temp)
             ids.append(stem[:_KEY_LENGTH])
+            names.append(name)
+        _published(self._path, names)  # this process's waiters learn of them at once, on any filesystem
         if durable and ids:
             layout.fsync(stem for _, stem, _ in written.files)
         for digest, (key, gen) in written.reserved.items():
@@ -356,8 +363,10 @@ class Queue:
         delay = settings["delay"]  # validated when it was read
         entry = publishing.Prepared(data, {}, priority, "", delay, "")
         stem, temp = publishing.write_new(layout, entry, durable, self._settings.mode)
-        if not _fs.rename(temp, layout.message_file(publishing.final_name(stem, delay))):
+        name = publishing.final_name(stem, delay)
+        if not _fs.rename(temp, layout.message_file(name)):
             raise StorageError(2, "message file vanished before it was published", temp)
+        _published(self._path, (name,))
         if durable:
             _fs.fsync_dir(os.path.dirname(temp))
         capacity = self._capacity
@@ -409,7 +418,8 @@ class Queue:
         ``None`` after ``wait`` seconds. ``visibility_timeout`` and ``wait``
         default to the queue's settings (30 s and 0 s unless configured).
         """
-        got = self._receive(1, visibility_timeout, wait, True, False)
+        self._store or self._open_store()
+        got = self._receiver.receive(self, 1, visibility_timeout, wait, True, False)
         return got[0] if got else None
 
     def receive_batch(
@@ -434,150 +444,42 @@ class Queue:
         over groups, and vsqs without runs refuses their receipts (docs/FORMAT.md, Runs)."""
         if type(max_messages) is not int or not 1 <= max_messages <= MAX_BATCH:
             check_batch_size(max_messages)
-        return self._receive(max_messages, visibility_timeout, wait, read_bodies, bool(group_runs))
+        self._store or self._open_store()
+        return self._receiver.receive(self, max_messages, visibility_timeout, wait, read_bodies, bool(group_runs))
 
-    def _receive(
-        self, max_messages: int, visibility_timeout: float | None, wait: float | None, read_bodies: bool,
-        group_runs: bool,
+    async def areceive(
+        self, *, visibility_timeout: float | None = None, wait: float | None = None,
+        offload: Callable[[Callable[[], Any]], Awaitable[Any]] | None = None,
+    ) -> Message | None:
+        """:meth:`receive` for asyncio: ``await queue.areceive(wait=20)``. See :meth:`areceive_batch`."""
+        got = await self.areceive_batch(1, visibility_timeout=visibility_timeout, wait=wait, offload=offload)
+        return got[0] if got else None
+
+    async def areceive_batch(
+        self,
+        max_messages: int = 10,
+        *,
+        visibility_timeout: float | None = None,
+        wait: float | None = None,
+        read_bodies: bool = True,
+        group_runs: bool = False,
+        offload: Callable[[Callable[[], Any]], Awaitable[Any]] | None = None,
     ) -> list[Message]:
-        store = self._store or self._open_store()
-        settings_store = self._settings
-        settings = settings_store.current()
-        if visibility_timeout is None:  # the setting was validated when it was read
-            lease_us = settings_store.lease_us
-        else:
-            lease_us = to_us(check_seconds(visibility_timeout, "visibility_timeout", MAX_VISIBILITY_TIMEOUT))
-        if wait is None:
-            wait = settings["receive_wait"]  # validated when it was read
-        elif type(wait) is not int or wait:  # 0 needs no check
-            wait = check_seconds(wait, "wait", MAX_WAIT)
-        deadline = time.monotonic() + wait if wait else 0.0
-        if group_runs:  # (the listing keeps each group's next names only once runs are asked for)
-            self._group_receiver.want_runs()
-        pause = _POLL_FIRST
-        while True:
-            if settings["suspended"]:  # a long poll notices a suspension too
-                self._check_suspended("receive", settings)
-            got = self._claim(max_messages, lease_us, store, read_bodies, settings, group_runs)
-            if got or not wait:
-                return got
-            left = deadline - time.monotonic()
-            if left <= 0:
-                return got
-            with self._lock:
-                until_next_expiry = self._listing.until_next_expiry()
-            time.sleep(min(pause, left, until_next_expiry))
-            pause = min(pause * 2, _POLL_MAX)
-            settings = settings_store.current()
+        """:meth:`receive_batch` for asyncio: the wait holds no thread (it sleeps on the
+        event loop until a message may be claimable); each attempt (file system calls)
+        runs through ``offload(fn)``, by default in the loop's executor. Cancelling the
+        awaiting task loses nothing: what an attempt running meanwhile claims is released."""
+        if type(max_messages) is not int or not 1 <= max_messages <= MAX_BATCH:
+            check_batch_size(max_messages)
+        self._store or self._open_store()
+        return await self._receiver.areceive(
+            self, max_messages, visibility_timeout, wait, read_bodies, bool(group_runs), offload
+        )
 
     def throttled(self) -> bool:
         """Whether receives are throttled right now (every token of this window taken)."""
         throttle = self._settings.current()["throttle"]
         return throttle is not None and self._throttle.exhausted(throttle[0], throttle[1], time.time())
-
-    def _claim(  # noqa: C901 - the receive hot path, kept in one function on purpose
-        self, limit: int, lease_us: int, store: Store, read_bodies: bool, settings: Mapping[str, Any],
-        group_runs: bool,
-    ) -> list[Message]:
-        """Claim up to ``limit`` messages, walking the listing cache: one rename
-        each (and a slot lease first for a message of a group). The hot path:
-        everything it uses is bound to locals, the common case of
-        Listing.next_candidate is inlined, and the path of a name is built inline."""
-        got: list[Message] = []
-        failure: StorageError | None = None  # raised only if nothing else was claimed
-        max_receives, throttle = settings["max_receives"], settings["throttle"]
-        layout, cache, lock, queue_id = store.layout, self._listing, self._lock, store.id
-        prefix, locate, first_receive = layout.prefix, layout.locate, store.first_receive  # (format 3: -rFIRST)
-        # listings this call may make that give nothing: one, or in a sharded
-        # queue one per shard (another consumer may have emptied the shard that
-        # was listed); renewed by each claim that succeeds, so no spinning on
-        # names that fail
-        fruitless = layout.shards
-        lists_left = fruitless
-        skips = _SKIPS_PER_CALL
-        held = 0  # bytes of the bodies read so far (see MAX_RECEIVE_BYTES)
-        while len(got) < limit:
-            with lock:
-                if cache.visible and not (cache.hidden or cache.grouped) and time.monotonic() < cache.stale_at:
-                    name = heapq.heappop(cache.visible)  # the common case of next_candidate, inlined
-                else:
-                    listed_at = cache.listed_at
-                    name = cache.next_candidate(lists_left > 0)
-                    if cache.listed_at != listed_at:
-                        # a listing that went round every shard has seen them all: no more this call
-                        lists_left = lists_left - 1 if cache.rest_of_round else 0
-            if name is None:
-                break
-            parsed = _format.parse_name(name)  # the one parse of this name on its way out
-            if parsed is None or parsed.state is State.WRITING:
-                continue  # a foreign name the listing passed through unparsed
-            if max_receives is not None and parsed.receive_count >= max_receives:
-                error = self._group_receiver.bury(parsed)  # (its group, if any, goes on with its next)
-                failure = failure or error
-                continue
-            if throttle is not None:
-                with lock:
-                    allowed = self._throttle.take(throttle[0], throttle[1], time.time())
-                if not allowed:
-                    with lock:
-                        cache.remember(name)  # still a candidate later
-                    break
-            if parsed.group_hash:  # a slot lease first, and perhaps a run (see group_receive)
-                taken = self._group_receiver.claim(self, name, parsed, lease_us, limit - len(got), read_bodies,
-                                                   MAX_RECEIVE_BYTES - held, group_runs, settings)
-                got, held, failure = got + taken.messages, held + taken.held, failure or taken.failure
-                lists_left = fruitless if taken.moved else lists_left
-                if held >= MAX_RECEIVE_BYTES:
-                    break
-                continue
-            count = parsed.receive_count + 1
-            now = time.time_ns() // 1000  # (now_us(), inlined)
-            stem = _format.received_stem(parsed, now) if count == 1 and first_receive else parsed.stem
-            new = _format.hidden_name(stem, now + lease_us, count)
-            if locate is None:
-                source, path = prefix + name, prefix + new
-            else:  # (the shard of ``new`` is the shard of ``name``: KEY and GROUP stay)
-                shard = locate(name)
-                source, path = shard + name, shard + new
-            if not _fs.rename(source, path):
-                if skips:
-                    with lock:
-                        skips -= 1
-                        if cache.skip_ahead(name):
-                            lists_left = max(lists_left, 1)  # the names dropped may still be there: list before giving up
-                continue  # another consumer got it first
-            cache.claimed += 1
-            lists_left = fruitless
-            header = None
-            if read_bodies:
-                try:
-                    data = _fs.read(path)
-                    if data is None:
-                        continue  # only if another host's clock is far ahead: it took our lease
-                    held += len(data)
-                    if parsed.envelope:
-                        data, header = _envelope.decode_content(parsed, data, path)
-                except DamagedEntry as exc:  # no message: a FIFO, a directory... or far too large
-                    # skipped, left in place (hidden until its lease ends, then claimed
-                    # again, or moved to the dead-letter queue after max_receives)
-                    layout.report_damage(path, str(exc.strerror))
-                    continue
-                except StorageError as exc:  # unreadable (permissions) or corrupt
-                    # a corrupt file stays in flight and comes back with its lease (and
-                    # goes to the dead-letter queue after max_receives); the rest go on
-                    log.warning("%s", exc)
-                    failure = failure or exc
-                    continue
-            else:
-                data = None
-            receipt = _format.make_receipt(queue_id, new)
-            self._receipts.add(receipt, new, None)
-            got.append(Message(self, name[:_KEY_LENGTH], data, receipt, count, None, header))  # sent_at: from the id
-            if held >= MAX_RECEIVE_BYTES:
-                break  # the bodies held: at most MAX_RECEIVE_BYTES plus one message
-        if failure is not None and not got:
-            raise failure
-        return got
 
     @contextlib.contextmanager
     def receiving(
@@ -793,3 +695,12 @@ class Queue:
         and ``.spark/`` trees untouched for ``stage_grace``; how many files went."""
         self._open_parts()
         return self._maintenance.collect_garbage(grace, stage_grace)
+
+
+def _poll_interval(seconds: float | None) -> float | None:
+    if seconds is None:
+        return None
+    checked = check_seconds(seconds, "poll_interval", MAX_POLL_INTERVAL)
+    if not checked:
+        raise InvalidArgument("poll_interval must be more than 0 seconds")
+    return checked

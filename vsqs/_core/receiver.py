@@ -1,0 +1,325 @@
+"""The receive path of a handle: its listing, its lock, the throttle, group claims, and the wait.
+
+:class:`Receiver` owns what a receive walks and holds: the listing cache
+(:mod:`~vsqs._core.listing`), the lock that guards it, the receive tokens
+(:mod:`~vsqs._core.throttle`), the FIFO side (:mod:`~vsqs._core.group_receive`)
+and the receipts it issues. A receive that finds nothing and may wait sleeps
+on the queue's watch (:mod:`~vsqs._core.wakeup`) until something may have
+become claimable, in a thread (:meth:`Receiver.receive`) or on an event loop
+(:meth:`Receiver.areceive`): one policy for both, :meth:`Receiver.next_step`.
+
+:meth:`Receiver.claim` is the receive hot path: one method that binds what
+it uses to locals (see docs/benchmarks.md).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import heapq
+import logging
+import math
+import time
+from collections.abc import Awaitable, Callable, Mapping
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from vsqs._core import envelope as _envelope
+from vsqs._core import format as _format
+from vsqs._core import fs as _fs
+from vsqs._core import settings as _settings
+from vsqs._core import hub as _hub
+from vsqs._core import wakeup as _wakeup
+from vsqs._core.errors import DamagedEntry, StorageError
+from vsqs._core.format import State
+from vsqs._core.group_receive import GroupReceiver
+from vsqs._core.limits import MAX_RECEIVE_BYTES, MAX_VISIBILITY_TIMEOUT, MAX_WAIT
+from vsqs._core.listing import Listing
+from vsqs._core.message import Message, to_us
+from vsqs._core.metadata import Store
+from vsqs._core.receipts import IssuedReceipts
+from vsqs._core.rules import check_seconds
+from vsqs._core.settings_store import SettingsStore
+from vsqs._core.throttle import Throttle
+
+if TYPE_CHECKING:
+    import threading
+
+    from vsqs._core.queue import Queue
+
+log = logging.getLogger("vsqs")
+
+T = TypeVar("T")
+Offload = Callable[[Callable[[], T]], Awaitable[T]]
+
+_KEY_LENGTH = _format.KEY_LENGTH
+_SKIPS_PER_CALL = 3  # skips ahead after lost races per receive call (see Listing.skip_ahead)
+
+
+class Receiver:
+    """One handle's receive path (see the module's docstring)."""
+
+    def __init__(
+        self, store: Store, settings: SettingsStore, listing: Listing, lock: threading.Lock,
+        receipts: IssuedReceipts, throttle: Throttle, group_receiver: GroupReceiver,
+        poll_interval: float | None,
+    ) -> None:
+        self._store = store
+        self._settings = settings
+        self._listing = listing
+        self._lock = lock
+        self._receipts = receipts
+        self._throttle = throttle
+        self._group_receiver = group_receiver
+        self._poll_interval = poll_interval
+
+    def terms(self, visibility_timeout: float | None, wait: float | None) -> tuple[int, float, dict[str, Any]]:
+        """The lease (microseconds) and the wait (seconds) a receive asked for, checked,
+        the queue's settings filling in what it left out; and the settings."""
+        settings_store = self._settings
+        settings = settings_store.current()
+        if visibility_timeout is None:  # the setting was validated when it was read
+            lease_us = settings_store.lease_us
+        else:
+            lease_us = to_us(check_seconds(visibility_timeout, "visibility_timeout", MAX_VISIBILITY_TIMEOUT))
+        if wait is None:
+            wait = settings["receive_wait"]  # validated when it was read
+        elif type(wait) is not int or wait:  # 0 needs no check
+            wait = check_seconds(wait, "wait", MAX_WAIT)
+        return lease_us, wait, settings
+
+    def receive(
+        self, queue: Queue, max_messages: int, visibility_timeout: float | None, wait: float | None,
+        read_bodies: bool, group_runs: bool,
+    ) -> list[Message]:
+        """Claim up to ``max_messages``; with a wait, sleep on the queue's watch until
+        something may be claimable, for at most ``wait`` seconds."""
+        lease_us, wait, settings = self.terms(visibility_timeout, wait)
+        if group_runs:  # (the listing keeps each group's next names only once runs are asked for)
+            self._group_receiver.want_runs()
+        if settings["suspended"]:
+            _settings.check_suspended("receive", settings, queue.path)
+        if not wait:
+            return self.claim(queue, max_messages, lease_us, read_bodies, settings, group_runs)
+        deadline = time.monotonic() + wait
+        watch = self.watch()
+        try:
+            woken = False
+            while True:
+                got = self.claim(queue, max_messages, lease_us, read_bodies, settings, group_runs)
+                step = self.next_step(watch, got, deadline, woken)
+                if step is None:
+                    return got
+                version, due = step
+                woken = watch.sleep(version, deadline - time.monotonic(), due)
+                settings = self._settings.current()
+                if settings["suspended"]:  # a long poll notices a suspension too
+                    _settings.check_suspended("receive", settings, queue.path)
+        finally:
+            self.unwatch(watch)
+
+    async def areceive(
+        self, queue: Queue, max_messages: int, visibility_timeout: float | None, wait: float | None,
+        read_bodies: bool, group_runs: bool, offload: Offload[Any] | None,
+    ) -> list[Message]:
+        """:meth:`receive` for an event loop: each attempt runs through ``offload``
+        (default: a thread of the loop's executor), the wait holds no thread. If the
+        caller is cancelled while an attempt runs, what it claims is released."""
+        run: Offload[Any] = offload or _to_thread
+
+        def first() -> tuple[float, list[Message]]:
+            _, waits, _ = self.terms(visibility_timeout, wait)
+            return waits, self.receive(queue, max_messages, visibility_timeout, 0, read_bodies, group_runs)
+
+        def attempt() -> list[Message]:
+            return self.receive(queue, max_messages, visibility_timeout, 0, read_bodies, group_runs)
+
+        waits, got = await _shielded(run, first, lambda result: result[1])
+        if got or not waits:
+            return got
+        deadline = time.monotonic() + waits
+        watch = self.watch()
+        try:
+            woken = False
+            while True:
+                step = self.next_step(watch, got, deadline, woken)
+                if step is None:
+                    return got
+                version, due = step
+                woken = await watch.sleep_async(version, deadline - time.monotonic(), due)
+                got = await _shielded(run, attempt, lambda result: result)
+        finally:
+            self.unwatch(watch)
+
+    # -- the wait: one policy for both ------------------------------------------
+
+    def watch(self) -> _wakeup.Watch:
+        """The queue's watch in this process, used until :meth:`unwatch`."""
+        layout = self._store.layout
+        watch = _hub.hub().acquire(layout.path, layout.message_dirs(), self._poll_interval)
+        with self._lock:
+            self._listing.watch = watch
+        return watch
+
+    def unwatch(self, watch: _wakeup.Watch) -> None:
+        _hub.hub().release(watch)
+
+    def next_step(
+        self, watch: _wakeup.Watch, got: list[Message], deadline: float, woken: bool
+    ) -> tuple[int, float] | None:
+        """After an attempt: None when the receive is done (it got something, or its time
+        is up); else the watch's version to sleep from and the monotonic time at which
+        something of the listing turns visible (a delayed message, a lease running out,
+        the throttle's next window). News the watch had already makes the version old,
+        so the sleep returns at once and the next attempt tries it."""
+        if got:
+            if woken:
+                watch.pass_on()  # there may be more: the next sleeper looks
+            return None
+        now = time.monotonic()
+        if now >= deadline:
+            return None
+        with self._lock:
+            version, news = self._listing.absorb(watch)
+            due = now + self._listing.until_next_expiry()
+        throttle = self._settings.current()["throttle"]
+        if throttle is not None:  # (only if it is what held the receive back)
+            count, seconds = throttle
+            wall = time.time()
+            if self._throttle.exhausted(count, seconds, wall):
+                due = min(due, now + (math.floor(wall / seconds) + 1) * seconds - wall)
+        return (-1 if news else version), due
+
+    def claim(  # noqa: C901 - the receive hot path, kept in one function on purpose
+        self, queue: Queue, limit: int, lease_us: int, read_bodies: bool, settings: Mapping[str, Any],
+        group_runs: bool,
+    ) -> list[Message]:
+        """Claim up to ``limit`` messages, walking the listing cache: one rename
+        each (and a slot lease first for a message of a group). The hot path:
+        everything it uses is bound to locals, the common case of
+        Listing.next_candidate is inlined, and the path of a name is built inline."""
+        got: list[Message] = []
+        failure: StorageError | None = None  # raised only if nothing else was claimed
+        max_receives, throttle = settings["max_receives"], settings["throttle"]
+        store = self._store
+        layout, cache, lock, queue_id = store.layout, self._listing, self._lock, store.id
+        prefix, locate, first_receive = layout.prefix, layout.locate, store.first_receive  # (format 3: -rFIRST)
+        # listings this call may make that give nothing: one, or in a sharded
+        # queue one per shard (another consumer may have emptied the shard that
+        # was listed); renewed by each claim that succeeds, so no spinning on
+        # names that fail
+        fruitless = layout.shards
+        lists_left = fruitless
+        skips = _SKIPS_PER_CALL
+        held = 0  # bytes of the bodies read so far (see MAX_RECEIVE_BYTES)
+        while len(got) < limit:
+            with lock:
+                if cache.visible and not (cache.hidden or cache.grouped) and time.monotonic() < cache.stale_at:
+                    name = heapq.heappop(cache.visible)  # the common case of next_candidate, inlined
+                else:
+                    listed_at = cache.listed_at
+                    name = cache.next_candidate(lists_left > 0)
+                    if cache.listed_at != listed_at:
+                        # a listing that went round every shard has seen them all: no more this call
+                        lists_left = lists_left - 1 if cache.rest_of_round else 0
+            if name is None:
+                break
+            parsed = _format.parse_name(name)  # the one parse of this name on its way out
+            if parsed is None or parsed.state is State.WRITING:
+                continue  # a foreign name the listing passed through unparsed
+            if max_receives is not None and parsed.receive_count >= max_receives:
+                error = self._group_receiver.bury(parsed)  # (its group, if any, goes on with its next)
+                failure = failure or error
+                continue
+            if throttle is not None:
+                with lock:
+                    allowed = self._throttle.take(throttle[0], throttle[1], time.time())
+                if not allowed:
+                    with lock:
+                        cache.remember(name)  # still a candidate later
+                    break
+            if parsed.group_hash:  # a slot lease first, and perhaps a run (see group_receive)
+                taken = self._group_receiver.claim(queue, name, parsed, lease_us, limit - len(got), read_bodies,
+                                                   MAX_RECEIVE_BYTES - held, group_runs, settings)
+                got, held, failure = got + taken.messages, held + taken.held, failure or taken.failure
+                lists_left = fruitless if taken.moved else lists_left
+                if held >= MAX_RECEIVE_BYTES:
+                    break
+                continue
+            count = parsed.receive_count + 1
+            now = time.time_ns() // 1000  # (now_us(), inlined)
+            stem = _format.received_stem(parsed, now) if count == 1 and first_receive else parsed.stem
+            new = _format.hidden_name(stem, now + lease_us, count)
+            if locate is None:
+                source, path = prefix + name, prefix + new
+            else:  # (the shard of ``new`` is the shard of ``name``: KEY and GROUP stay)
+                shard = locate(name)
+                source, path = shard + name, shard + new
+            if not _fs.rename(source, path):
+                if skips:
+                    with lock:
+                        skips -= 1
+                        if cache.skip_ahead(name):
+                            lists_left = max(lists_left, 1)  # the names dropped may be there: list before giving up
+                continue  # another consumer got it first
+            cache.claimed += 1
+            lists_left = fruitless
+            header = None
+            if read_bodies:
+                try:
+                    data = _fs.read(path)
+                    if data is None:
+                        continue  # only if another host's clock is far ahead: it took our lease
+                    held += len(data)
+                    if parsed.envelope:
+                        data, header = _envelope.decode_content(parsed, data, path)
+                except DamagedEntry as exc:  # no message: a FIFO, a directory... or far too large
+                    # skipped, left in place (hidden until its lease ends, then claimed
+                    # again, or moved to the dead-letter queue after max_receives)
+                    layout.report_damage(path, str(exc.strerror))
+                    continue
+                except StorageError as exc:  # unreadable (permissions) or corrupt
+                    # a corrupt file stays in flight and comes back with its lease (and
+                    # goes to the dead-letter queue after max_receives); the rest go on
+                    log.warning("%s", exc)
+                    failure = failure or exc
+                    continue
+            else:
+                data = None
+            receipt = _format.make_receipt(queue_id, new)
+            self._receipts.add(receipt, new, None)
+            got.append(Message(queue, name[:_KEY_LENGTH], data, receipt, count, None, header))  # sent_at: from the id
+            if held >= MAX_RECEIVE_BYTES:
+                break  # the bodies held: at most MAX_RECEIVE_BYTES plus one message
+        if failure is not None and not got:
+            raise failure
+        return got
+
+
+async def _to_thread(fn: Callable[[], T]) -> T:
+    return await asyncio.get_running_loop().run_in_executor(None, fn)
+
+
+async def _shielded(run: Offload[Any], fn: Callable[[], T], messages_of: Callable[[T], list[Message]]) -> T:
+    """``await run(fn)``; if the caller is cancelled meanwhile, the attempt goes on
+    and the messages it claimed are released (visible again at once), not left hidden."""
+    task = asyncio.ensure_future(run(fn))
+    try:
+        return await asyncio.shield(task)
+    except asyncio.CancelledError:
+        task.add_done_callback(lambda done: _give_back(done, messages_of))
+        raise
+
+
+def _give_back(done: asyncio.Future[Any], messages_of: Callable[[Any], list[Message]]) -> None:
+    if done.cancelled() or done.exception() is not None:
+        return
+    messages = messages_of(done.result())
+    if messages:
+        asyncio.get_running_loop().run_in_executor(None, _release_all, messages)
+
+
+def _release_all(messages: list[Message]) -> None:
+    for message in messages:
+        try:
+            message.release()
+        except Exception as exc:  # (gone, or the queue suspended: it comes back with its lease)
+            log.info("could not release %s after a cancelled receive: %s", message.id, exc)
