@@ -449,7 +449,7 @@ class Queue:
 
     async def areceive(
         self, *, visibility_timeout: float | None = None, wait: float | None = None,
-        offload: Callable[[Callable[[], Any]], Awaitable[Any]] | None = None,
+        offload: Callable[[Callable[[], list[Message]]], Awaitable[list[Message]]] | None = None,
     ) -> Message | None:
         """:meth:`receive` for asyncio: ``await queue.areceive(wait=20)``. See :meth:`areceive_batch`."""
         got = await self.areceive_batch(1, visibility_timeout=visibility_timeout, wait=wait, offload=offload)
@@ -463,7 +463,7 @@ class Queue:
         wait: float | None = None,
         read_bodies: bool = True,
         group_runs: bool = False,
-        offload: Callable[[Callable[[], Any]], Awaitable[Any]] | None = None,
+        offload: Callable[[Callable[[], list[Message]]], Awaitable[list[Message]]] | None = None,
     ) -> list[Message]:
         """:meth:`receive_batch` for asyncio: the wait holds no thread (it sleeps on the
         event loop until a message may be claimable); each attempt (file system calls)

@@ -48,7 +48,8 @@ if TYPE_CHECKING:
 log = logging.getLogger("vsqs")
 
 T = TypeVar("T")
-Offload = Callable[[Callable[[], T]], Awaitable[T]]
+# how an asyncio receive runs each attempt (file system calls): given the attempt, its messages
+Offload = Callable[[Callable[[], list[Message]]], Awaitable[list[Message]]]
 
 _KEY_LENGTH = _format.KEY_LENGTH
 _SKIPS_PER_CALL = 3  # skips ahead after lost races per receive call (see Listing.skip_ahead)
@@ -101,8 +102,8 @@ class Receiver:
             return self.claim(queue, max_messages, lease_us, read_bodies, settings, group_runs)
         deadline = time.monotonic() + wait
         watch = self.watch()
+        woken = False
         try:
-            woken = False
             while True:
                 got = self.claim(queue, max_messages, lease_us, read_bodies, settings, group_runs)
                 step = self.next_step(watch, got, deadline, woken)
@@ -113,39 +114,49 @@ class Receiver:
                 settings = self._settings.current()
                 if settings["suspended"]:  # a long poll notices a suspension too
                     _settings.check_suspended("receive", settings, queue.path)
+        except BaseException:
+            if woken:
+                watch.pass_on()  # woken for a message it will not take: the next sleeper looks
+            raise
         finally:
             self.unwatch(watch)
 
     async def areceive(
         self, queue: Queue, max_messages: int, visibility_timeout: float | None, wait: float | None,
-        read_bodies: bool, group_runs: bool, offload: Offload[Any] | None,
+        read_bodies: bool, group_runs: bool, offload: Offload | None,
     ) -> list[Message]:
         """:meth:`receive` for an event loop: each attempt runs through ``offload``
         (default: a thread of the loop's executor), the wait holds no thread. If the
         caller is cancelled while an attempt runs, what it claims is released."""
-        run: Offload[Any] = offload or _to_thread
+        run: Offload = offload or _to_thread
+        waits = 0.0
 
-        def first() -> tuple[float, list[Message]]:
+        def first() -> list[Message]:
+            nonlocal waits
             _, waits, _ = self.terms(visibility_timeout, wait)
-            return waits, self.receive(queue, max_messages, visibility_timeout, 0, read_bodies, group_runs)
+            return self.receive(queue, max_messages, visibility_timeout, 0, read_bodies, group_runs)
 
         def attempt() -> list[Message]:
             return self.receive(queue, max_messages, visibility_timeout, 0, read_bodies, group_runs)
 
-        waits, got = await _shielded(run, first, lambda result: result[1])
+        got = await _shielded(run, first)
         if got or not waits:
             return got
         deadline = time.monotonic() + waits
         watch = self.watch()
+        woken = False
         try:
-            woken = False
             while True:
                 step = self.next_step(watch, got, deadline, woken)
                 if step is None:
                     return got
                 version, due = step
                 woken = await watch.sleep_async(version, deadline - time.monotonic(), due)
-                got = await _shielded(run, attempt, lambda result: result)
+                got = await _shielded(run, attempt)
+        except BaseException:
+            if woken:
+                watch.pass_on()  # woken for a message it will not take: the next sleeper looks
+            raise
         finally:
             self.unwatch(watch)
 
@@ -298,21 +309,21 @@ async def _to_thread(fn: Callable[[], T]) -> T:
     return await asyncio.get_running_loop().run_in_executor(None, fn)
 
 
-async def _shielded(run: Offload[Any], fn: Callable[[], T], messages_of: Callable[[T], list[Message]]) -> T:
+async def _shielded(run: Offload, fn: Callable[[], list[Message]]) -> list[Message]:
     """``await run(fn)``; if the caller is cancelled meanwhile, the attempt goes on
     and the messages it claimed are released (visible again at once), not left hidden."""
     task = asyncio.ensure_future(run(fn))
     try:
         return await asyncio.shield(task)
     except asyncio.CancelledError:
-        task.add_done_callback(lambda done: _give_back(done, messages_of))
+        task.add_done_callback(_give_back)
         raise
 
 
-def _give_back(done: asyncio.Future[Any], messages_of: Callable[[Any], list[Message]]) -> None:
+def _give_back(done: asyncio.Future[list[Message]]) -> None:
     if done.cancelled() or done.exception() is not None:
         return
-    messages = messages_of(done.result())
+    messages = done.result()
     if messages:
         asyncio.get_running_loop().run_in_executor(None, _release_all, messages)
 

@@ -4,18 +4,15 @@ The gateway keeps no state of its own. Every request turns into calls of the
 public Python API on the spool, so any number of gateways on any hosts can
 serve one spool beside library and CLI users, and killing one loses nothing.
 What it does keep is a cache: one open :class:`vsqs.Queue` handle per queue
-(for the handle's listing cache), checked against the disk every few seconds,
-and this process's long polls, so that a publish wakes them.
+(for the handle's listing cache), checked against the disk every few seconds.
+Long polls wait with the engine's asyncio receive, which every publish wakes,
+from this process or any other.
 """
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
-import math
 import threading
 import time
-from collections import deque
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
@@ -31,19 +28,16 @@ from vsqs._gateway.metrics import GatewayMetrics
 T = TypeVar("T")
 
 _HANDLE_CHECK_SECONDS = 2.0
-_POLL_FIRST, _POLL_MAX = 0.01, 0.5
-_MIN_REPOLL = 0.1  # seconds between receive attempts of the idle long polls of one queue
 
 
 class Gateway:
-    """What the handlers share: the spool, the queue handles, the metrics, the waiters."""
+    """What the handlers share: the spool, the queue handles, the metrics."""
 
     def __init__(self, config: GatewayConfig) -> None:
         self.config = config
         self.spool = Spool(config.spool)
         self._handles: dict[str, tuple[Queue, float]] = {}
         self._handles_lock = threading.Lock()
-        self._waiters: dict[str, _Waiters] = {}
         self.metrics = GatewayMetrics(self.spool)
         self.key_guesses = KeyGuesses()  # wrong API keys by address: the API's and the console's sign-in
 
@@ -92,19 +86,6 @@ class Gateway:
 
     # -- long polling ---------------------------------------------------------
 
-    def published(self, name: str, count: int = 1) -> None:
-        """Wake up to ``count`` of this process's long polls on queue ``name``, one
-        per message published (others, and other processes, find it by polling)."""
-        waiters = self._waiters.get(name)
-        if waiters is None:
-            return
-        waiters.attempted_at = -math.inf  # the next poll of any waiter goes ahead
-        while count > 0 and waiters.sleeping:
-            woken = waiters.sleeping.popleft()
-            if not woken.done():
-                woken.set_result(None)
-                count -= 1
-
     async def receive(
         self, name: str, max_messages: int, visibility_timeout: float | None, wait: float | None,
         disconnected: Callable[[], Awaitable[bool]] | None = None,
@@ -114,14 +95,7 @@ class Gateway:
 
         The first attempt is one hop to the thread pool: the queue opened, its
         ``receive_wait`` read (``wait`` None), one non-blocking ``receive_batch``.
-        When it finds nothing and there is a wait, the request sleeps on the
-        event loop between attempts (one hop each). A publish through this
-        process wakes one sleeper per message. Otherwise a sleeper wakes after
-        its pause (10 ms doubling to 0.5 s) and tries again only if no waiter on
-        the queue tried in the last 0.1 s, so idle long polls cost a few
-        listings a second per queue, however many there are. A client that
-        went away stops its poll before the next attempt, so no message is
-        hidden for nobody.
+        When it finds nothing and there is a wait, :meth:`long_poll` goes on.
         """
         def first_attempt(queue: Queue) -> tuple[float, list[Message]]:
             waits = float(queue.settings["receive_wait"]) if wait is None else wait
@@ -129,7 +103,6 @@ class Gateway:
                 raise InvalidArgument(f"wait must be 0..{MAX_WAIT:g} seconds, not {waits!r}")
             return waits, queue.receive_batch(max_messages, visibility_timeout=visibility_timeout, wait=0)
 
-        self._waiters.setdefault(name, _Waiters()).attempted_at = time.monotonic()
         waits, got = await self.on(name, first_attempt)
         if got or waits <= 0:
             return got
@@ -140,63 +113,42 @@ class Gateway:
         disconnected: Callable[[], Awaitable[bool]] | None = None, group_runs: bool = False,
         prepare: Callable[[list[Message]], object] | None = None,
     ) -> list[Message]:
-        """The rest of a receive whose first attempt found nothing (see :meth:`receive`):
-        sleep until woken or until it is our turn to poll, try again, for ``wait`` seconds
-        (``group_runs``: see :meth:`vsqs.Queue.receive_batch`). ``prepare`` is called
-        with what an attempt got, in its worker thread: whatever reads files for
-        the answer does it there, never on the event loop."""
-        deadline = time.monotonic() + wait
-        waiters = self._waiters.setdefault(name, _Waiters())
-        loop = asyncio.get_running_loop()
-        pause = _POLL_FIRST
+        """The rest of a receive whose first attempt found nothing: the engine's
+        asyncio receive (:meth:`vsqs.Queue.areceive_batch`), which sleeps on the
+        queue's watch, woken when a message may be claimable, whoever published it
+        (all the long polls of a queue in this process share one watch; a message
+        wakes one of them). Each attempt is a hop to the thread pool; ``prepare`` is
+        called there with what it got (whatever reads files for the answer does it
+        there, never on the event loop). A client that went away stops its poll
+        before the next attempt, so no message is hidden for nobody.
+        """
+        queue = await self.handle(name)
+
+        async def attempt(claim: Callable[[], list[Message]]) -> list[Message]:
+            if disconnected is not None and await disconnected():
+                raise _Disconnected
+            return await anyio.to_thread.run_sync(lambda: _prepared(claim(), prepare))
+
         self.metrics.long_polls.inc()
         try:
-            while True:
-                while True:  # sleep until woken, or until it is our turn to poll
-                    left = deadline - time.monotonic()
-                    if left <= 0:
-                        return []
-                    woken: asyncio.Future[None] = loop.create_future()
-                    waiters.sleeping.append(woken)
-                    try:
-                        await asyncio.wait_for(asyncio.shield(woken), min(pause, left))
-                    except TimeoutError:
-                        pause = min(pause * 2, _POLL_MAX)
-                    finally:
-                        if not woken.done():
-                            woken.cancel()
-                            with contextlib.suppress(ValueError):
-                                waiters.sleeping.remove(woken)
-                    if disconnected is not None and await disconnected():
-                        return []
-                    if woken.done() and not woken.cancelled():
-                        pause = _POLL_FIRST
-                        break
-                    if time.monotonic() - waiters.attempted_at >= _MIN_REPOLL:
-                        break
-                waiters.attempted_at = time.monotonic()
-                got = await self.on(name, lambda queue: _prepared(queue.receive_batch(
-                    max_messages, visibility_timeout=visibility_timeout, wait=0, group_runs=group_runs), prepare))
-                if got or deadline - time.monotonic() <= 0:
-                    return got
+            return await queue.areceive_batch(
+                max_messages, visibility_timeout=visibility_timeout, wait=wait, group_runs=group_runs,
+                offload=attempt,
+            )
+        except _Disconnected:
+            return []
         finally:
             self.metrics.long_polls.dec()
+
+
+class _Disconnected(Exception):
+    """The client of a long poll went away: no more attempts."""
 
 
 def _prepared(got: list[Message], prepare: Callable[[list[Message]], object] | None) -> list[Message]:
     if got and prepare is not None:
         prepare(got)
     return got
-
-
-class _Waiters:
-    """This process's long polls on one queue."""
-
-    __slots__ = ("attempted_at", "sleeping")
-
-    def __init__(self) -> None:
-        self.sleeping: deque[asyncio.Future[None]] = deque()
-        self.attempted_at = -math.inf  # monotonic time of the last receive attempt by any of them
 
 
 def gateway_of(request: Request) -> Gateway:

@@ -297,8 +297,6 @@ def router(console: Console) -> APIRouter:
                                       status=error.status)
         finally:
             console.cache.forget(name)
-        if notice == "published":
-            gateway.published(name, 1)  # wakes this process's long polls on the queue
         return console.redirect(request, _queue_url(name, notice=notice, n=count or None))
 
     def save_settings(queue: Queue, form: dict[str, str]) -> tuple[str, int]:

@@ -245,7 +245,6 @@ async def publish_raw(
         data, delay=delay, **options,
         attributes=attributes, group=group, dedup_id=dedup_id,
     ))
-    gateway.published(queue, 1)
     return Response(status_code=201, headers={
         "Message-Id": message_id, "Message-Md5": _md5(data), "Message-Timestamp": _timestamp(sent)})
 
@@ -289,7 +288,6 @@ async def publish(request: Request, queue: QueueName, batch: PublishRequest) -> 
                            f"gateway's {limit}", f"messages.{position}.body")
     outgoing = [entry.outgoing(data) for entry, data in zip(batch.messages, bodies, strict=True)]
     ids = await gateway.on(queue, lambda q: q.publish_batch(outgoing, dedup=batch.dedup))
-    gateway.published(queue, len(ids))
     md5s = [_md5(data) for data in bodies]
     return PublishResult(messages=[Published(id=i, md5=m) for i, m in zip(ids, md5s, strict=True)])
 

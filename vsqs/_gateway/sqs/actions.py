@@ -225,7 +225,6 @@ async def send_message(call: Call) -> dict[str, Any]:
 
     name = queue_name_of_url(call.params)
     prepared, message_id = await call.on_queue(send)  # one hop: the queue, its settings, the publish
-    call.gateway.published(name)
     return send_result(message_id, prepared)
 
 
@@ -264,7 +263,6 @@ async def send_message_batch(call: Call) -> dict[str, Any]:
                 failed.append(_failed(entry_id, outcome))
             else:
                 successful.append({"Id": entry_id, **send_result(outcome, prepared)})
-        call.gateway.published(name, len(successful))
     _batch_outcome(call, failed)
     return {"Successful": successful, "Failed": failed}
 
