@@ -211,14 +211,17 @@ class Hub:
         wall = time.time()
         moved = stamp != watch.stamp
         if watch.poll_interval is None:
-            missed = moved and watch.stamp is not None and watch.version == watch.looked_version
-            if missed or (watch.wds and len(watch.wds) < len(watch.message_dirs)):
+            # someone still sleeps although the directories changed: whether or not
+            # a notification told of it, one sleeper lists (a lost one costs this long)
+            missed = moved and watch.stamp is not None
+            if missed:
                 self._rewatch(watch)
         else:
             recent = any(isinstance(s, tuple) and s[0] >= (watch.looked_wall - RECENT) * 1e9 for s in stamp)
-            missed = moved or recent or now - watch.looked_at >= POLL_SAFETY
-        watch.stamp, watch.looked_at, watch.looked_version, watch.looked_wall = stamp, now, watch.version, wall
+            missed = moved or recent or now - watch.prodded_at >= POLL_SAFETY
+        watch.stamp, watch.looked_at, watch.looked_wall = stamp, now, wall
         if missed:
+            watch.prodded_at = now
             watch.changed()
 
     def _rewatch(self, watch: Watch) -> None:
@@ -265,7 +268,7 @@ class Hub:
                     watch.arrived(event.name)
                 else:
                     watch.hidden(event.name, name.until_us)
-            elif mask & _LEAVING and name.state is State.HIDDEN:
+            elif mask & _LEAVING:
                 watch.left(event.name)
 
     def _linger(self, now: float) -> None:

@@ -131,11 +131,11 @@ def _libc() -> ctypes.CDLL:
     return libc
 
 
-def filesystem_type(path: str) -> str | None:
+def filesystem_type(path: str, mountinfo: str = "/proc/self/mountinfo") -> str | None:
     """The type of the filesystem ``path`` lives on (``ext4``, ``nfs4``, ``fuse.sshfs``...),
     from this process's mount table; None where there is none to read."""
     try:
-        with open("/proc/self/mountinfo", encoding="utf-8", errors="surrogateescape") as table:
+        with open(mountinfo, encoding="utf-8", errors="surrogateescape") as table:
             lines = table.read().splitlines()
     except OSError:
         return None

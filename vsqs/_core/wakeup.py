@@ -112,8 +112,8 @@ class Watch:
         self.users = 0
         self.idle_since = time.monotonic()
         self.looked_at = time.monotonic()  # the hub's last look at the directories
-        self.looked_version = 0
         self.looked_wall = time.time()
+        self.prodded_at = time.monotonic()  # the last time a look made a sleeper list
         self.stamp: tuple[object, ...] | None = None  # the directories' stat at that look
         self.wds: dict[int, str] = {}  # the kernel's watches of this queue: wd -> directory
 
@@ -147,8 +147,10 @@ class Watch:
             self.version += 1
 
     def left(self, name: str) -> None:
-        """A hidden name left (deleted, claimed again, extended): no timer for it."""
+        """A name left (claimed, deleted, extended...): no timer for it, and should
+        it land again (a redrive resets a count), it is news again."""
         with self.lock:
+            self._recent.pop(name, None)
             self._live.pop(name, None)
             due = self._due
             while due and self._live.get(due[0][1]) != due[0][0]:

@@ -1,0 +1,465 @@
+"""Waiting receives wake when a message may be claimable: the watch, the hub, and their fallbacks.
+
+The wake-up is an optimisation: these tests check that what it hands out is
+right (each message once, none lost, whatever the notifications do), that
+waiters are woken one at a time, and that each source of news (a publish in
+another process, a release, a delayed message, a lease running out, a
+group's slot freed, a poll of a filesystem without notifications) reaches a
+waiter within its wait. None of them depends on how fast that happens: every
+wait is many times longer than the news needs on an idle machine, and a
+waiter that misses all news returns empty-handed, which the test sees.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from unittest import mock
+
+import pytest
+
+import vsqs
+from vsqs._core import fs as _fs
+from vsqs._core import hub as _hub
+from vsqs._core import inotify as _inotify
+from vsqs._core.wakeup import ARRIVALS, Watch
+
+LONG = 20.0  # a wait no news on an idle machine needs more than a fraction of
+
+
+@pytest.fixture
+def hubs() -> Iterator[Callable[..., _hub.Hub]]:
+    """Make a fresh hub (with the notifier given) this process's, for one test."""
+    made: list[tuple[_hub.Hub, _hub.Hub | None]] = []
+
+    def make(notifier: Callable[[], _hub.Notifier] | None = _inotify.Inotify) -> _hub.Hub:
+        fresh = _hub.Hub(notifier)
+        made.append((fresh, _hub.install(fresh)))
+        return fresh
+
+    yield make
+    for fresh, old in reversed(made):
+        fresh.close()
+        _hub.install(old)
+
+
+def _publish_elsewhere(path: str, bodies: list[bytes], pause: float = 0.0, **options: object) -> subprocess.Popen:
+    """Publish from another process (no hint of this process's publishes reaches the waiter)."""
+    code = (
+        "import sys, time, vsqs\n"
+        f"q = vsqs.Queue({path!r})\n"
+        f"for body in {bodies!r}:\n"
+        f"    time.sleep({pause!r})\n"
+        f"    q.publish(body, durable=False, **{options!r})\n"
+    )
+    return subprocess.Popen([sys.executable, "-c", code])
+
+
+# -- the watch, through its interface -------------------------------------------------
+
+
+def _watch() -> Watch:
+    return Watch("/q", ["/q"], ["/q/.groups"], None)
+
+
+def test_a_watch_hands_each_sleeper_what_landed_since_it_looked():
+    watch = _watch()
+    epoch, version = watch.mark()
+    watch.arrived("a")
+    watch.arrived("b")
+    assert watch.news_since(epoch, version)[2] == ["a", "b"]
+    _, after_a, _ = watch.news_since(epoch, version)
+    watch.arrived("c")
+    assert watch.news_since(epoch, after_a)[2] == ["c"]
+
+
+def test_a_name_told_twice_is_news_once_until_it_leaves():
+    watch = _watch()
+    epoch, version = watch.mark()
+    watch.arrived("a")  # this process's publish...
+    watch.arrived("a")  # ...and the kernel's event of it
+    assert watch.news_since(epoch, version)[2] == ["a"]
+    watch.left("a")
+    watch.arrived("a")  # back again (a redrive resets the count: the same name)
+    assert watch.news_since(epoch, version)[2] == ["a", "a"]
+
+
+def test_news_that_cannot_be_named_means_list_again():
+    watch = _watch()
+    epoch, version = watch.mark()
+    watch.changed()  # a slot freed, events lost...
+    assert watch.news_since(epoch, version)[2] is None
+    epoch, version = watch.mark()
+    for index in range(ARRIVALS + 1):  # more than the log keeps
+        watch.arrived(f"n{index}")
+    assert watch.news_since(epoch, version)[2] is None
+    assert watch.news_since(*watch.mark())[2] == []
+
+
+def test_a_sleeper_does_not_sleep_through_news_it_has_not_seen():
+    watch = _watch()
+    _, version = watch.mark()
+    watch.arrived("a")
+    started = time.monotonic()
+    assert watch.sleep(version, LONG) is True
+    assert time.monotonic() - started < LONG
+
+
+def test_sleepers_are_woken_one_per_name_and_pass_it_on():
+    watch = _watch()
+    woken: list[int] = []
+    _, version = watch.mark()
+
+    def sleep(index: int) -> None:
+        if watch.sleep(version, LONG):
+            woken.append(index)
+
+    threads = [threading.Thread(target=sleep, args=(index,)) for index in range(5)]
+    for thread in threads:
+        thread.start()
+    _until(lambda: len(watch._sleepers) == 5)  # (a read of the count only: all asleep)
+    watch.arrived("a")
+    _until(lambda: len(woken) == 1)
+    time.sleep(0.1)
+    assert len(woken) == 1  # one name, one sleeper
+    watch.pass_on()  # it claimed something: the next one looks
+    _until(lambda: len(woken) == 2)
+    for _ in range(3):
+        watch.changed()
+    for thread in threads:
+        thread.join(LONG)
+    assert sorted(woken) == [0, 1, 2, 3, 4]
+    assert woken[:2] == [0, 1]  # the oldest sleepers first
+
+
+def test_a_hidden_name_wakes_one_sleeper_at_its_time_unless_it_left():
+    watch = _watch()
+    now_us = 1_000_000_000
+    watch.hidden("gone", now_us + 1000)
+    watch.hidden("due", now_us + 2000)
+    watch.left("gone")
+    epoch, version = watch.mark()
+    watch.fire(0.0, now_us + 1500)
+    assert watch.news_since(epoch, version)[2] == []
+    watch.fire(0.0, now_us + 2000)
+    assert watch.news_since(epoch, version)[2] == ["due"]
+
+
+def _until(condition: Callable[[], bool], limit: float = LONG) -> None:
+    deadline = time.monotonic() + limit
+    while not condition():
+        assert time.monotonic() < deadline, "not reached in time"
+        time.sleep(0.005)
+
+
+# -- waiting receives, end to end ---------------------------------------------------------
+
+
+def test_a_waiting_receive_gets_a_message_published_by_another_process(hubs, flat_queue):
+    hubs()
+    producer = _publish_elsewhere(flat_queue.path, [b"hello"], pause=0.3)
+    try:
+        with mock.patch.object(_hub, "CHECK_EVERY", 3600.0):  # only the notification can wake it
+            message = flat_queue.receive(wait=LONG)
+    finally:
+        producer.wait()
+    assert message is not None and message.body == b"hello"
+
+
+def test_each_message_once_whatever_the_notifications_do(hubs, queue):
+    """Notifications dropped, repeated and reordered: every message is received once."""
+
+    class Tampering:
+        def __init__(self) -> None:
+            self.real = _inotify.Inotify()
+            self.fd = self.real.fd
+            self.count = 0
+
+        def add(self, directory: str, mask: int) -> int:
+            return self.real.add(directory, mask)
+
+        def remove(self, wd: int) -> None:
+            self.real.remove(wd)
+
+        def read(self) -> list[_inotify.Event]:
+            out = []
+            for event in self.real.read():
+                self.count += 1
+                if self.count % 3 == 0:
+                    continue  # dropped
+                out += [event, event]  # repeated
+            return out[::-1]  # reordered
+
+        def close(self) -> None:
+            self.real.close()
+
+    hubs(Tampering)
+    bodies = [b"%d" % index for index in range(30)]
+    producer = _publish_elsewhere(queue.path, bodies, pause=0.01)
+    got: list[bytes] = []
+    try:
+        with mock.patch.object(_hub, "CHECK_EVERY", 0.1):  # a lost notification costs this long
+            deadline = time.monotonic() + 60
+            while len(got) < len(bodies) and time.monotonic() < deadline:
+                message = queue.receive(wait=LONG)
+                if message is not None:
+                    got.append(message.body)
+                    message.delete()
+    finally:
+        producer.wait()
+    assert sorted(got) == sorted(bodies)
+
+
+def test_one_message_wakes_one_of_many_waiters_in_a_process(hubs, flat_queue):
+    """Twenty threads wait on one handle; a message is claimed by one rename, no lost race."""
+    hubs()
+    renames: list[bool] = []
+    real_rename = _fs.rename
+
+    def counting_rename(src: str, dst: str) -> bool:
+        won = real_rename(src, dst)
+        renames.append(won)
+        return won
+
+    listings: list[str] = []
+    real_list = _fs.list_names
+
+    def counting_list(directory: str) -> list[str]:
+        listings.append(directory)
+        return real_list(directory)
+
+    results: list[vsqs.Message | None] = []
+
+    def wait() -> None:
+        results.append(flat_queue.receive(wait=3))
+
+    with mock.patch.object(_fs, "rename", counting_rename), mock.patch.object(_fs, "list_names", counting_list):
+        threads = [threading.Thread(target=wait) for _ in range(20)]
+        for thread in threads:
+            thread.start()
+        time.sleep(0.5)  # (all asleep by now on an idle machine; if not, they find the message themselves)
+        renames.clear()
+        listings.clear()
+        producer = _publish_elsewhere(flat_queue.path, [b"one"])
+        producer.wait()
+        _until(lambda: any(results))
+        woken_listings = len(listings)
+        for thread in threads:
+            thread.join(LONG)
+    assert [m.body for m in results if m is not None] == [b"one"]
+    assert renames.count(False) == 0  # no waiter lost a race for it
+    assert renames.count(True) == 1  # its one claim
+    assert woken_listings <= 2  # the one woken took it (and the next, passed on, looked once): not twenty
+
+
+def test_a_release_wakes_a_waiter(hubs, flat_queue):
+    hubs()
+    flat_queue.publish(b"x")
+    held = flat_queue.receive(visibility_timeout=3600)
+    assert held is not None
+    other = vsqs.Queue(flat_queue.path)
+    threading.Timer(0.3, held.release).start()
+    with mock.patch.object(_hub, "CHECK_EVERY", 3600.0):
+        message = other.receive(wait=LONG)
+    assert message is not None and message.id == held.id
+
+
+def test_a_delayed_message_wakes_a_waiter_at_its_time(hubs, flat_queue):
+    hubs()
+    started = time.time()
+    producer = _publish_elsewhere(flat_queue.path, [b"later"], pause=0.3, delay=0.5)  # while it waits
+    try:
+        with mock.patch.object(_hub, "CHECK_EVERY", 3600.0):  # no look: the timer alone wakes it
+            message = flat_queue.receive(wait=LONG)
+    finally:
+        producer.wait()
+    assert message is not None and message.body == b"later"
+    assert time.time() >= started + 0.8  # not before its time
+
+
+def test_a_lease_that_runs_out_wakes_a_waiter(hubs, flat_queue):
+    hubs()
+    flat_queue.publish(b"x")
+    taken = vsqs.Queue(flat_queue.path).receive(visibility_timeout=0.5)
+    assert taken is not None
+    other = vsqs.Queue(flat_queue.path)  # lists the message hidden: its time is the waiter's timer
+    with mock.patch.object(_hub, "CHECK_EVERY", 3600.0):
+        message = other.receive(wait=LONG)
+    assert message is not None and message.id == taken.id and message.receive_count == 2
+
+
+def test_a_freed_group_slot_wakes_a_waiter_for_the_groups_next(hubs, flat_queue):
+    hubs()
+    flat_queue.publish_batch([b"first", b"second"], group="g")
+    head = flat_queue.receive(visibility_timeout=3600)
+    assert head is not None and head.body == b"first"
+    other = vsqs.Queue(flat_queue.path)
+    assert other.receive(wait=0) is None  # the group is held
+    threading.Timer(0.3, head.delete).start()
+    with mock.patch.object(_hub, "CHECK_EVERY", 3600.0):
+        message = other.receive(wait=LONG)
+    assert message is not None and message.body == b"second"
+
+
+# -- fallbacks ---------------------------------------------------------------------------
+
+
+def test_without_notifications_a_waiter_polls(hubs, queue):
+    hubs(None)  # no kernel notifier: every queue is polled
+    producer = _publish_elsewhere(queue.path, [b"polled"], pause=0.3)
+    try:
+        message = queue.receive(wait=LONG)
+    finally:
+        producer.wait()
+    assert message is not None and message.body == b"polled"
+
+
+def test_the_watch_limit_degrades_to_polling_with_one_warning(hubs, tmp_path, caplog):
+    class Exhausted:
+        def __init__(self) -> None:
+            self.real = _inotify.Inotify()
+            self.fd = self.real.fd
+
+        def add(self, directory: str, mask: int) -> int:
+            raise _inotify.Unavailable("inotify watch limit reached (fs.inotify.max_user_watches)", limit=True)
+
+        def remove(self, wd: int) -> None:
+            pass
+
+        def read(self) -> list[_inotify.Event]:
+            return self.real.read()
+
+        def close(self) -> None:
+            self.real.close()
+
+    hubs(Exhausted)
+    spool = vsqs.Spool(tmp_path / "spool", create=True)
+    first, second = spool.create_queue("a"), spool.create_queue("b")
+    with caplog.at_level(logging.WARNING, logger="vsqs"):
+        for queue in (first, second):
+            producer = _publish_elsewhere(queue.path, [b"x"], pause=0.3)
+            try:
+                message = queue.receive(wait=LONG)
+            finally:
+                producer.wait()
+            assert message is not None
+    warnings = [r for r in caplog.records if "watch limit" in r.getMessage()]
+    assert len(warnings) == 1
+
+
+def test_a_network_filesystem_is_polled(tmp_path):
+    table = tmp_path / "mountinfo"
+    table.write_text(
+        "22 1 8:1 / / rw,relatime shared:1 - ext4 /dev/sda1 rw\n"
+        "40 22 0:50 / /mnt/spool rw,relatime shared:2 - nfs4 server:/export rw\n"
+        "41 22 0:51 / /mnt/my\\040spool rw - fuse.sshfs host:/x rw\n"
+        "42 40 0:52 / /mnt/spool/local rw - tmpfs tmpfs rw\n"
+    )
+    kind = lambda path: _inotify.filesystem_type(path, str(table))  # noqa: E731
+    assert kind("/mnt/spool/q") == "nfs4"
+    assert kind("/mnt/my spool/q") == "fuse.sshfs"
+    assert kind("/mnt/spool/local/q") == "tmpfs"
+    assert kind("/mnt/spoolish") == "ext4"
+    assert [_inotify.is_local(kind(p)) for p in ("/mnt/spool", "/mnt/my spool", "/srv", "/mnt/spool/local")] == [
+        False, False, True, True]
+    assert not _inotify.is_local(None)
+
+
+def test_a_forked_child_waits_with_a_hub_of_its_own(hubs, flat_queue):
+    hubs()
+    assert flat_queue.receive(wait=0.01) is None  # the parent's hub is running
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: wait for a message the parent publishes
+        try:
+            os.close(read)
+            message = vsqs.Queue(flat_queue.path).receive(wait=LONG)
+            os.write(write, message.body if message is not None else b"none")
+        finally:
+            os._exit(0)
+    os.close(write)
+    time.sleep(0.3)
+    _publish_elsewhere(flat_queue.path, [b"to the child"]).wait()
+    with os.fdopen(read, "rb") as answer:
+        assert answer.read() == b"to the child"
+    os.waitpid(pid, 0)
+
+
+# -- asyncio -------------------------------------------------------------------------
+
+
+def test_an_async_receive_waits_without_a_thread(hubs, flat_queue):
+    hubs()
+    threads_before = threading.active_count()
+
+    async def main() -> list[vsqs.Message]:
+        waiters = [asyncio.ensure_future(flat_queue.areceive_batch(wait=LONG)) for _ in range(200)]
+        await asyncio.sleep(0.3)
+        executor = min(32, (os.cpu_count() or 1) + 4)  # the default executor's threads, for the first attempts
+        assert threading.active_count() <= threads_before + 1 + executor  # and the hub's: none per waiter
+        flat_queue.publish(b"one")
+        done, pending = await asyncio.wait(waiters, timeout=LONG, return_when=asyncio.FIRST_COMPLETED)
+        await asyncio.sleep(0.2)
+        assert sum(1 for w in waiters if w.done()) == 1  # one message woke one of 200
+        for waiter in pending:
+            waiter.cancel()
+        await asyncio.gather(*pending, return_exceptions=True)
+        return next(iter(done)).result()
+
+    got = asyncio.run(main())
+    assert [m.body for m in got] == [b"one"]
+
+
+def test_a_cancelled_async_receive_gives_back_what_it_claimed(hubs, flat_queue):
+    hubs()
+    flat_queue.publish(b"kept")
+    claimed = threading.Event()
+    go_on = threading.Event()
+
+    async def slow_offload(attempt: Callable[[], list[vsqs.Message]]) -> list[vsqs.Message]:
+        def run() -> list[vsqs.Message]:
+            got = attempt()
+            claimed.set()
+            go_on.wait(LONG)
+            return got
+        return await asyncio.get_running_loop().run_in_executor(None, run)
+
+    async def main() -> None:
+        task = asyncio.ensure_future(flat_queue.areceive_batch(wait=LONG, visibility_timeout=3600,
+                                                               offload=slow_offload))
+        await asyncio.get_running_loop().run_in_executor(None, claimed.wait, LONG)
+        task.cancel()
+        go_on.set()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        await asyncio.sleep(0.5)  # the release runs in the executor
+
+    asyncio.run(main())
+    again = vsqs.Queue(flat_queue.path).receive(wait=LONG)
+    assert again is not None and again.body == b"kept"  # visible again at once, not after an hour
+
+
+def test_an_async_receive_checks_its_arguments_before_taking_anything(flat_queue):
+    flat_queue.publish(b"x")
+    with pytest.raises(vsqs.InvalidArgument):
+        asyncio.run(flat_queue.areceive_batch(0))
+    with pytest.raises(vsqs.InvalidArgument):
+        asyncio.run(flat_queue.areceive(wait=-1))
+    assert flat_queue.stats().ready == 1
+
+
+def test_poll_interval_is_checked(tmp_path):
+    with pytest.raises(vsqs.InvalidArgument):
+        vsqs.Queue(tmp_path / "q", create=True, poll_interval=0)
+    with pytest.raises(vsqs.InvalidArgument):
+        vsqs.Queue(tmp_path / "q", create=True, poll_interval=3601)
+    queue = vsqs.Queue(Path(tmp_path / "q"), create=True, poll_interval=0.5)
+    import pickle
+    assert pickle.loads(pickle.dumps(queue)).receive(wait=0) is None
