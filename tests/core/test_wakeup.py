@@ -463,3 +463,99 @@ def test_poll_interval_is_checked(tmp_path):
     queue = vsqs.Queue(Path(tmp_path / "q"), create=True, poll_interval=0.5)
     import pickle
     assert pickle.loads(pickle.dumps(queue)).receive(wait=0) is None
+
+
+# -- whose turn it is --------------------------------------------------------------------
+
+
+def test_each_message_has_one_order_of_waiters_that_every_process_computes_alike():
+    from vsqs._core import format as _format
+
+    waiters = {f"{'a' * 16}-{pid}-1" for pid in range(100, 110)}
+    for name in ("0000000000000001-x", "0000000000000002-y"):
+        ranks = sorted(_format.waiter_rank(name, waiters, me) for me in waiters)
+        assert ranks == list(range(10))  # a strict order: one first, one second...
+    firsts = {min(waiters, key=lambda me: _format.waiter_rank(f"m{i}", waiters, me)) for i in range(200)}
+    assert len(firsts) >= 8  # the messages spread over the waiters
+
+
+def test_a_process_whose_turn_it_is_not_waits_unless_the_name_left():
+    watch = _watch()
+    epoch, version = watch.mark()
+    woken: list[bool] = []
+    thread = threading.Thread(target=lambda: woken.append(watch.sleep(version, LONG)))
+    thread.start()
+    _until(lambda: watch.has_sleepers())
+    watch.arrived("claimed-by-the-first", delay=0.05)
+    watch.left("claimed-by-the-first")  # the process whose turn it was took it
+    watch.arrived("left-for-us", delay=0.05)
+    assert watch.fire(time.monotonic(), 0) == []  # not yet
+    time.sleep(0.06)
+    assert watch.fire(time.monotonic(), 0) == ["left-for-us"]
+    thread.join(LONG)
+    assert woken == [True]
+
+
+def test_the_line_holds_the_living_and_loses_the_dead(tmp_path):
+    from vsqs._core import format as _format
+    from vsqs._core.turns import Turns
+
+    queue = vsqs.Queue(tmp_path / "q", create=True)
+    mine = Turns(queue.path, None)
+    boot = mine.me.split("-", 1)[0]
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    waiting = Path(queue.path, _format.WAITING_DIR)
+    waiting.mkdir()
+    alive = _format.waiter_name(boot, os.getppid(), _proc_start(os.getppid()))
+    gone = _format.waiter_name(boot, int(dead.stdout), 12345)
+    foreign_old = _format.waiter_name("f" * 16, 42, 1)
+    for name in (alive, gone, foreign_old, "not-a-waiter"):
+        (waiting / name).touch()
+    os.utime(waiting / foreign_old, (time.time() - 7200, time.time() - 7200))
+    assert mine.start()
+    assert mine.others == {alive}
+    assert sorted(os.listdir(waiting)) == sorted([alive, "not-a-waiter"])  # the dead and the old went
+    mine.enter()
+    other = Turns(queue.path, None)
+    other.me = _format.waiter_name(boot, 1, 1)  # (a process that will look dead)
+    other.enter()
+    mine.seen(other.me, True)
+    name = next(f"m{i}" for i in range(1000) if _format.waiter_rank(f"m{i}", mine.others | {mine.me}, other.me) == 0)
+    assert mine.delay(name) > 0  # the other comes first for this one
+    mine.passed_over(name)  # it did not claim it: it is gone, so it leaves the line
+    assert other.me not in mine.others and not (waiting / other.me).exists()
+    mine.leave()
+    assert not (waiting / mine.me).exists()
+
+
+def _proc_start(pid: int) -> int:
+    with open(f"/proc/{pid}/stat") as stat:
+        return int(stat.read().rsplit(")", 1)[1].split()[19])
+
+
+def test_processes_waiting_in_line_each_get_their_own_messages_once(hubs, flat_queue):
+    code = (
+        "import sys, vsqs\n"
+        f"q = vsqs.Queue({flat_queue.path!r})\n"
+        "while True:\n"
+        "    m = q.receive(wait=30)\n"
+        "    if m is None or m.body == b'stop':\n"
+        "        break\n"
+        "    print(m.body.decode(), flush=True)\n"
+        "    m.delete()\n"
+    )
+    consumers = [subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True) for _ in range(4)]
+    waiting = Path(flat_queue.path, ".waiting")
+    _until(lambda: waiting.is_dir() and len(os.listdir(waiting)) == 4, 60)
+    bodies = [b"%d" % index for index in range(40)]
+    for body in bodies:
+        flat_queue.publish(body, durable=False)
+        time.sleep(0.01)
+    for _ in consumers:
+        flat_queue.publish(b"stop", durable=False)
+    got = []
+    for consumer in consumers:
+        out, _ = consumer.communicate(timeout=60)
+        got += out.split()
+    assert sorted(got) == sorted(body.decode() for body in bodies)
+    _until(lambda: not os.listdir(waiting), 10)  # each left the line as it exited

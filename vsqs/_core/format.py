@@ -34,6 +34,7 @@ import re
 import secrets
 import threading
 import time
+import zlib
 from collections.abc import Callable, Iterable
 from typing import Any, NamedTuple
 
@@ -400,6 +401,33 @@ def parse_throttle_token(name: str) -> int | None:
     """The window of a token name, or ``None``."""
     m = _THROTTLE_RE.fullmatch(name)
     return int(m[1]) if m else None
+
+
+# -- waiting processes: one empty file per process in .waiting/ -------------
+
+WAITING_DIR = ".waiting"
+_WAITER_RE = re.compile(r"([0-9a-f]{16})-([1-9][0-9]{0,9})-([0-9]{1,20})")
+
+
+def waiter_name(boot: str, pid: int, start: int) -> str:
+    """The entry of a process with waiting receives: its host's boot (16 hex digits), pid,
+    and start time (clock ticks after boot: with the pid, one process of that boot)."""
+    return f"{boot}-{pid}-{start}"
+
+
+def parse_waiter_name(name: str) -> tuple[str, int, int] | None:
+    """The boot, pid and start time of a waiter entry, or ``None``."""
+    m = _WAITER_RE.fullmatch(name)
+    return (m[1], int(m[2]), int(m[3])) if m else None
+
+
+def waiter_rank(name: str, waiters: Iterable[str], me: str) -> int:
+    """Where ``me`` comes among ``waiters`` (``me`` among them) in the turn of the
+    message ``name``: a hash of the two, so each message has its own order and
+    every process computes the same one without talking to the others."""
+    mine = zlib.crc32(f"{name}/{me}".encode())
+    return sum(1 for waiter in waiters if waiter != me and (zlib.crc32(f"{name}/{waiter}".encode()), waiter) <
+               (mine, me))
 
 
 # -- spool-wide claims: one token file per task and period in .claims/ -------

@@ -10,6 +10,7 @@ makes its own.
 
 from __future__ import annotations
 
+import atexit
 import logging
 import math
 import os
@@ -24,6 +25,7 @@ from vsqs._core import inotify as _inotify
 from vsqs._core.format import State
 from vsqs._core.limits import DEFAULT_POLL_INTERVAL
 from vsqs._core.settings import SETTINGS_DIR
+from vsqs._core.turns import Turns
 from vsqs._core.wakeup import Watch
 
 log = logging.getLogger("vsqs")
@@ -32,13 +34,24 @@ LINGER = 5.0  # seconds a watch outlives its last waiter (a worker's next receiv
 CHECK_EVERY = 2.0  # seconds between the hub's looks (a stat) at a kernel-watched queue while someone waits
 POLL_SAFETY = 5.0  # a polled queue is listed at least this often while someone waits (whatever stat says)
 RECENT = 2.0  # a directory changed this recently (by its mtime) may change again unseen: look again
+FORGET_AFTER = 0.2  # a process none of whose receives waited for this long leaves the queue's line
 
-_MESSAGE_EVENTS = _inotify.IN_MOVED_TO | _inotify.IN_MOVED_FROM | _inotify.IN_CREATE | _inotify.IN_DELETE
+# every state change of a message is a rename (a publish too: KEY.new -> KEY) or an unlink:
+# the creation of a .new file, which wakes nobody, is not asked for
+_MESSAGE_EVENTS = _inotify.IN_MOVED_TO | _inotify.IN_MOVED_FROM | _inotify.IN_DELETE
 _SIDE_EVENTS = _inotify.IN_CLOSE_WRITE | _inotify.IN_MOVED_TO | _inotify.IN_MOVED_FROM | _inotify.IN_DELETE
 _ARRIVING = _inotify.IN_MOVED_TO | _inotify.IN_CREATE
 _LEAVING = _inotify.IN_MOVED_FROM | _inotify.IN_DELETE
 _WATCH_GONE = _inotify.IN_IGNORED | _inotify.IN_DELETE_SELF | _inotify.IN_MOVE_SELF
 SIDE_DIRS = (_format.GROUPS_DIR, SETTINGS_DIR)  # a slot freed, a setting changed: list again
+# what a watched directory is to its queue, and what the kernel is asked to tell of it
+_MESSAGES, _QUEUE, _SIDE, _TURNS = "messages", "queue", "side", "turns"
+_MASKS = {
+    _MESSAGES: _MESSAGE_EVENTS,  # a flat queue's directory, or a shard
+    _QUEUE: _inotify.IN_CREATE | _inotify.IN_MOVED_TO,  # a sharded queue's own: .groups, .settings made later
+    _SIDE: _SIDE_EVENTS,
+    _TURNS: _inotify.IN_CREATE | _inotify.IN_MOVED_TO | _inotify.IN_DELETE | _inotify.IN_MOVED_FROM,
+}
 
 
 class Notifier(Protocol):
@@ -64,25 +77,31 @@ class Hub:
         self._kernel_off: str | None = None if notifier is not None else "no notifier"
         self._lock = threading.Lock()
         self.watches: dict[str, Watch] = {}
-        self._by_wd: dict[int, tuple[Watch, str, bool]] = {}  # wd -> (watch, directory, holds messages)
+        self._by_wd: dict[int, tuple[Watch, str, str]] = {}  # wd -> (watch, directory, its role below)
+        self._turns: dict[str, Turns] = {}  # by queue path: this process's place in its line
         self._thread: threading.Thread | None = None
         self._wake_r, self._wake_w = -1, -1
         self._next_wake = math.inf
+        self._linger_at = -math.inf  # when to look for watches nobody uses next
         self._stopped = False
 
     # -- watches ---------------------------------------------------------------
 
-    def acquire(self, path: str, message_dirs: list[str], poll_interval: float | None) -> Watch:
-        """The watch of the queue at ``path`` (made and started if new), counted as used."""
+    def acquire(
+        self, path: str, message_dirs: list[str], poll_interval: float | None, mode: int | None = None
+    ) -> Watch:
+        """The watch of the queue at ``path`` (made and started if new), counted as used
+        (``mode``: the queue's file mode, for this process's entry in its line)."""
         with self._lock:
             watch = self.watches.get(path)
             if watch is None:
                 side_dirs = [os.path.join(path, name) for name in SIDE_DIRS]
                 watch = Watch(path, message_dirs, side_dirs, self._poll_interval(path, poll_interval))
                 watch.on_timer = self.timer_set
-                if watch.poll_interval is None and not self._watch_kernel(watch):
+                if watch.poll_interval is None and not self._watch_kernel(watch, mode):
                     watch.poll_interval = poll_interval or DEFAULT_POLL_INTERVAL
                 self.watches[path] = watch
+                _now_watching()
                 self._start()
             elif poll_interval is not None and watch.poll_interval is not None:
                 watch.poll_interval = min(watch.poll_interval, poll_interval)
@@ -108,19 +127,25 @@ class Hub:
             return None
         return asked or DEFAULT_POLL_INTERVAL
 
-    def _watch_kernel(self, watch: Watch) -> bool:
-        """Add the kernel's watches of a queue; False (polled instead) if they cannot be had."""
+    def _watch_kernel(self, watch: Watch, mode: int | None) -> bool:
+        """Add the kernel's watches of a queue, and take this process's place in its line;
+        False (polled instead) if the watches cannot be had."""
         try:
             if self._notifier is None:
                 assert self._make_notifier is not None
                 self._notifier = self._make_notifier()
             notifier = self._notifier
-            places = [(d, True) for d in watch.message_dirs]
+            places = [(d, _MESSAGES) for d in watch.message_dirs]
             if watch.path not in watch.message_dirs:
-                places.append((watch.path, False))  # (for .groups and .settings made later)
-            places += [(d, False) for d in watch.side_dirs]
-            for directory, messages in places:
-                self._add(notifier, watch, directory, messages)
+                places.append((watch.path, _QUEUE))  # (for .groups and .settings made later)
+            places += [(d, _SIDE) for d in watch.side_dirs]
+            for directory, role in places:
+                self._add(notifier, watch, directory, role)
+            turns = Turns(watch.path, mode)
+            if turns.start():
+                self._add(notifier, watch, turns.dir, _TURNS)
+                self._turns[watch.path] = turns
+                watch.turns_kept = True
             return True
         except _inotify.Unavailable as exc:
             self._kernel_off = str(exc)
@@ -128,17 +153,13 @@ class Hub:
             self._drop_kernel(watch)
             return False
 
-    def _add(self, notifier: Notifier, watch: Watch, directory: str, messages: bool) -> None:
-        is_side = os.path.basename(directory) in SIDE_DIRS
-        mask = _SIDE_EVENTS if is_side else _MESSAGE_EVENTS
-        if directory == watch.path and not messages:
-            mask = _inotify.IN_CREATE | _inotify.IN_MOVED_TO
+    def _add(self, notifier: Notifier, watch: Watch, directory: str, role: str) -> None:
         try:
-            wd = notifier.add(directory, mask)
+            wd = notifier.add(directory, _MASKS[role])
         except OSError:  # not there (yet): .groups is made with the first group; a missing shard
             return
         watch.wds[wd] = directory
-        self._by_wd[wd] = (watch, directory, messages)
+        self._by_wd[wd] = (watch, directory, role)
 
     def _drop_kernel(self, watch: Watch) -> None:
         for wd in list(watch.wds):
@@ -179,6 +200,9 @@ class Hub:
             watches = list(self.watches.values())
         for watch in watches:
             soonest = min(soonest, watch.next_timer(now_mono, now_us), self._next_look(watch))
+            turns = self._turns.get(watch.path)
+            if turns is not None and turns.entered:
+                soonest = min(soonest, watch.emptied_at + FORGET_AFTER)
         self._next_wake = soonest
         readable = [self._wake_r]
         if self._notifier is not None:
@@ -194,10 +218,26 @@ class Hub:
             self._dispatch(self._notifier.read())
         now_mono, now_us = time.monotonic(), _format.now_us()
         for watch in watches:
-            watch.fire(now_mono, now_us)
+            passed_over = watch.fire(now_mono, now_us)
+            turns = self._turns.get(watch.path)
+            if turns is not None:
+                for name in passed_over:
+                    turns.passed_over(name)
+                self._keep_place(watch, turns, now_mono)
             if now_mono >= self._next_look(watch):
                 self._look(watch, now_mono)
-        self._linger(now_mono)
+        if now_mono >= self._linger_at:
+            self._linger_at = now_mono + 1.0
+            self._linger(now_mono)
+
+    @staticmethod
+    def _keep_place(watch: Watch, turns: Turns, now: float) -> None:
+        """In the queue's line while a receive here waits (and a little after: a worker's
+        next receive comes soon), out of it after FORGET_AFTER without one."""
+        if watch.has_sleepers():
+            turns.enter()
+        elif turns.entered and now - watch.emptied_at >= FORGET_AFTER:
+            turns.leave()
 
     def _next_look(self, watch: Watch) -> float:
         if not watch.has_sleepers():
@@ -232,7 +272,7 @@ class Hub:
             watched = set(watch.wds.values())
             for directory in watch.message_dirs:
                 if directory not in watched:
-                    self._add(self._notifier, watch, directory, True)
+                    self._add(self._notifier, watch, directory, _MESSAGES)
 
     def _dispatch(self, events: list[_inotify.Event]) -> None:
         for event in events:
@@ -243,7 +283,7 @@ class Hub:
             found = self._by_wd.get(event.wd)
             if found is None:
                 continue
-            watch, directory, messages = found
+            watch, directory, role = found
             mask = event.mask
             if mask & _WATCH_GONE:
                 with self._lock:
@@ -254,10 +294,15 @@ class Hub:
             if mask & _inotify.IN_ISDIR:
                 if event.name in SIDE_DIRS and directory == watch.path and self._notifier is not None:
                     with self._lock:
-                        self._add(self._notifier, watch, os.path.join(directory, event.name), False)
+                        self._add(self._notifier, watch, os.path.join(directory, event.name), _SIDE)
                 continue
-            if not messages:
-                if directory != watch.path:  # .groups, .settings
+            if role == _TURNS:
+                turns = self._turns.get(watch.path)
+                if turns is not None:
+                    turns.seen(event.name, bool(mask & _ARRIVING))
+                continue
+            if role != _MESSAGES:
+                if role == _SIDE:  # .groups, .settings
                     watch.changed()
                 continue
             name = _format.parse_name(event.name)
@@ -265,7 +310,9 @@ class Hub:
                 continue
             if mask & _ARRIVING:
                 if name.state is State.READY:
-                    watch.arrived(event.name)
+                    turns = self._turns.get(watch.path)
+                    delay = turns.delay(event.name) if turns is not None and watch.has_sleepers() else 0.0
+                    watch.arrived(event.name, delay)
                 else:
                     watch.hidden(event.name, name.until_us)
             elif mask & _LEAVING:
@@ -278,7 +325,15 @@ class Hub:
                 if watch.users <= 0 and now - watch.idle_since >= LINGER and not watch.has_sleepers():
                     del self.watches[path]
                     self._drop_kernel(watch)
+                    turns = self._turns.pop(path, None)
+                    if turns is not None:
+                        turns.leave()
                     watch.changed()  # a handle still holding it lists again when it comes back
+
+    def leave_lines(self) -> None:
+        """Take this process out of every queue's line (it stops waiting: exit, close)."""
+        for turns in list(self._turns.values()):
+            turns.leave()
 
     def close(self) -> None:
         """Stop the thread and let go of the kernel's watches (tests; a forked child)."""
@@ -286,6 +341,7 @@ class Hub:
         self.timer_set(-math.inf)
         if self._thread is not None and self._thread is not threading.current_thread():
             self._thread.join(5)
+        self.leave_lines()
         for fd in (self._wake_r, self._wake_w):
             if fd >= 0:
                 os.close(fd)
@@ -331,10 +387,19 @@ def install(new: Hub | None) -> Hub | None:
 
 
 def published(path: str, names: Iterable[str]) -> None:
-    """Tell this process's waiters on the queue at ``path`` of names it just made ready."""
+    """Tell this process's waiters on the queue at ``path`` of names it just made ready.
+    (On every publish: callers test :data:`watching` first, a global read.)"""
     current = _hub
     if current is not None and current.watches:
         current.published(path, names)
+
+
+watching = False  # whether this process ever watched a queue (then publishes tell the hub)
+
+
+def _now_watching() -> None:
+    global watching
+    watching = True
 
 
 def _forget_in_child() -> None:
@@ -351,5 +416,11 @@ def _forget_in_child() -> None:
                     pass
 
 
+def _leave_lines_at_exit() -> None:
+    if _hub is not None:
+        _hub.leave_lines()
+
+
+atexit.register(_leave_lines_at_exit)
 if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_forget_in_child)

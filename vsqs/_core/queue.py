@@ -26,6 +26,7 @@ from typing import Any
 
 from vsqs._core import format as _format
 from vsqs._core import fs as _fs
+from vsqs._core import hub as _hub
 from vsqs._core import publishing
 from vsqs._core import settings as _settings
 from vsqs._core.dead_letters import DeadLetters
@@ -60,7 +61,6 @@ from vsqs._core.settings_store import TTL as _SETTINGS_TTL
 from vsqs._core.settings_store import SettingsStore
 from vsqs._core.stages import Stages
 from vsqs._core.throttle import Throttle
-from vsqs._core.hub import published as _published
 
 log = logging.getLogger("vsqs")
 
@@ -334,7 +334,8 @@ class Queue:
                 raise StorageError(2, "message file vanished before it was published", temp)
             ids.append(stem[:_KEY_LENGTH])
             names.append(name)
-        _published(self._path, names)  # this process's waiters learn of them at once, on any filesystem
+        if _hub.watching:  # this process's waiters learn of them at once, on any filesystem
+            _hub.published(self._path, names)
         if durable and ids:
             layout.fsync(stem for _, stem, _ in written.files)
         for digest, (key, gen) in written.reserved.items():
@@ -366,7 +367,8 @@ class Queue:
         name = publishing.final_name(stem, delay)
         if not _fs.rename(temp, layout.message_file(name)):
             raise StorageError(2, "message file vanished before it was published", temp)
-        _published(self._path, (name,))
+        if _hub.watching:
+            _hub.published(self._path, (name,))
         if durable:
             _fs.fsync_dir(os.path.dirname(temp))
         capacity = self._capacity

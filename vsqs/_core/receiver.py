@@ -93,7 +93,16 @@ class Receiver:
     ) -> list[Message]:
         """Claim up to ``max_messages``; with a wait, sleep on the queue's watch until
         something may be claimable, for at most ``wait`` seconds."""
-        lease_us, wait, settings = self.terms(visibility_timeout, wait)
+        settings_store = self._settings  # (terms(), inlined: this is on every receive)
+        settings = settings_store.current()
+        if visibility_timeout is None:  # the setting was validated when it was read
+            lease_us = settings_store.lease_us
+        else:
+            lease_us = to_us(check_seconds(visibility_timeout, "visibility_timeout", MAX_VISIBILITY_TIMEOUT))
+        if wait is None:
+            wait = settings["receive_wait"]  # validated when it was read
+        elif type(wait) is not int or wait:  # 0 needs no check
+            wait = check_seconds(wait, "wait", MAX_WAIT)
         if group_runs:  # (the listing keeps each group's next names only once runs are asked for)
             self._group_receiver.want_runs()
         if settings["suspended"]:
@@ -165,7 +174,7 @@ class Receiver:
     def watch(self) -> _wakeup.Watch:
         """The queue's watch in this process, used until :meth:`unwatch`."""
         layout = self._store.layout
-        watch = _hub.hub().acquire(layout.path, layout.message_dirs(), self._poll_interval)
+        watch = _hub.hub().acquire(layout.path, layout.message_dirs(), self._poll_interval, self._settings.mode)
         with self._lock:
             self._listing.watch = watch
         return watch

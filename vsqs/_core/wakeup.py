@@ -106,9 +106,12 @@ class Watch:
         self._due: list[tuple[int, str]] = []  # heap of (until_us, hidden name)
         self._live: dict[str, int] = {}  # hidden name -> until_us, while it exists
         self._timers: list[float] = []  # heap of monotonic times at which to wake one sleeper
+        self._deferred: list[tuple[float, str]] = []  # heap of (monotonic, name): wake for it then
+        self.emptied_at = -math.inf  # monotonic time the last sleeper left (math.inf: one sleeps)
         self._sleepers: OrderedDict[int, _Sleeper] = OrderedDict()  # oldest first
         self._dropped = 0  # the version of the newest name that fell out of the log
         self.on_timer: Callable[[float], None] = lambda due: None  # the hub: look again by then
+        self.turns_kept = False  # whether the hub keeps this process's place in the queue's line
         self.users = 0
         self.idle_since = time.monotonic()
         self.looked_at = time.monotonic()  # the hub's last look at the directories
@@ -119,8 +122,9 @@ class Watch:
 
     # -- news: from the hub's thread, or a publish in this process -----------
 
-    def arrived(self, name: str) -> None:
-        """A ready name landed: log it for the sleepers and wake one."""
+    def arrived(self, name: str, delay: float = 0.0) -> None:
+        """A ready name landed: log it for the sleepers and wake one, now or after
+        ``delay`` seconds if it is still there then (another process's turn first)."""
         with self.lock:
             if name in self._recent:  # (a hint of this process's publish, then its event)
                 return
@@ -128,7 +132,14 @@ class Watch:
             if len(self._recent) > ARRIVALS:
                 self._recent.popitem(last=False)
             self._log_name(name)
-            self._wake_one()
+            if delay <= 0:
+                self._wake_one()
+                return
+            due = time.monotonic() + delay
+            first = not self._deferred or due < self._deferred[0][0]
+            heapq.heappush(self._deferred, (due, name))
+        if first:
+            self.on_timer(due)
 
     def _log_name(self, name: str) -> None:
         self.version += 1
@@ -186,24 +197,38 @@ class Watch:
             soonest = math.inf
             if self._timers:
                 soonest = self._timers[0]
+            deferred = self._deferred
+            while deferred and deferred[0][1] not in self._recent:  # claimed meanwhile: no wake for it
+                heapq.heappop(deferred)
+            if deferred:
+                soonest = min(soonest, deferred[0][0])
             if self._due:
                 soonest = min(soonest, now_mono + (self._due[0][0] - now_us) / 1e6)
             return soonest
 
-    def fire(self, now_mono: float, now_us: int) -> None:
-        """Wake one sleeper per timer that is due, and one per hidden name whose time came
-        (handed to it: claimable now)."""
+    def fire(self, now_mono: float, now_us: int) -> list[str]:
+        """Wake one sleeper per timer that is due, one per hidden name whose time came
+        (handed to it: claimable now), and one per name whose turn came here and that
+        is still there; those names."""
+        passed_over = []
         with self.lock:
             timers = self._timers
             while timers and timers[0] <= now_mono:
                 heapq.heappop(timers)
                 self._wake_one()
+            deferred = self._deferred
+            while deferred and deferred[0][0] <= now_mono:
+                _, name = heapq.heappop(deferred)
+                if name in self._recent:  # not claimed meanwhile (it would have left)
+                    passed_over.append(name)
+                    self._wake_one()
             due = self._due
             while due and due[0][0] <= now_us:
                 until, name = heapq.heappop(due)
                 if self._live.pop(name, None) == until:  # still there: claimable now
                     self._log_name(name)
                     self._wake_one()
+        return passed_over
 
     # -- what a waiter asks -------------------------------------------------------
 
@@ -252,19 +277,23 @@ class Watch:
             if self.version != version:
                 return None
             sleeper = _Sleeper(loop)
+            alone = not self._sleepers
             self._sleepers[id(sleeper)] = sleeper
+            self.emptied_at = math.inf
             # one timer for the soonest time: the sleeper it wakes lists, claims, and
             # asks for the next time when it sleeps again
             first = due < math.inf and (not self._timers or due < self._timers[0])
             if first:
                 heapq.heappush(self._timers, due)
-        if first:
-            self.on_timer(due)
+        if first or (alone and self.turns_kept):
+            self.on_timer(due if first else -math.inf)  # (-inf: the hub puts this process in line now)
         return sleeper
 
     def _leave(self, sleeper: _Sleeper) -> bool:
         with self.lock:
             self._sleepers.pop(id(sleeper), None)
+            if not self._sleepers:
+                self.emptied_at = time.monotonic()
             return sleeper.woken
 
     def has_sleepers(self) -> bool:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import threading
 import time
 
 import vsqs
@@ -114,3 +115,30 @@ def test_one_handle_takes_all_it_published(shared_fs):
         taken.add(m.body)
         m.delete()
     assert len(taken) == 400
+
+
+def test_a_waiter_on_one_host_wakes_for_a_message_published_on_the_other(shared_fs):
+    """No kernel notification crosses hosts: the waiter on B polls its mount (detected by
+    the mount's type) and gets what A published, each message once, within its wait."""
+    from vsqs._core import inotify as _inotify
+
+    assert not _inotify.is_local(_inotify.filesystem_type(shared_fs.host_b))  # polled, not watched
+    a = vsqs.Queue(os.path.join(shared_fs.host_a, "waiting"), create=True)
+    b = vsqs.Queue(os.path.join(shared_fs.host_b, "waiting"), poll_interval=0.05)
+    got: list[bytes] = []
+
+    def consume() -> None:
+        while len(got) < 5:
+            message = b.receive(wait=60)  # the mounts' caches hold listings for 3 s
+            if message is None:
+                return
+            got.append(message.body)
+            message.delete()
+
+    consumer = threading.Thread(target=consume)
+    consumer.start()
+    for index in range(5):
+        time.sleep(0.2)
+        a.publish(b"%d" % index)  # (another path: no hint of this process's publish reaches B's watch)
+    consumer.join(120)
+    assert sorted(got) == [b"%d" % index for index in range(5)]
