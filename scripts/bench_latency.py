@@ -806,7 +806,8 @@ def case_delay(run: Run, row: Row) -> None:
         sample_loop(row, run.samples, c, act, shift=DELAY)
     early = sum(1 for s in row.samples if s < 0)
     row.notes.append(f"lateness = the receive returning - (publish returning + {DELAY} s)"
-                     + (f"; {early} samples early (delays are wall-clock times, the measure monotonic)"
+                     + (f"; {early} samples early (the delay runs from a time read inside the publish call, "
+                        "before it returned)"
                         if early else "") + ".")
 
 

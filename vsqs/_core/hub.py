@@ -26,15 +26,14 @@ from vsqs._core.format import State
 from vsqs._core.limits import DEFAULT_POLL_INTERVAL
 from vsqs._core.settings import SETTINGS_DIR
 from vsqs._core.turns import Turns
-from vsqs._core.wakeup import Watch
+from vsqs._core.wakeup import LINE_GRACE, Watch
 
 log = logging.getLogger("vsqs")
 
 LINGER = 5.0  # seconds a watch outlives its last waiter (a worker's next receive finds it still there)
-CHECK_EVERY = 2.0  # seconds between the hub's looks (a stat) at a kernel-watched queue while someone waits
+CHECK_EVERY = 5.0  # seconds between the hub's looks (a stat) at a kernel-watched queue while someone waits
 POLL_SAFETY = 5.0  # a polled queue is listed at least this often while someone waits (whatever stat says)
 RECENT = 2.0  # a directory changed this recently (by its mtime) may change again unseen: look again
-FORGET_AFTER = 0.2  # a process none of whose receives waited for this long leaves the queue's line
 
 # every state change of a message is a rename (a publish too: KEY.new -> KEY) or an unlink:
 # the creation of a .new file, which wakes nobody, is not asked for
@@ -202,7 +201,7 @@ class Hub:
             soonest = min(soonest, watch.next_timer(now_mono, now_us), self._next_look(watch))
             turns = self._turns.get(watch.path)
             if turns is not None and turns.entered:
-                soonest = min(soonest, watch.emptied_at + FORGET_AFTER)
+                soonest = min(soonest, watch.emptied_at + LINE_GRACE)
         self._next_wake = soonest
         readable = [self._wake_r]
         if self._notifier is not None:
@@ -233,10 +232,10 @@ class Hub:
     @staticmethod
     def _keep_place(watch: Watch, turns: Turns, now: float) -> None:
         """In the queue's line while a receive here waits (and a little after: a worker's
-        next receive comes soon), out of it after FORGET_AFTER without one."""
+        next receive comes soon), out of it after LINE_GRACE without one."""
         if watch.has_sleepers():
             turns.enter()
-        elif turns.entered and now - watch.emptied_at >= FORGET_AFTER:
+        elif turns.entered and now - watch.emptied_at >= LINE_GRACE:
             turns.leave()
 
     def _next_look(self, watch: Watch) -> float:
@@ -384,6 +383,14 @@ def install(new: Hub | None) -> Hub | None:
     with _hub_lock:
         old, _hub = _hub, new
     return old
+
+
+def wake_all(path: str) -> None:
+    """Wake every receive of this process waiting on the queue at ``path``."""
+    current = _hub
+    watch = current.watches.get(path) if current is not None else None
+    if watch is not None:
+        watch.wake_all()
 
 
 def published(path: str, names: Iterable[str]) -> None:

@@ -449,6 +449,19 @@ class Queue:
         self._store or self._open_store()
         return self._receiver.receive(self, max_messages, visibility_timeout, wait, read_bodies, bool(group_runs))
 
+    def _receive_unless(
+        self, stopped: Callable[[], bool], visibility_timeout: float | None, wait: float
+    ) -> Message | None:
+        """:meth:`receive`, which also returns (None) when woken with ``stopped()`` true:
+        the worker's, whose :meth:`Worker.stop` calls :meth:`_interrupt_waits`."""
+        self._store or self._open_store()
+        got = self._receiver.receive(self, 1, visibility_timeout, wait, True, False, stopped)
+        return got[0] if got else None
+
+    def _interrupt_waits(self) -> None:
+        """Wake every receive of this process waiting on this queue (each tries again)."""
+        _hub.wake_all(self._path)
+
     async def areceive(
         self, *, visibility_timeout: float | None = None, wait: float | None = None,
         offload: Callable[[Callable[[], list[Message]]], Awaitable[list[Message]]] | None = None,

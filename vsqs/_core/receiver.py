@@ -89,10 +89,11 @@ class Receiver:
 
     def receive(
         self, queue: Queue, max_messages: int, visibility_timeout: float | None, wait: float | None,
-        read_bodies: bool, group_runs: bool,
+        read_bodies: bool, group_runs: bool, stopped: Callable[[], bool] | None = None,
     ) -> list[Message]:
         """Claim up to ``max_messages``; with a wait, sleep on the queue's watch until
-        something may be claimable, for at most ``wait`` seconds."""
+        something may be claimable, for at most ``wait`` seconds (or until woken with
+        ``stopped()`` true)."""
         settings_store = self._settings  # (terms(), inlined: this is on every receive)
         settings = settings_store.current()
         if visibility_timeout is None:  # the setting was validated when it was read
@@ -113,13 +114,20 @@ class Receiver:
         watch = self.watch()
         woken = False
         try:
+            got = [] if self.unchanged(watch) else None
             while True:
-                got = self.claim(queue, max_messages, lease_us, read_bodies, settings, group_runs)
+                if got is None:
+                    got = self.claim(queue, max_messages, lease_us, read_bodies, settings, group_runs)
                 step = self.next_step(watch, got, deadline, woken)
                 if step is None:
                     return got
                 version, due = step
                 woken = watch.sleep(version, deadline - time.monotonic(), due)
+                if stopped is not None and stopped():
+                    if woken:
+                        watch.pass_on()
+                    return []
+                got = None
                 settings = self._settings.current()
                 if settings["suspended"]:  # a long poll notices a suspension too
                     _settings.check_suspended("receive", settings, queue.path)
@@ -181,6 +189,20 @@ class Receiver:
 
     def unwatch(self, watch: _wakeup.Watch) -> None:
         _hub.hub().release(watch)
+
+    def unchanged(self, watch: _wakeup.Watch) -> bool:
+        """Whether the listing shows all that ``watch`` was told and has nothing to try now,
+        where the kernel tells of every change: a waiting receive then sleeps at once (a
+        worker's next receive lists nothing; the watch wakes it for what comes)."""
+        if watch.poll_interval is not None:  # polled: the listing may lag behind the directory
+            return False
+        with self._lock:
+            listing = self._listing
+            return (
+                listing.watch is watch and listing.listed_at > -math.inf
+                and (listing.watch_epoch, listing.watch_version) == watch.mark()
+                and not listing.visible and not listing.grouped and listing.until_next_expiry() > 0
+            )
 
     def next_step(
         self, watch: _wakeup.Watch, got: list[Message], deadline: float, woken: bool

@@ -46,6 +46,7 @@ from collections.abc import Callable
 
 ARRIVALS = 4096  # names a watch keeps for its sleepers; older ones mean "list again"
 MAX_DUE = 100_000  # hidden names a watch keeps the times of; past that it lists again instead
+LINE_GRACE = 0.2  # a process none of whose receives waited for this long leaves the queue's line
 
 _epochs = itertools.count(1)  # epochs never repeat, across watches too
 
@@ -184,6 +185,12 @@ class Watch:
             _, sleeper = self._sleepers.popitem(last=False)
             sleeper.wake()
 
+    def wake_all(self) -> None:
+        """Wake every sleeper (each looks again; a worker being stopped returns)."""
+        with self.lock:
+            while self._sleepers:
+                self._wake_one()
+
     def pass_on(self) -> None:
         """A woken sleeper claimed something: wake the next (there may be more)."""
         with self.lock:
@@ -277,7 +284,7 @@ class Watch:
             if self.version != version:
                 return None
             sleeper = _Sleeper(loop)
-            alone = not self._sleepers
+            alone, left_at = not self._sleepers, self.emptied_at
             self._sleepers[id(sleeper)] = sleeper
             self.emptied_at = math.inf
             # one timer for the soonest time: the sleeper it wakes lists, claims, and
@@ -285,8 +292,11 @@ class Watch:
             first = due < math.inf and (not self._timers or due < self._timers[0])
             if first:
                 heapq.heappush(self._timers, due)
-        if first or (alone and self.turns_kept):
-            self.on_timer(due if first else -math.inf)  # (-inf: the hub puts this process in line now)
+        # the first sleeper after a while: the hub puts this process in the queue's line now
+        # (within LINE_GRACE of the last one the hub has not taken it out)
+        back = alone and self.turns_kept and time.monotonic() - left_at >= LINE_GRACE / 2
+        if first or back:
+            self.on_timer(due if first else -math.inf)
         return sleeper
 
     def _leave(self, sleeper: _Sleeper) -> bool:

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -25,7 +24,6 @@ from vsqs._core.rules import check_seconds
 
 log = logging.getLogger("vsqs.worker")
 
-_POLL_SLICE = 1.0  # a stop request is noticed within this many seconds
 _ERROR_PAUSE = 1.0  # after a failed receive
 
 
@@ -87,6 +85,7 @@ class Worker:
     def stop(self) -> None:
         """Take no new message; handlers already running finish (warm shutdown)."""
         self._stopping.set()
+        self.queue._interrupt_waits()  # its receives waiting now return
 
     @property
     def stopping(self) -> bool:
@@ -113,7 +112,7 @@ class Worker:
             try:
                 for thread in threads:
                     while thread.is_alive():
-                        thread.join(0.2)  # keeps the main thread responsive to signals
+                        thread.join(1.0)  # (a signal interrupts the wait at once; a timeout too, to be sure)
             finally:
                 for message in self._parked:
                     self._give_back(message, keeper)
@@ -134,16 +133,10 @@ class Worker:
             self._taken -= 1
 
     def _receive(self) -> Message | None:
-        """Receive, long-polling in slices so a stop request is noticed."""
-        deadline = time.monotonic() + self.wait
-        while not self._stopping.is_set():
-            left = deadline - time.monotonic()
-            message = self.queue.receive(
-                visibility_timeout=self.visibility_timeout, wait=max(0.0, min(left, _POLL_SLICE))
-            )
-            if message is not None or left <= _POLL_SLICE:
-                return message
-        return None
+        """Receive, long-polling; a stop request wakes the wait (see :meth:`stop`)."""
+        if self._stopping.is_set():
+            return None
+        return self.queue._receive_unless(self._stopping.is_set, self.visibility_timeout, self.wait)
 
     def _loop(self, keeper: LeaseKeeper) -> None:
         while not self._stopping.is_set():
