@@ -29,6 +29,11 @@ from vsqs._core import fs as _fs
 from vsqs._core.errors import StorageError
 
 STAGGER = 0.002  # seconds between one process's turn at a message and the next one's
+# a process waits for at most this many turns before its own (entries planted in the
+# directory, or many processes, cost a message at most this many x STAGGER), and
+# knows of at most MAX_WAITERS others (the rest are not waited for)
+MAX_TURNS = 8
+MAX_WAITERS = 1024
 FOREIGN_AGE = 3600.0  # an entry of another boot (or host) older than this is removed
 
 
@@ -72,13 +77,14 @@ class Turns:
         if tidy and not _alive(pid, start):
             _fs.unlink(os.path.join(self.dir, name))
             return
-        self.others.add(name)
+        if len(self.others) < MAX_WAITERS:
+            self.others.add(name)
 
     def delay(self, name: str) -> float:
         """How long this process lets the ones before it in ``name``'s order claim it first."""
         if not self.others:
             return 0.0
-        return STAGGER * _format.waiter_rank(name, self.others | {self.me}, self.me)
+        return STAGGER * min(MAX_TURNS, _format.waiter_rank(name, self.others | {self.me}, self.me))
 
     def passed_over(self, name: str) -> None:
         """``name``'s turn reached this process: those before it did not claim it in time.
