@@ -152,6 +152,15 @@ def test_a_hidden_name_wakes_one_sleeper_at_its_time_unless_it_left():
     assert watch.news_since(epoch, version)[2] == ["due"]
 
 
+def _woken(queue: vsqs.Queue, **options: object) -> vsqs.Message | None:
+    """``queue.receive(wait=LONG)``, which must return before its wait ran out: woken, not
+    found by the one try a receive makes as its wait ends."""
+    started = time.monotonic()
+    message = queue.receive(wait=LONG, **options)  # type: ignore[arg-type]
+    assert time.monotonic() - started < LONG, "not woken: found only as its wait ran out"
+    return message
+
+
 def _until(condition: Callable[[], bool], limit: float = LONG) -> None:
     deadline = time.monotonic() + limit
     while not condition():
@@ -167,7 +176,7 @@ def test_a_waiting_receive_gets_a_message_published_by_another_process(hubs, fla
     producer = _publish_elsewhere(flat_queue.path, [b"hello"], pause=0.3)
     try:
         with mock.patch.object(_hub, "CHECK_EVERY", 3600.0):  # only the notification can wake it
-            message = flat_queue.receive(wait=LONG)
+            message = _woken(flat_queue)
     finally:
         producer.wait()
     assert message is not None and message.body == b"hello"
@@ -267,7 +276,7 @@ def test_a_release_wakes_a_waiter(hubs, flat_queue):
     other = vsqs.Queue(flat_queue.path)
     threading.Timer(0.3, held.release).start()
     with mock.patch.object(_hub, "CHECK_EVERY", 3600.0):
-        message = other.receive(wait=LONG)
+        message = _woken(other)
     assert message is not None and message.id == held.id
 
 
@@ -277,7 +286,7 @@ def test_a_delayed_message_wakes_a_waiter_at_its_time(hubs, flat_queue):
     producer = _publish_elsewhere(flat_queue.path, [b"later"], pause=0.3, delay=0.5)  # while it waits
     try:
         with mock.patch.object(_hub, "CHECK_EVERY", 3600.0):  # no look: the timer alone wakes it
-            message = flat_queue.receive(wait=LONG)
+            message = _woken(flat_queue)
     finally:
         producer.wait()
     assert message is not None and message.body == b"later"
@@ -291,7 +300,7 @@ def test_a_lease_that_runs_out_wakes_a_waiter(hubs, flat_queue):
     assert taken is not None
     other = vsqs.Queue(flat_queue.path)  # lists the message hidden: its time is the waiter's timer
     with mock.patch.object(_hub, "CHECK_EVERY", 3600.0):
-        message = other.receive(wait=LONG)
+        message = _woken(other)
     assert message is not None and message.id == taken.id and message.receive_count == 2
 
 
@@ -304,7 +313,7 @@ def test_a_freed_group_slot_wakes_a_waiter_for_the_groups_next(hubs, flat_queue)
     assert other.receive(wait=0) is None  # the group is held
     threading.Timer(0.3, head.delete).start()
     with mock.patch.object(_hub, "CHECK_EVERY", 3600.0):
-        message = other.receive(wait=LONG)
+        message = _woken(other)
     assert message is not None and message.body == b"second"
 
 
@@ -315,7 +324,8 @@ def test_without_notifications_a_waiter_polls(hubs, queue):
     hubs(None)  # no kernel notifier: every queue is polled
     producer = _publish_elsewhere(queue.path, [b"polled"], pause=0.3)
     try:
-        message = queue.receive(wait=LONG)
+        with mock.patch.object(_hub, "CHECK_EVERY", 3600.0):  # (the looks of a watched queue: not these)
+            message = _woken(queue)
     finally:
         producer.wait()
     assert message is not None and message.body == b"polled"
@@ -346,7 +356,8 @@ def test_the_watch_limit_degrades_to_polling_with_one_warning(hubs, tmp_path, ca
         for queue in (first, second):
             producer = _publish_elsewhere(queue.path, [b"x"], pause=0.3)
             try:
-                message = queue.receive(wait=LONG)
+                with mock.patch.object(_hub, "CHECK_EVERY", 3600.0):
+                    message = _woken(queue)
             finally:
                 producer.wait()
             assert message is not None
@@ -559,3 +570,130 @@ def test_processes_waiting_in_line_each_get_their_own_messages_once(hubs, flat_q
         got += out.split()
     assert sorted(got) == sorted(body.decode() for body in bodies)
     _until(lambda: not os.listdir(waiting), 10)  # each left the line as it exited
+
+
+# -- what a review found ------------------------------------------------------------------
+
+
+def test_a_directory_planted_in_the_line_stops_no_waiting_receive(hubs, flat_queue):
+    from vsqs._core import format as _format
+    from vsqs._core.turns import Turns
+
+    boot = Turns(flat_queue.path, None).me.split("-", 1)[0]
+    planted = Path(flat_queue.path, _format.WAITING_DIR, _format.waiter_name(boot, 999_999_999, 1))
+    planted.mkdir(parents=True)  # named like a dead process's entry: its removal fails
+    hubs()
+    producer = _publish_elsewhere(flat_queue.path, [b"still"], pause=0.3)
+    try:
+        message = _woken(flat_queue)
+    finally:
+        producer.wait()
+    assert message is not None and message.body == b"still"
+
+
+def test_a_queue_whose_line_vanished_holds_up_no_other_queues_timers(hubs, tmp_path):
+    import shutil
+
+    hubs()
+    spool = vsqs.Spool(tmp_path / "spool", create=True)
+    first, second = spool.create_queue("a"), spool.create_queue("b")
+    assert first.receive(wait=0.05) is None  # in line on a...
+    _until(lambda: not os.listdir(Path(first.path, ".waiting")))  # ...and out of it, no longer waiting
+    shutil.rmtree(Path(first.path, ".waiting"))
+    waiting_on_first = threading.Thread(target=lambda: first.receive(wait=3))
+    waiting_on_first.start()  # (its hub tries to put it in a line that is gone)
+    second.publish(b"later", delay=0.5)
+    with mock.patch.object(_hub, "CHECK_EVERY", 3600.0):
+        message = _woken(second)
+    waiting_on_first.join(LONG)
+    assert message is not None and message.body == b"later"
+
+
+def test_a_receive_after_a_claim_lists_the_other_shards_before_it_sleeps(hubs, tmp_path):
+    """The events of its own claims reach the watch late (here: never): a receive must not
+    take its listing for current while the listing itself says "list again" (other shards)."""
+
+    class Deaf:
+        def __init__(self) -> None:
+            self.real = _inotify.Inotify()
+            self.fd = self.real.fd
+
+        def add(self, directory: str, mask: int) -> int:
+            return self.real.add(directory, mask)
+
+        def remove(self, wd: int) -> None:
+            self.real.remove(wd)
+
+        def read(self) -> list[_inotify.Event]:
+            self.real.read()
+            return []  # every event lost
+
+        def close(self) -> None:
+            self.real.close()
+
+    hubs(Deaf)
+    queue = vsqs.Queue(tmp_path / "q", create=True, shards=4)
+    queue.publish_batch([b"%d" % index for index in range(40)], durable=False)
+    got = []
+    with mock.patch.object(_hub, "CHECK_EVERY", 3600.0):
+        for _ in range(40):
+            message = _woken(queue)
+            assert message is not None
+            got.append(message.body)
+            message.delete()
+    assert len(set(got)) == 40
+
+
+def test_a_group_slot_freed_in_a_groups_directory_made_after_the_wait_began(hubs, flat_queue):
+    hubs()
+    waiter = vsqs.Queue(flat_queue.path)
+    assert waiter.receive(wait=0.05) is None  # its watch is made: no .groups yet
+    flat_queue.publish_batch([b"first", b"second"], group="g")
+    head = flat_queue.receive(visibility_timeout=3600)  # makes .groups
+    assert head is not None and head.body == b"first"
+    threading.Timer(0.5, head.delete).start()
+    with mock.patch.object(_hub, "CHECK_EVERY", 3600.0):
+        message = _woken(waiter)
+    assert message is not None and message.body == b"second"
+
+
+def test_stopping_a_worker_whose_thread_is_claiming_returns_at_once(hubs, flat_queue):
+    hubs()
+    claiming = threading.Event()
+    real_list = _fs.list_names
+
+    def slow_list(directory: str) -> list[str]:
+        claiming.set()
+        time.sleep(0.3)
+        return real_list(directory)
+
+    worker = vsqs.Worker(flat_queue, lambda m: None, wait=3600)
+    runner = threading.Thread(target=worker.work)
+    with mock.patch.object(_fs, "list_names", slow_list):
+        runner.start()
+        assert claiming.wait(LONG)
+        worker.stop()  # while its thread lists, before it sleeps
+        runner.join(LONG)
+    assert not runner.is_alive()
+
+
+def test_an_async_receive_cut_short_by_the_loop_ending_gives_back_its_message(hubs, flat_queue):
+    hubs()
+    flat_queue.publish(b"kept")
+    started = threading.Event()
+
+    async def slow_offload(attempt: Callable[[], list[vsqs.Message]]) -> list[vsqs.Message]:
+        def run() -> list[vsqs.Message]:
+            started.set()
+            time.sleep(0.3)
+            return attempt()
+        return await asyncio.get_running_loop().run_in_executor(None, run)
+
+    async def main() -> None:
+        asyncio.ensure_future(flat_queue.areceive_batch(visibility_timeout=3600, offload=slow_offload))
+        await asyncio.get_running_loop().run_in_executor(None, started.wait, LONG)
+        # main returns: asyncio.run cancels the receive, its attempt still running
+
+    asyncio.run(main())
+    again = vsqs.Queue(flat_queue.path).receive(wait=LONG)
+    assert again is not None and again.body == b"kept"

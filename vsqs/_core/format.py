@@ -421,13 +421,17 @@ def parse_waiter_name(name: str) -> tuple[str, int, int] | None:
     return (m[1], int(m[2]), int(m[3])) if m else None
 
 
+def waiter_key(name: str, waiter: str) -> tuple[int, str]:
+    """Where ``waiter`` comes in the order of the message ``name``: a hash of the two
+    (ties by the entry), so each message has its own order and every process computes
+    the same one without talking to the others."""
+    return zlib.crc32(f"{name}/{waiter}".encode()), waiter
+
+
 def waiter_rank(name: str, waiters: Iterable[str], me: str) -> int:
-    """Where ``me`` comes among ``waiters`` (``me`` among them) in the turn of the
-    message ``name``: a hash of the two, so each message has its own order and
-    every process computes the same one without talking to the others."""
-    mine = zlib.crc32(f"{name}/{me}".encode())
-    return sum(1 for waiter in waiters if waiter != me and (zlib.crc32(f"{name}/{waiter}".encode()), waiter) <
-               (mine, me))
+    """How many of ``waiters`` come before ``me`` in the order of the message ``name``."""
+    mine = waiter_key(name, me)
+    return sum(1 for waiter in waiters if waiter_key(name, waiter) < mine)
 
 
 # -- spool-wide claims: one token file per task and period in .claims/ -------

@@ -21,7 +21,9 @@ from collections.abc import Callable, Iterable
 from typing import Protocol
 
 from vsqs._core import format as _format
+from vsqs._core import fs as _fs
 from vsqs._core import inotify as _inotify
+from vsqs._core.errors import StorageError
 from vsqs._core.format import State
 from vsqs._core.limits import DEFAULT_POLL_INTERVAL
 from vsqs._core.settings import SETTINGS_DIR
@@ -36,10 +38,12 @@ POLL_SAFETY = 5.0  # a polled queue is listed at least this often while someone 
 RECENT = 2.0  # a directory changed this recently (by its mtime) may change again unseen: look again
 
 # every state change of a message is a rename (a publish too: KEY.new -> KEY) or an unlink:
-# the creation of a .new file, which wakes nobody, is not asked for
+# the creation of a .new file, which wakes nobody, is not asked for in a shard; a flat
+# queue's own directory is asked for creations too (.groups and .settings made later)
 _MESSAGE_EVENTS = _inotify.IN_MOVED_TO | _inotify.IN_MOVED_FROM | _inotify.IN_DELETE
 _SIDE_EVENTS = _inotify.IN_CLOSE_WRITE | _inotify.IN_MOVED_TO | _inotify.IN_MOVED_FROM | _inotify.IN_DELETE
 _ARRIVING = _inotify.IN_MOVED_TO | _inotify.IN_CREATE
+_ARRIVING_GEN = _inotify.IN_CLOSE_WRITE | _inotify.IN_MOVED_TO  # a generation of a slot, written whole
 _LEAVING = _inotify.IN_MOVED_FROM | _inotify.IN_DELETE
 _WATCH_GONE = _inotify.IN_IGNORED | _inotify.IN_DELETE_SELF | _inotify.IN_MOVE_SELF
 SIDE_DIRS = (_format.GROUPS_DIR, SETTINGS_DIR)  # a slot freed, a setting changed: list again
@@ -97,6 +101,7 @@ class Hub:
                 side_dirs = [os.path.join(path, name) for name in SIDE_DIRS]
                 watch = Watch(path, message_dirs, side_dirs, self._poll_interval(path, poll_interval))
                 watch.on_timer = self.timer_set
+                watch.stamp = _stamp([*message_dirs, *side_dirs])  # (a change before the first look counts)
                 if watch.poll_interval is None and not self._watch_kernel(watch, mode):
                     watch.poll_interval = poll_interval or DEFAULT_POLL_INTERVAL
                 self.watches[path] = watch
@@ -141,7 +146,7 @@ class Hub:
             for directory, role in places:
                 self._add(notifier, watch, directory, role)
             turns = Turns(watch.path, mode)
-            if turns.start():
+            if turns.start():  # (False: no line here; every process claims at once)
                 self._add(notifier, watch, turns.dir, _TURNS)
                 self._turns[watch.path] = turns
                 watch.turns_kept = True
@@ -153,8 +158,11 @@ class Hub:
             return False
 
     def _add(self, notifier: Notifier, watch: Watch, directory: str, role: str) -> None:
+        mask = _MASKS[role]
+        if directory == watch.path:  # (a flat queue's: messages, and the side directories made later)
+            mask |= _inotify.IN_CREATE
         try:
-            wd = notifier.add(directory, _MASKS[role])
+            wd = notifier.add(directory, mask)
         except OSError:  # not there (yet): .groups is made with the first group; a missing shard
             return
         watch.wds[wd] = directory
@@ -193,6 +201,7 @@ class Hub:
                 time.sleep(0.1)
 
     def _turn(self) -> None:
+        self._next_wake = math.inf  # working out the next wake: a timer set meanwhile pokes the pipe
         now_mono, now_us = time.monotonic(), _format.now_us()
         soonest = now_mono + CHECK_EVERY
         with self._lock:
@@ -207,7 +216,7 @@ class Hub:
         if self._notifier is not None:
             readable.append(self._notifier.fd)
         ready, _, _ = select.select(readable, [], [], max(0.0, soonest - time.monotonic()))
-        self._next_wake = -math.inf  # looking now: a timer set meanwhile is seen by the next turn
+        self._next_wake = math.inf  # looking now: a timer set meanwhile pokes the pipe (a turn more)
         if self._wake_r in ready:
             try:
                 os.read(self._wake_r, 4096)
@@ -217,17 +226,25 @@ class Hub:
             self._dispatch(self._notifier.read())
         now_mono, now_us = time.monotonic(), _format.now_us()
         for watch in watches:
-            passed_over = watch.fire(now_mono, now_us)
-            turns = self._turns.get(watch.path)
-            if turns is not None:
-                for name in passed_over:
-                    turns.passed_over(name)
-                self._keep_place(watch, turns, now_mono)
-            if now_mono >= self._next_look(watch):
-                self._look(watch, now_mono)
+            try:
+                self._tend(watch, now_mono, now_us)
+            except Exception:  # (one queue's trouble, a directory gone say, never holds up the others)
+                log.exception("vsqs: the wake-up of %s failed; going on", watch.path)
+                watch.changed()
         if now_mono >= self._linger_at:
             self._linger_at = now_mono + 1.0
             self._linger(now_mono)
+
+    def _tend(self, watch: Watch, now_mono: float, now_us: int) -> None:
+        """A watch's part of a turn: its timers, its place in line, a look if one is due."""
+        passed_over = watch.fire(now_mono, now_us)
+        turns = self._turns.get(watch.path)
+        if turns is not None:
+            for name in passed_over:
+                turns.passed_over(name)
+            self._keep_place(watch, turns, now_mono)
+        if now_mono >= self._next_look(watch):
+            self._look(watch, now_mono)
 
     @staticmethod
     def _keep_place(watch: Watch, turns: Turns, now: float) -> None:
@@ -252,7 +269,7 @@ class Hub:
         if watch.poll_interval is None:
             # someone still sleeps although the directories changed: whether or not
             # a notification told of it, one sleeper lists (a lost one costs this long)
-            missed = moved and watch.stamp is not None
+            missed = moved
             if missed:
                 self._rewatch(watch)
         else:
@@ -264,14 +281,18 @@ class Hub:
             watch.changed()
 
     def _rewatch(self, watch: Watch) -> None:
-        """Add the watches of directories that were missing (a shard made again by gc)."""
-        if self._notifier is None:
+        """Add the watches of directories that were missing (a shard made again by gc,
+        .groups or .settings whose creation was missed)."""
+        if self._notifier is None or watch.path not in self.watches:
             return
         with self._lock:
             watched = set(watch.wds.values())
             for directory in watch.message_dirs:
                 if directory not in watched:
                     self._add(self._notifier, watch, directory, _MESSAGES)
+            for directory in watch.side_dirs:
+                if directory not in watched:
+                    self._add(self._notifier, watch, directory, _SIDE)
 
     def _dispatch(self, events: list[_inotify.Event]) -> None:
         for event in events:
@@ -294,6 +315,7 @@ class Hub:
                 if event.name in SIDE_DIRS and directory == watch.path and self._notifier is not None:
                     with self._lock:
                         self._add(self._notifier, watch, os.path.join(directory, event.name), _SIDE)
+                    watch.changed()  # (what was written in it before the watch, unseen)
                 continue
             if role == _TURNS:
                 turns = self._turns.get(watch.path)
@@ -301,8 +323,9 @@ class Hub:
                     turns.seen(event.name, bool(mask & _ARRIVING))
                 continue
             if role != _MESSAGES:
-                if role == _SIDE:  # .groups, .settings
-                    watch.changed()
+                if role == _SIDE and (os.path.basename(directory) != _format.GROUPS_DIR or (
+                        mask & _ARRIVING_GEN and _slot_freed(directory, event.name))):
+                    watch.changed()  # a setting changed, or a group's slot was freed: list again
                 continue
             name = _format.parse_name(event.name)
             if name is None or name.state is State.WRITING:
@@ -347,6 +370,18 @@ class Hub:
         self._wake_r = self._wake_w = -1
         if self._notifier is not None:
             self._notifier.close()
+
+
+def _slot_freed(directory: str, name: str) -> bool:
+    """Whether the new file ``name`` of ``.groups/`` frees a slot (a generation that says
+    ``free``; one that cannot be read counts too). A slot taken, a run's mark: no."""
+    if _format.parse_lease_name(name) is None:
+        return False
+    try:
+        data = _fs.read_control(os.path.join(directory, name))
+    except StorageError:
+        return True
+    return data is not None and _format.decode_lease(data) in (0, None)  # (None: damaged, unreadable)
 
 
 def _stamp(directories: list[str]) -> tuple[object, ...]:
@@ -421,6 +456,7 @@ def _forget_in_child() -> None:
                     os.close(fd)
                 except OSError:
                     pass
+        old._wake_r = old._wake_w = -1
 
 
 def _leave_lines_at_exit() -> None:

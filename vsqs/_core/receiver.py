@@ -18,6 +18,7 @@ import asyncio
 import heapq
 import logging
 import math
+import threading
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -41,8 +42,6 @@ from vsqs._core.settings_store import SettingsStore
 from vsqs._core.throttle import Throttle
 
 if TYPE_CHECKING:
-    import threading
-
     from vsqs._core.queue import Queue
 
 log = logging.getLogger("vsqs")
@@ -114,7 +113,7 @@ class Receiver:
         watch = self.watch()
         woken = False
         try:
-            got = [] if self.unchanged(watch) else None
+            got: list[Message] | None = [] if self.unchanged(watch) else None
             while True:
                 if got is None:
                     got = self.claim(queue, max_messages, lease_us, read_bodies, settings, group_runs)
@@ -122,6 +121,8 @@ class Receiver:
                 if step is None:
                     return got
                 version, due = step
+                if stopped is not None and stopped():  # (asked before the sleep: a stop meanwhile bumps the version)
+                    return []
                 woken = watch.sleep(version, deadline - time.monotonic(), due)
                 if stopped is not None and stopped():
                     if woken:
@@ -142,40 +143,47 @@ class Receiver:
         self, queue: Queue, max_messages: int, visibility_timeout: float | None, wait: float | None,
         read_bodies: bool, group_runs: bool, offload: Offload | None,
     ) -> list[Message]:
-        """:meth:`receive` for an event loop: each attempt runs through ``offload``
-        (default: a thread of the loop's executor), the wait holds no thread. If the
-        caller is cancelled while an attempt runs, what it claims is released."""
+        """:meth:`receive` for an event loop: each attempt, and what touches the disk
+        between them, runs through ``offload`` (default: a thread of the loop's
+        executor); the wait holds no thread. If the caller is cancelled while an
+        attempt runs, what it claims is released."""
         run: Offload = offload or _to_thread
-        waits = 0.0
-
-        def first() -> list[Message]:
-            nonlocal waits
-            _, waits, _ = self.terms(visibility_timeout, wait)
-            return self.receive(queue, max_messages, visibility_timeout, 0, read_bodies, group_runs)
+        started = time.monotonic()
+        wait_state = _AsyncWait()
 
         def attempt() -> list[Message]:
-            return self.receive(queue, max_messages, visibility_timeout, 0, read_bodies, group_runs)
-
-        got = await _shielded(run, first)
-        if got or not waits:
+            """One try, in the worker thread: the claim, and the next step (what it reads)."""
+            if wait_state.watch is None:  # the first: the terms, and the watch if it may wait
+                _, waits, _ = self.terms(visibility_timeout, wait)
+                wait_state.deadline = started + waits
+            got = self.receive(queue, max_messages, visibility_timeout, 0, read_bodies, group_runs)
+            if got or time.monotonic() >= wait_state.deadline:
+                wait_state.step = None
+            else:
+                if wait_state.watch is None:
+                    wait_state.watch = self.watch()
+                wait_state.step = self.next_step(wait_state.watch, got, wait_state.deadline, False)
             return got
-        deadline = time.monotonic() + waits
-        watch = self.watch()
-        woken = False
+
         try:
             while True:
-                step = self.next_step(watch, got, deadline, woken)
+                got = await _shielded(run, attempt)
+                watch, step = wait_state.watch, wait_state.step
+                if wait_state.woken and watch is not None and (got or step is None):
+                    watch.pass_on()  # there may be more (or its time ran out): the next sleeper looks
                 if step is None:
                     return got
+                assert watch is not None
+                wait_state.woken = False
                 version, due = step
-                woken = await watch.sleep_async(version, deadline - time.monotonic(), due)
-                got = await _shielded(run, attempt)
+                wait_state.woken = await watch.sleep_async(version, wait_state.deadline - time.monotonic(), due)
         except BaseException:
-            if woken:
-                watch.pass_on()  # woken for a message it will not take: the next sleeper looks
+            if wait_state.woken and wait_state.watch is not None:
+                wait_state.watch.pass_on()  # woken for a message it will not take: the next sleeper looks
             raise
         finally:
-            self.unwatch(watch)
+            if wait_state.watch is not None:
+                self.unwatch(wait_state.watch)
 
     # -- the wait: one policy for both ------------------------------------------
 
@@ -202,6 +210,9 @@ class Receiver:
                 listing.watch is watch and listing.listed_at > -math.inf
                 and (listing.watch_epoch, listing.watch_version) == watch.mark()
                 and not listing.visible and not listing.grouped and listing.until_next_expiry() > 0
+                # and nothing it knows says "list again when out": this handle claimed from
+                # the listing, skipped names, freed a slot, or has shards left to go round
+                and not (listing.claimed or listing.skipped or listing.freed or listing.rest_of_round)
             )
 
     def next_step(
@@ -218,6 +229,8 @@ class Receiver:
             return None
         now = time.monotonic()
         if now >= deadline:
+            if woken:  # woken as its time ran out: what woke it is for the next sleeper
+                watch.pass_on()
             return None
         with self._lock:
             version, news = self._listing.absorb(watch)
@@ -340,23 +353,56 @@ async def _to_thread(fn: Callable[[], T]) -> T:
     return await asyncio.get_running_loop().run_in_executor(None, fn)
 
 
+class _AsyncWait:
+    """What an asyncio receive's attempts (in worker threads) tell its loop."""
+
+    __slots__ = ("deadline", "step", "watch", "woken")
+
+    def __init__(self) -> None:
+        self.watch: _wakeup.Watch | None = None
+        self.deadline = 0.0
+        self.step: tuple[int, float] | None = None
+        self.woken = False
+
+
+class _Handover:
+    """An attempt's messages on their way from its thread to the caller, who may be
+    gone (cancelled) by the time they are claimed: then they go back at once."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.abandoned = False
+        self.got: list[Message] = []
+
+
 async def _shielded(run: Offload, fn: Callable[[], list[Message]]) -> list[Message]:
-    """``await run(fn)``; if the caller is cancelled meanwhile, the attempt goes on
-    and the messages it claimed are released (visible again at once), not left hidden."""
-    task = asyncio.ensure_future(run(fn))
+    """``await run(fn)``; if the caller is cancelled meanwhile (a task cancelled, or the
+    loop shutting down), the attempt goes on and the messages it claimed are released
+    (visible again at once) by its own thread, not left hidden for nobody."""
+    handover = _Handover()
+
+    def attempt() -> list[Message]:
+        got = fn()
+        with handover.lock:
+            if not handover.abandoned:
+                handover.got = got
+                return got
+        _release_all(got)
+        return []
+
+    task = asyncio.ensure_future(run(attempt))
     try:
         return await asyncio.shield(task)
     except asyncio.CancelledError:
-        task.add_done_callback(_give_back)
+        with handover.lock:
+            handover.abandoned = True
+            claimed, handover.got = handover.got, []
+        if claimed:  # the attempt had finished: its messages never reached the caller
+            try:
+                threading.Thread(target=_release_all, args=(claimed,), name="vsqs-give-back").start()
+            except RuntimeError:  # (no new thread at interpreter shutdown: here, then)
+                _release_all(claimed)
         raise
-
-
-def _give_back(done: asyncio.Future[list[Message]]) -> None:
-    if done.cancelled() or done.exception() is not None:
-        return
-    messages = done.result()
-    if messages:
-        asyncio.get_running_loop().run_in_executor(None, _release_all, messages)
 
 
 def _release_all(messages: list[Message]) -> None:

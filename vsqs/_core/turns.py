@@ -26,7 +26,7 @@ import time
 
 from vsqs._core import format as _format
 from vsqs._core import fs as _fs
-from vsqs._core.errors import StorageError
+from vsqs._core.errors import VsqsError
 
 STAGGER = 0.002  # seconds between one process's turn at a message and the next one's
 # a process waits for at most this many turns before its own (entries planted in the
@@ -48,16 +48,17 @@ class Turns:
         self.entered = False
 
     def start(self) -> bool:
-        """Make the directory if need be and read who is in it (the dead removed);
-        False if it cannot be had (no write permission, a link in its place...)."""
+        """Make the directory if need be and read who is in it (the dead removed, at most
+        MAX_WAITERS entries looked at); False if it cannot be had (no write permission, a
+        link or a file in its place...): no line, every process claims at once."""
         try:
             _fs.make_dirs(self.dir, self._mode)
             if not _fs.is_private_dir(self.dir):
                 return False
             names = _fs.list_names(self.dir)
-        except StorageError:
+        except (VsqsError, OSError):
             return False
-        for name in names:
+        for name in names[:MAX_WAITERS]:
             self.seen(name, True, tidy=True)
         return True
 
@@ -72,10 +73,10 @@ class Turns:
         boot, pid, start = parsed
         if boot != self.me.split("-", 1)[0]:  # another boot's (or host's): no process of ours
             if tidy and _older_than(os.path.join(self.dir, name), FOREIGN_AGE):
-                _fs.unlink(os.path.join(self.dir, name))
+                self._remove(name)
             return
         if tidy and not _alive(pid, start):
-            _fs.unlink(os.path.join(self.dir, name))
+            self._remove(name)
             return
         if len(self.others) < MAX_WAITERS:
             self.others.add(name)
@@ -89,32 +90,35 @@ class Turns:
     def passed_over(self, name: str) -> None:
         """``name``'s turn reached this process: those before it did not claim it in time.
         Remove the entries of the ones that are gone, so the next message does not wait for them."""
-        waiters = self.others | {self.me}
-        mine = _format.waiter_rank(name, waiters, self.me)
-        for other in list(self.others):
-            if _format.waiter_rank(name, waiters, other) < mine:
-                parsed = _format.parse_waiter_name(other)
-                if parsed is not None and not _alive(parsed[1], parsed[2]):
-                    _fs.unlink(os.path.join(self.dir, other))
-                    self.others.discard(other)
+        mine = _format.waiter_key(name, self.me)
+        ahead = [other for other in self.others if _format.waiter_key(name, other) < mine]
+        for other in ahead[:MAX_TURNS]:  # (those further ahead were not waited for)
+            parsed = _format.parse_waiter_name(other)
+            if parsed is not None and not _alive(parsed[1], parsed[2]):
+                self._remove(other)
+                self.others.discard(other)
 
     def enter(self) -> None:
         """Be in the line (this process has waiting receives)."""
         if not self.entered:
             try:
                 _fs.create_exclusive(os.path.join(self.dir, self.me), b"", durable=False, mode=self._mode)
-            except StorageError:  # (the directory went: the others do not wait for us; no harm)
+            except (VsqsError, OSError):  # (the directory went: the others do not wait for us; no harm)
                 return
             self.entered = True
 
     def leave(self) -> None:
         """Leave the line (no waiting receive here for a while)."""
         if self.entered:
-            try:
-                _fs.unlink(os.path.join(self.dir, self.me))
-            except StorageError:
-                pass
+            self._remove(self.me)
             self.entered = False
+
+    def _remove(self, name: str) -> None:
+        """Remove an entry; one that cannot be removed (a directory planted there...) stays."""
+        try:
+            _fs.unlink(os.path.join(self.dir, name))
+        except (VsqsError, OSError):
+            pass
 
 
 def _identity() -> str:

@@ -155,7 +155,11 @@ class Watch:
                 self._changed()
                 return
             self._live[name] = until_us
-            heapq.heappush(self._due, (until_us, name))
+            due = self._due
+            heapq.heappush(due, (until_us, name))
+            if len(due) > 2 * len(self._live) + 1024:  # names gone since, below a live one: drop them
+                self._due = [(until, live) for live, until in self._live.items()]
+                heapq.heapify(self._due)
             self.version += 1
 
     def left(self, name: str) -> None:
@@ -186,8 +190,10 @@ class Watch:
             sleeper.wake()
 
     def wake_all(self) -> None:
-        """Wake every sleeper (each looks again; a worker being stopped returns)."""
+        """Wake every sleeper, and make one about to sleep look first (each looks
+        again; a worker being stopped returns)."""
         with self.lock:
+            self.version += 1
             while self._sleepers:
                 self._wake_one()
 
@@ -292,9 +298,10 @@ class Watch:
             first = due < math.inf and (not self._timers or due < self._timers[0])
             if first:
                 heapq.heappush(self._timers, due)
-        # the first sleeper after a while: the hub puts this process in the queue's line now
-        # (within LINE_GRACE of the last one the hub has not taken it out)
-        back = alone and self.turns_kept and time.monotonic() - left_at >= LINE_GRACE / 2
+        # the first sleeper: the hub looks at a polled queue from now on, and puts this
+        # process in a watched queue's line (unless within LINE_GRACE of the last one)
+        back = alone and (self.poll_interval is not None or (
+            self.turns_kept and time.monotonic() - left_at >= LINE_GRACE / 2))
         if first or back:
             self.on_timer(due if first else -math.inf)
         return sleeper

@@ -101,7 +101,7 @@ class Worker:
                     self._loop(keeper)
                 except BaseException as exc:  # surfaced to the caller of work()
                     errors.append(exc)
-                    self._stopping.set()
+                    self.stop()  # the other threads' waits return too
 
             threads = [
                 threading.Thread(target=loop, name=f"vsqs-worker-{i}", daemon=True)
