@@ -49,6 +49,11 @@ the wake-up, not the disk). Cases (``--cases`` takes the names):
 * ``redis``: the anchor, LPUSH -> BLPOP (RESP spoken directly on a socket) on a
   ``redis-server`` this script starts on loopback (``--save '' --appendonly
   no``); skipped, with the reason, if there is no ``redis-server``.
+* ``netfs`` (only with ``--other``): ``--dir`` on a network filesystem and
+  ``--other`` the same directory through a second mount (another host, as the
+  netfs kit makes them: ``../shared/netfs``); publish through one, the
+  consumer waits through the other, where no notification reaches it and it
+  polls (a ``stat`` every 0.1 s, then the mount's caches).
 
 The table gives p50, p99 and the maximum, and p50 over Redis's p50 measured
 in the same run. p99 is the sample at 0-based rank int(0.99 n) of the n
@@ -115,6 +120,7 @@ CASES: list[tuple[str, str]] = [
     ("group", "group: head deleted -> next waiter"),
     ("load", "library under load (1,000 msg/s, 4 consumers)"),
     ("redis", "Redis LPUSH -> BLPOP (anchor)"),
+    ("netfs", "library -> library across two mounts (--other)"),
 ]
 LABELS = dict(CASES)
 
@@ -659,6 +665,8 @@ class Run:
     redis: str | None
     redis_why: str
     quick: bool
+    dir: str = ""  # --dir
+    other: str | None = None  # --other: the same directory as --dir, through another mount
 
 
 def _queue(run: Run, name: str) -> vsqs.Queue:
@@ -972,9 +980,25 @@ def case_redis(run: Run, row: Row) -> None:
                      f"from zero; see the p50s from the call's start above.")
 
 
+def case_netfs(run: Run, row: Row) -> None:
+    """Publish through --dir, wait through --other (the same directory, another mount, as
+    another host sees it): no notification crosses, the waiter polls (poll_interval 0.1 s)."""
+    if run.other is None:
+        row.skipped = "needs --other: --dir as another mount (another host) sees it"
+        return
+    queue = _queue(run, "netfs")
+    other = os.path.join(run.other, os.path.relpath(queue.path, run.dir))
+    with consumer("library", {"path": other}, _log(run, "netfs")) as c:
+        def act(i: int) -> float:
+            queue.publish(f"s{i}", durable=False)
+            return time.monotonic()
+        sample_loop(row, run.samples, c, act)
+
+
 RUNNERS: dict[str, Callable[[Run, Row], None]] = {
     "library": case_library, "cli": case_cli, "sqs": case_sqs, "sqs-workers": case_sqs_workers,
     "release": case_release, "delay": case_delay, "group": case_group, "load": case_load, "redis": case_redis,
+    "netfs": case_netfs,
 }
 
 
@@ -1240,6 +1264,8 @@ def main() -> None:
     parser.add_argument("--dir", default=".bench",
                         help="where the spool goes, in a fresh directory (removed at the end)")
     parser.add_argument("--install-redis", action="store_true", help="apt-get install redis-server if it is missing")
+    parser.add_argument("--other", default=None,
+                        help="--dir as another mount sees it (two mounts of one network filesystem): the netfs case")
     _report.add_markdown_option(parser)
     args = parser.parse_args()
     samples = args.samples or (30 if args.quick else 200)
@@ -1247,7 +1273,7 @@ def main() -> None:
     polls = args.polls or (100 if args.quick else 1000)
     window = args.window or (5.0 if args.quick else 30.0)
     known = [k for k, _ in CASES] + ["cpu"]
-    wanted = args.cases.split(",") if args.cases else known
+    wanted = args.cases.split(",") if args.cases else [k for k in known if k != "netfs" or args.other]
     unknown = [w for w in wanted if w not in known]
     if unknown:
         parser.error(f"unknown cases: {', '.join(unknown)} (known: {', '.join(known)})")
@@ -1268,7 +1294,7 @@ def main() -> None:
         print_environment(spool.root, redis, redis_version)
         provenance = _report.provenance(REPO, root, f"{samples} samples a case, consumers waiting {WAIT} s, "
                                                     f"pauses {PAUSE[0] * 1000:.0f}-{PAUSE[1] * 1000:.0f} ms")
-        run = Run(root, spool, samples, redis, redis_version, args.quick)
+        run = Run(root, spool, samples, redis, redis_version, args.quick, args.dir, args.other)
         order = [k for k, _ in CASES if k in wanted]
         for n, key in enumerate(order, 1):
             row = Row(key)

@@ -224,8 +224,10 @@ def test_long_poll_notices_a_suspension(queue):
     import threading
 
     threading.Timer(0.2, lambda: vsqs.Queue(queue.path).suspend("receive")).start()
+    started = time.monotonic()
     with pytest.raises(vsqs.QueueSuspended):
-        queue.receive(wait=5)
+        queue.receive(wait=30)
+    assert time.monotonic() - started < 30  # woken by the change, not at the end of its wait
 
 
 def test_stages_respect_limits_and_suspension(queue):

@@ -38,7 +38,6 @@ from vsqs._core.errors import (
     StorageError,
     VsqsError,
 )
-from vsqs._core.group_receive import GroupReceiver
 from vsqs._core.groups import GroupLeases
 from vsqs._core.limits import (
     DEFAULT_GC_GRACE,
@@ -49,7 +48,6 @@ from vsqs._core.limits import (
     MAX_PRIORITY,
     MAX_VISIBILITY_TIMEOUT,
 )
-from vsqs._core.listing import Listing
 from vsqs._core.maintenance import Maintenance
 from vsqs._core.message import Body, Message, MessageInfo, Outgoing, QueueStats, to_bytes, to_us
 from vsqs._core.metadata import Store, created_at, open_store
@@ -107,7 +105,7 @@ class Queue:
 
     def _init_runtime(self) -> None:
         """The handle's parts that need no I/O (the rest come with the metadata, see _open_store)."""
-        self._lock = threading.Lock()  # the listing cache, group leases, throttle tokens
+        self._lock = threading.Lock()  # the opening; the receiver's listing, group leases, throttle tokens
         self._receipts = IssuedReceipts()
         throttle, groups, reservations = Throttle(self._path), GroupLeases(self._path), Reservations(self._path)
         self._throttle, self._groups, self._reservations = throttle, groups, reservations
@@ -129,9 +127,6 @@ class Queue:
                 return self._store
             store = open_store(self._path, create=create, shards=shards, mode=self._settings.mode)
             layout, settings = store.layout, self._settings
-            self._listing = Listing(
-                layout, self._groups, self._skew_us, lambda: settings.current()["group_concurrency"]
-            )
             self._capacity = publishing.Capacity(layout)
             self._stages = Stages(layout, settings, self._capacity, self._reservations)
             self._dead_letters: DeadLetters[Queue] = DeadLetters(
@@ -139,10 +134,8 @@ class Queue:
                 lambda path, create, mode: Queue(path, create=create, mode=mode),  # a shared spool shares it too
                 store.first_receive,
             )
-            self._group_receiver = GroupReceiver(store, self._groups, self._listing, self._lock,
-                                                 self._receipts, self._throttle, self._dead_letters, self._skew_us)
-            self._receiver = Receiver(store, settings, self._listing, self._lock, self._receipts, self._throttle,
-                                      self._group_receiver, self._poll_interval)
+            self._receiver = Receiver(store, settings, self._lock, self._groups, self._receipts, self._throttle,
+                                      self._dead_letters, self._skew_us, self._poll_interval)
             self._maintenance = Maintenance(
                 layout, self._skew_us, settings, self._dead_letters, self._stages,
                 self._groups, self._reservations, self._lock,
@@ -537,7 +530,7 @@ class Queue:
         locate = layout.locate
         deleted = _fs.unlink(layout.prefix + text if locate is None else locate(text) + text)
         if slot is not None:
-            self._group_receiver.settled(text, slot, deleted, issued is not None, settings["group_concurrency"] == 1)
+            self._receiver.settled(text, slot, deleted, issued is not None, settings["group_concurrency"] == 1)
         if not deleted:
             raise StaleReceipt(stale_message(text[:_KEY_LENGTH]))
         if settings["max_messages"] is not None:  # this handle's deletes count at once, as its publishes
@@ -612,8 +605,7 @@ class Queue:
         self._held(self._open_parts()).release(receipt)
 
     def _held(self, store: Store) -> HeldMessages:
-        one_slot = self._settings.current()["group_concurrency"] == 1
-        return HeldMessages(store, self._groups, self._lock, self._listing, self._skew_us, one_slot)
+        return self._receiver.held(self._settings.current()["group_concurrency"] == 1)
 
     # -- inspection and maintenance ------------------------------------------
 
@@ -639,8 +631,7 @@ class Queue:
         """Delete every message (or those of ``ids``), in flight and delayed included; return how many."""
         self._open_parts()
         removed = self._maintenance.purge(ids)
-        with self._lock:
-            self._listing.reset()
+        self._receiver.forget_listing()
         return removed
 
     def requeue_expired(self) -> int:

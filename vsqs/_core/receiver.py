@@ -29,14 +29,16 @@ from vsqs._core import fs as _fs
 from vsqs._core import settings as _settings
 from vsqs._core import hub as _hub
 from vsqs._core import wakeup as _wakeup
+from vsqs._core.dead_letters import DeadLetters
 from vsqs._core.errors import DamagedEntry, StorageError
-from vsqs._core.format import State
+from vsqs._core.format import SlotRef, State
 from vsqs._core.group_receive import GroupReceiver
+from vsqs._core.groups import GroupLeases
 from vsqs._core.limits import MAX_RECEIVE_BYTES, MAX_VISIBILITY_TIMEOUT, MAX_WAIT
 from vsqs._core.listing import Listing
 from vsqs._core.message import Message, to_us
 from vsqs._core.metadata import Store
-from vsqs._core.receipts import IssuedReceipts
+from vsqs._core.receipts import HeldMessages, IssuedReceipts
 from vsqs._core.rules import check_seconds
 from vsqs._core.settings_store import SettingsStore
 from vsqs._core.throttle import Throttle
@@ -58,18 +60,37 @@ class Receiver:
     """One handle's receive path (see the module's docstring)."""
 
     def __init__(
-        self, store: Store, settings: SettingsStore, listing: Listing, lock: threading.Lock,
-        receipts: IssuedReceipts, throttle: Throttle, group_receiver: GroupReceiver,
+        self, store: Store, settings: SettingsStore, lock: threading.Lock, groups: GroupLeases,
+        receipts: IssuedReceipts, throttle: Throttle, dead_letters: DeadLetters[Any], skew_us: int,
         poll_interval: float | None,
     ) -> None:
         self._store = store
         self._settings = settings
-        self._listing = listing
-        self._lock = lock
+        self._lock = lock  # the handle's: it guards the listing, and the group leases (gc sweeps them too)
+        self._groups = groups
+        self._skew_us = skew_us
+        self._listing = Listing(store.layout, groups, skew_us, lambda: settings.current()["group_concurrency"])
         self._receipts = receipts
         self._throttle = throttle
-        self._group_receiver = group_receiver
+        self._group_receiver = GroupReceiver(store, groups, self._listing, lock, receipts, throttle, dead_letters,
+                                             skew_us)
         self._poll_interval = poll_interval
+
+    # -- what the rest of the handle asks of the receive side ---------------------------
+
+    def held(self, one_slot: bool) -> HeldMessages:
+        """The moves of held messages (change of visibility, release), which this
+        handle's listing sees at once (``one_slot``: group_concurrency is 1)."""
+        return HeldMessages(self._store, self._groups, self._lock, self._listing, self._skew_us, one_slot)
+
+    def settled(self, text: str, slot: SlotRef, deleted: bool, issued: bool, one_slot: bool) -> None:
+        """A message of a group was deleted (or not: ``deleted``): its slot is freed if it may be."""
+        self._group_receiver.settled(text, slot, deleted, issued, one_slot)
+
+    def forget_listing(self) -> None:
+        """Forget the listing (after a purge): the next receive lists again."""
+        with self._lock:
+            self._listing.reset()
 
     def terms(self, visibility_timeout: float | None, wait: float | None) -> tuple[int, float, dict[str, Any]]:
         """The lease (microseconds) and the wait (seconds) a receive asked for, checked,
@@ -129,6 +150,8 @@ class Receiver:
                         watch.pass_on()
                     return []
                 got = None
+                if woken and watch.epoch != self._listing.watch_epoch:  # (a setting may have changed)
+                    self._settings.expire()
                 settings = self._settings.current()
                 if settings["suspended"]:  # a long poll notices a suspension too
                     _settings.check_suspended("receive", settings, queue.path)
@@ -177,6 +200,8 @@ class Receiver:
                 wait_state.woken = False
                 version, due = step
                 wait_state.woken = await watch.sleep_async(version, wait_state.deadline - time.monotonic(), due)
+                if wait_state.woken and watch.epoch != self._listing.watch_epoch:  # (a setting may have changed)
+                    self._settings.expire()
         except BaseException:
             if wait_state.woken and wait_state.watch is not None:
                 wait_state.watch.pass_on()  # woken for a message it will not take: the next sleeper looks

@@ -49,6 +49,10 @@ class SettingsStore:
             self._adopt(settings)
         return self.values
 
+    def expire(self) -> None:
+        """Read the settings again at the next :meth:`current` (they may have changed)."""
+        self.read_at = -math.inf
+
     def current_mode(self) -> int | None:
         """The queue's file mode, from settings at most TTL old."""
         self.current()
