@@ -1264,10 +1264,17 @@ def main() -> None:
     parser.add_argument("--dir", default=".bench",
                         help="where the spool goes, in a fresh directory (removed at the end)")
     parser.add_argument("--install-redis", action="store_true", help="apt-get install redis-server if it is missing")
+    parser.add_argument("--pause", default=None, metavar="LOW,HIGH",
+                        help="the producer's random pause before each sample, in seconds (default 0.02,0.08); "
+                             "a longer one lets a polling consumer back off further")
     parser.add_argument("--other", default=None,
                         help="--dir as another mount sees it (two mounts of one network filesystem): the netfs case")
     _report.add_markdown_option(parser)
     args = parser.parse_args()
+    if args.pause:
+        global PAUSE
+        low, high = (float(x) for x in args.pause.split(","))
+        PAUSE = (low, high)
     samples = args.samples or (30 if args.quick else 200)
     idle_procs = args.idle_procs or (20 if args.quick else 100)
     polls = args.polls or (100 if args.quick else 1000)

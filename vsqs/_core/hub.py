@@ -34,7 +34,7 @@ log = logging.getLogger("vsqs")
 
 LINGER = 5.0  # seconds a watch outlives its last waiter (a worker's next receive finds it still there)
 CHECK_EVERY = 5.0  # seconds between the hub's looks (a stat) at a kernel-watched queue while someone waits
-POLL_SAFETY = 5.0  # a polled queue is listed at least this often while someone waits (whatever stat says)
+POLL_SAFETY = 0.5  # a polled queue is listed at least this often while someone waits (a stat may be cached)
 RECENT = 2.0  # a directory changed this recently (by its mtime) may change again unseen: look again
 
 # every state change of a message is a rename (a publish too: KEY.new -> KEY) or an unlink:

@@ -16,7 +16,7 @@ MAX_CLOCK_SKEW = 3600.0  # the clock_skew allowance of a handle
 # a waiting receive where no kernel notification reaches (a network filesystem,
 # no inotify, its watch limit reached): how often the queue's directories are
 # looked at (a stat each; listed only when one changed), by default and at most
-DEFAULT_POLL_INTERVAL = 0.1
+DEFAULT_POLL_INTERVAL = 0.05
 MAX_POLL_INTERVAL = 60.0
 
 # -- messages --

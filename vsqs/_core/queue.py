@@ -71,7 +71,7 @@ class Queue:
     ``clock_skew`` (seconds) is the allowance for clocks of hosts sharing the
     spool: a hidden message is taken for visible only that long after its
     time, so a consumer whose clock runs ahead does not steal a live lease.
-    ``poll_interval`` (seconds, default 0.1): how often a waiting receive looks
+    ``poll_interval`` (seconds, default 0.05): how often a waiting receive looks
     at the queue where no kernel notification tells it of a change (a network
     filesystem; see docs/filesystems.md).
     """
