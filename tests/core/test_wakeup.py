@@ -697,3 +697,28 @@ def test_an_async_receive_cut_short_by_the_loop_ending_gives_back_its_message(hu
     asyncio.run(main())
     again = vsqs.Queue(flat_queue.path).receive(wait=LONG)
     assert again is not None and again.body == b"kept"
+
+
+def test_a_delayed_message_of_a_group_wakes_a_waiter_that_listed_it_before(hubs, flat_queue):
+    flat_queue.publish(b"later", delay=1, group="g")  # before any watch: only a listing knows it
+    hubs()
+    with mock.patch.object(_hub, "CHECK_EVERY", 3600.0):
+        message = _woken(flat_queue)
+    assert message is not None and message.body == b"later"
+
+
+def test_cancelled_async_receives_leave_no_watch_in_use(hubs, flat_queue):
+    hub = hubs()
+
+    async def main() -> None:
+        for _ in range(5):
+            task = asyncio.ensure_future(flat_queue.areceive(wait=5))
+            await asyncio.sleep(0)  # cancelled during its first attempt
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+        await asyncio.sleep(0.5)  # the abandoned attempts finish in their threads
+
+    asyncio.run(main())
+    with mock.patch.object(_hub, "LINGER", 0.0):
+        _until(lambda: flat_queue.path not in hub.watches)  # unused: dropped (not held for ever)

@@ -312,6 +312,8 @@ class Listing:
             run: list[str] | None = None
             for m in members:
                 if m.state is State.HIDDEN and m.until_us + skew > now:
+                    if not m.receive_count:  # delayed: in the group's order at its time (a timer then)
+                        hidden.append((m.until_us, str(m)))
                     continue  # in flight, or delayed: not yet in the group's order
                 if run is not None:  # the names after a lone slot's candidate (see take_run)
                     run.append(str(m))

@@ -114,16 +114,7 @@ class Receiver:
         """Claim up to ``max_messages``; with a wait, sleep on the queue's watch until
         something may be claimable, for at most ``wait`` seconds (or until woken with
         ``stopped()`` true)."""
-        settings_store = self._settings  # (terms(), inlined: this is on every receive)
-        settings = settings_store.current()
-        if visibility_timeout is None:  # the setting was validated when it was read
-            lease_us = settings_store.lease_us
-        else:
-            lease_us = to_us(check_seconds(visibility_timeout, "visibility_timeout", MAX_VISIBILITY_TIMEOUT))
-        if wait is None:
-            wait = settings["receive_wait"]  # validated when it was read
-        elif type(wait) is not int or wait:  # 0 needs no check
-            wait = check_seconds(wait, "wait", MAX_WAIT)
+        lease_us, wait, settings = self.terms(visibility_timeout, wait)
         if group_runs:  # (the listing keeps each group's next names only once runs are asked for)
             self._group_receiver.want_runs()
         if settings["suspended"]:
@@ -182,10 +173,16 @@ class Receiver:
             got = self.receive(queue, max_messages, visibility_timeout, 0, read_bodies, group_runs)
             if got or time.monotonic() >= wait_state.deadline:
                 wait_state.step = None
-            else:
-                if wait_state.watch is None:
-                    wait_state.watch = self.watch()
-                wait_state.step = self.next_step(wait_state.watch, got, wait_state.deadline, False)
+                return got
+            if wait_state.watch is None:
+                watch = self.watch()
+                with wait_state.lock:
+                    if wait_state.done:  # the caller is gone (cancelled): nobody will unwatch it
+                        self.unwatch(watch)
+                        wait_state.step = None
+                        return got
+                    wait_state.watch = watch
+            wait_state.step = self.next_step(wait_state.watch, got, wait_state.deadline, False)
             return got
 
         try:
@@ -207,8 +204,11 @@ class Receiver:
                 wait_state.watch.pass_on()  # woken for a message it will not take: the next sleeper looks
             raise
         finally:
-            if wait_state.watch is not None:
-                self.unwatch(wait_state.watch)
+            with wait_state.lock:
+                wait_state.done = True
+                watch = wait_state.watch
+            if watch is not None:
+                self.unwatch(watch)
 
     # -- the wait: one policy for both ------------------------------------------
 
@@ -381,9 +381,11 @@ async def _to_thread(fn: Callable[[], T]) -> T:
 class _AsyncWait:
     """What an asyncio receive's attempts (in worker threads) tell its loop."""
 
-    __slots__ = ("deadline", "step", "watch", "woken")
+    __slots__ = ("deadline", "done", "lock", "step", "watch", "woken")
 
     def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.done = False  # the receive returned (or was cancelled): an attempt still running unwatches itself
         self.watch: _wakeup.Watch | None = None
         self.deadline = 0.0
         self.step: tuple[int, float] | None = None
