@@ -187,3 +187,55 @@ def test_configure_on_a_fresh_handle_keeps_the_queues_file_mode(tmp_path):
         assert [stat.S_IMODE(p.stat().st_mode) for p in versions] == [0o660] * len(versions)
     finally:
         os.umask(old)
+
+
+# -- dead-lettering a held message at once (a task that failed for good) --------
+
+
+@pytest.mark.parametrize("shards", [1, 4])
+def test_dead_letter_moves_a_held_message_now_and_redrive_brings_it_home(spool, shards):
+    q = spool.create_queue("jobs", shards=shards, max_receives=5)
+    poison = q.publish(b"poison", attributes={"k": "v"})
+    m = q.receive()
+    q.publish(b"fine")
+    m.dead_letter()
+    assert m.settled
+    [dead] = q.dead_letter_queue().messages(bodies=True)
+    assert (dead.id, dead.body, dead.attributes, dead.receive_count) == (poison, b"poison", {"k": "v"}, m.receive_count)
+    assert q.dead_letter_queue().dead_letter_sources() == [q.path]
+    assert q.receive().body == b"fine"
+    assert q.dead_letter_queue().redrive() == 1
+    assert q.receive().id == poison
+
+
+def test_dead_letter_with_a_stale_receipt_moves_nothing(spool):
+    q = spool.create_queue("jobs", max_receives=5)
+    q.publish(b"x")
+    first = q.receive(visibility_timeout=0)
+    second = q.receive()
+    with pytest.raises(vsqs.StaleReceipt):
+        first.dead_letter()
+    assert q.dead_letter_queue().stats().total == 0
+    second.dead_letter()
+    with pytest.raises(vsqs.StaleReceipt):
+        q.dead_letter(second.receipt)
+    assert q.dead_letter_queue().stats().total == 1
+
+
+def test_dead_letter_needs_a_dead_letter_queue(spool):
+    q = spool.create_queue("jobs")
+    q.publish(b"x")
+    m = q.receive()
+    with pytest.raises(vsqs.InvalidArgument, match="no dead-letter queue"):
+        m.dead_letter()
+    m.delete()  # still held
+
+
+def test_dead_letter_frees_the_groups_turn(spool):
+    q = spool.create_queue("jobs", max_receives=5)
+    q.publish(b"first", group="g")
+    q.publish(b"second", group="g")
+    m = q.receive()
+    assert q.receive() is None  # the group's turn is held
+    m.dead_letter()
+    assert q.receive().body == b"second"

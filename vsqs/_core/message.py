@@ -207,7 +207,7 @@ class Message:
 
     @property
     def settled(self) -> bool:
-        """True once deleted or released through this object."""
+        """True once deleted, released or dead-lettered through this object."""
         return self._settled
 
     def delete(self) -> None:
@@ -223,6 +223,11 @@ class Message:
     def release(self) -> None:
         """Make the message visible again now, keeping its receive count."""
         self.queue.release(self.receipt)
+        self._settled = True
+
+    def dead_letter(self) -> None:
+        """Move the message into its queue's dead-letter queue now (see :meth:`Queue.dead_letter`)."""
+        self.queue.dead_letter(self.receipt)
         self._settled = True
 
 

@@ -604,6 +604,30 @@ class Queue:
         """Make the message visible again now (ready), keeping its receive count."""
         self._held(self._open_parts()).release(receipt)
 
+    def dead_letter(self, receipt: str) -> None:
+        """Move the message held by ``receipt`` into the dead-letter queue now, as if it had used
+        up its receives (id, body, attributes and receive count kept; :meth:`redrive` returns it).
+        :class:`StaleReceipt` if it is no longer held; :class:`InvalidArgument` if the queue has no
+        dead-letter queue (neither ``max_receives`` nor ``dead_letter`` is set)."""
+        store = self._open_parts()
+        self._receipts.take(receipt)
+        name, text, slot = _format.parse_receipt(store.id, receipt)
+        settings = self._settings.current()
+        if settings["suspended"]:
+            self._check_suspended("delete", settings)
+        if self._dead_letters.path(settings) is None:
+            raise InvalidArgument(f"queue {self._path} has no dead-letter queue: set max_receives or dead_letter")
+        # (a rename whose source is gone and destination exists reports success: the answer to a
+        # retransmitted rename; a receipt that no longer names a file is stale)
+        moved = _fs.exists(store.layout.message_file(text)) and bool(self._dead_letters.bury(name))
+        if slot is not None:
+            self._receiver.settled(text, slot, moved, False, settings["group_concurrency"] == 1)
+        if not moved:
+            raise StaleReceipt(stale_message(name.key))
+        if settings["max_messages"] is not None:
+            with self._capacity.lock:
+                self._capacity.count = max(0, self._capacity.count - 1)
+
     def _held(self, store: Store) -> HeldMessages:
         return self._receiver.held(self._settings.current()["group_concurrency"] == 1)
 
