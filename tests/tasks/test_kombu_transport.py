@@ -1,0 +1,300 @@
+"""The ``vsqs://`` kombu transport through kombu's own API (no Celery, no worker):
+what each AMQP operation does to the vsqs queue underneath."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from datetime import datetime, timedelta, timezone
+
+import pytest
+
+kombu = pytest.importorskip("kombu")
+
+import vsqs  # noqa: E402
+import vsqs.kombu  # noqa: E402,F401  (registers vsqs://)
+from vsqs.kombu import eta_delay, spool_path  # noqa: E402
+
+pytestmark = pytest.mark.timeout(60)
+
+
+@pytest.fixture
+def spool(tmp_path):
+    return tmp_path / "spool"
+
+
+def connect(spool, **options):
+    return kombu.Connection(f"vsqs://{spool}", transport_options=options)
+
+
+def publish(conn, queue_name, *bodies, **kwargs):
+    queue = kombu.Queue(queue_name, kombu.Exchange(queue_name), routing_key=queue_name)
+    with conn.Producer() as producer:
+        for body in bodies:
+            producer.publish(body, exchange=queue.exchange, routing_key=queue_name, declare=[queue],
+                             serializer="json", **kwargs)
+    return queue
+
+
+class Collector:
+    """A consumer that keeps what it is given (and acks nothing by itself)."""
+
+    def __init__(self, conn, queues, prefetch=None, no_ack=False):
+        self.messages = []
+        self.consumer = conn.Consumer(queues, callbacks=[self.got], no_ack=no_ack, accept=["json"])
+        if prefetch:
+            self.consumer.qos(prefetch_count=prefetch)
+        self.consumer.consume()
+
+    def got(self, body, message):
+        self.messages.append(message)
+
+    def drain(self, conn, timeout=2.0, until=None):
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline and (until is None or len(self.messages) < until):
+            try:
+                conn.drain_events(timeout=0.2)
+            except TimeoutError:
+                pass
+        return [m.payload for m in self.messages]
+
+
+def vsqs_queue(spool, name="jobs"):
+    return vsqs.Spool(spool).queue(name)
+
+
+def test_publish_and_consume_each_message_once_in_priority_order(spool):
+    with connect(spool) as conn:
+        publish(conn, "jobs", {"n": 1}, priority=1)
+        publish(conn, "jobs", {"n": 9}, priority=9)
+        publish(conn, "jobs", {"n": 5}, priority=5)
+        collector = Collector(conn, [kombu.Queue("jobs")])
+        assert collector.drain(conn, until=3) == [{"n": 9}, {"n": 5}, {"n": 1}]
+        assert vsqs_queue(spool).stats().in_flight == 3  # held until acked
+        for message in collector.messages:
+            message.ack()
+        assert vsqs_queue(spool).stats().total == 0
+        assert collector.drain(conn, timeout=0.3) == [{"n": 9}, {"n": 5}, {"n": 1}]  # nothing more
+
+
+def test_a_requeue_makes_the_message_visible_again_at_once(spool):
+    with connect(spool) as conn:
+        publish(conn, "jobs", "x")
+        collector = Collector(conn, [kombu.Queue("jobs")])
+        collector.drain(conn, until=1)
+        collector.messages[0].requeue()
+        collector.drain(conn, until=2)
+        first, second = collector.messages
+        assert "redelivered" not in first.delivery_info
+        assert second.payload == "x" and second.delivery_info["redelivered"] is True
+        assert second.delivery_tag != first.delivery_tag
+        second.ack()
+        assert vsqs_queue(spool).stats().total == 0
+
+
+def test_a_reject_without_requeue_dead_letters_or_drops(spool):
+    with connect(spool, queue_settings={"max_receives": 5}) as conn:
+        publish(conn, "jobs", "poison")
+        collector = Collector(conn, [kombu.Queue("jobs")])
+        collector.drain(conn, until=1)
+        collector.messages[0].reject()
+        jobs = vsqs_queue(spool)
+        assert jobs.stats().total == 0
+        [dead] = jobs.dead_letter_queue().messages(bodies=True)
+        assert b"poison" in dead.body
+    with connect(spool) as conn:  # a queue without a dead-letter queue: dropped, as in AMQP
+        publish(conn, "plain", "x")
+        collector = Collector(conn, [kombu.Queue("plain")])
+        collector.drain(conn, until=1)
+        collector.messages[0].reject()
+        assert vsqs_queue(spool, "plain").stats().total == 0
+
+
+def test_prefetch_is_honoured_and_an_ack_lets_the_next_in(spool):
+    with connect(spool) as conn:
+        publish(conn, "jobs", *range(5))
+        collector = Collector(conn, [kombu.Queue("jobs")], prefetch=2)
+        collector.drain(conn, timeout=0.6)
+        assert len(collector.messages) == 2
+        assert vsqs_queue(spool).stats().in_flight == 2
+        collector.messages[0].ack()
+        collector.drain(conn, timeout=0.6)
+        assert len(collector.messages) == 3
+        assert vsqs_queue(spool).stats().in_flight == 2
+
+
+def test_a_consumer_with_its_prefetch_used_wakes_when_another_thread_acks(spool):
+    with connect(spool) as conn:
+        publish(conn, "jobs", 1, 2)
+        collector = Collector(conn, [kombu.Queue("jobs")], prefetch=1)
+        collector.drain(conn, until=1)
+        acker = threading.Timer(0.2, collector.messages[0].ack)
+        acker.start()
+        conn.drain_events(timeout=30)  # returns once the ack freed the slot and the next came
+        acker.join()
+        assert [m.payload for m in collector.messages] == [1, 2]
+
+
+def test_closing_the_connection_gives_back_what_it_held(spool):
+    with connect(spool) as conn:
+        publish(conn, "jobs", *range(3))
+        collector = Collector(conn, [kombu.Queue("jobs")], prefetch=3)
+        collector.drain(conn, until=3)
+        collector.messages[0].ack()
+        assert vsqs_queue(spool).stats().in_flight == 2
+    stats = vsqs_queue(spool).stats()
+    assert (stats.ready, stats.in_flight) == (2, 0)
+
+
+def test_a_consumer_that_dies_loses_nothing(spool):
+    """Unacknowledged messages stay in the queue, hidden: after the visibility timeout another consumer gets them."""
+    conn = connect(spool, visibility_timeout=0.5)
+    publish(conn, "jobs", "x")
+    collector = Collector(conn, [kombu.Queue("jobs")])
+    collector.drain(conn, until=1)
+    conn.transport.keeper.stop()  # a process that dies extends nothing (and restores nothing)
+    with connect(spool) as other:
+        second = Collector(other, [kombu.Queue("jobs")])
+        assert second.drain(other, timeout=10, until=1) == ["x"]
+        assert second.messages[0].delivery_info["redelivered"] is True
+
+
+def test_a_held_message_keeps_its_lease_while_its_task_runs(spool):
+    with connect(spool, visibility_timeout=0.4) as conn:
+        publish(conn, "jobs", "long")
+        collector = Collector(conn, [kombu.Queue("jobs")])
+        collector.drain(conn, until=1)
+        time.sleep(1.5)  # several visibility timeouts: the keeper extends the lease meanwhile
+        with connect(spool) as other:
+            assert Collector(other, [kombu.Queue("jobs")]).drain(other, timeout=0.5) == []
+        collector.messages[0].ack()
+        assert vsqs_queue(spool).stats().total == 0
+
+
+def test_a_no_ack_consumer_deletes_on_delivery(spool):
+    with connect(spool) as conn:
+        publish(conn, "jobs", "x")
+        collector = Collector(conn, [kombu.Queue("jobs")], no_ack=True)
+        assert collector.drain(conn, until=1) == ["x"]
+        assert vsqs_queue(spool).stats().total == 0
+
+
+def test_a_wait_on_several_queues_takes_from_whichever_has_messages(spool):
+    with connect(spool) as conn:
+        for name in ("a", "b", "c"):
+            conn.default_channel.queue_declare(name)
+        collector = Collector(conn, [kombu.Queue(name) for name in ("a", "b", "c")], prefetch=1)
+        threading.Timer(0.3, lambda: publish(connect(spool), "c", "late")).start()
+        assert collector.drain(conn, timeout=10, until=1) == ["late"]
+        publish(conn, "a", "one")
+        publish(conn, "b", "two")
+        collector.messages[0].ack()
+        collector.drain(conn, until=2)
+        assert len(collector.messages) == 2  # prefetch 1: one at a time, never both queues' at once
+        in_flight = sum(vsqs_queue(spool, name).stats().in_flight for name in ("a", "b", "c"))
+        assert in_flight == 1
+        collector.messages[1].ack()
+        collector.drain(conn, until=3)
+        assert sorted(m.payload for m in collector.messages[1:]) == ["one", "two"]
+
+
+def test_basic_get(spool):
+    with connect(spool) as conn:
+        publish(conn, "jobs", "x")
+        queue = kombu.Queue("jobs", channel=conn.default_channel)
+        message = queue.get(accept=["json"])
+        assert message.payload == "x"
+        assert queue.get() is None
+        message.ack()
+        assert vsqs_queue(spool).stats().total == 0
+
+
+def test_size_purge_and_delete(spool):
+    with connect(spool) as conn:
+        publish(conn, "jobs", *range(4))
+        channel = conn.default_channel
+        assert channel.queue_declare("jobs", passive=True).message_count == 4
+        held = kombu.Queue("jobs", channel=channel).get(accept=["json"])
+        assert channel.queue_purge("jobs") == 3  # the waiting ones; the held one stays
+        held.ack()
+        channel.queue_delete("jobs")
+        assert "jobs" not in vsqs.Spool(spool)
+
+
+def test_an_eta_in_the_future_is_a_native_delay(spool):
+    eta = (datetime.now(timezone.utc) + timedelta(seconds=30)).isoformat()
+    with connect(spool) as conn:
+        publish(conn, "jobs", "later", headers={"eta": eta})
+        stats = vsqs_queue(spool).stats()
+        assert (stats.ready, stats.delayed) == (0, 1)
+    with connect(spool, native_delays=False) as conn:
+        publish(conn, "jobs", "now", headers={"eta": eta})
+        collector = Collector(conn, [kombu.Queue("jobs")])
+        [message] = [m for m in collector.drain(conn, until=1)]
+        assert message == "now" and collector.messages[0].headers["eta"] == eta  # left to Celery
+
+
+def test_a_message_delivered_at_its_eta_is_handed_over_without_it():
+    now = time.time()
+    assert eta_delay({"eta": datetime.fromtimestamp(now + 5, timezone.utc).isoformat()}, now) == pytest.approx(5)
+    assert eta_delay({"eta": datetime.fromtimestamp(now - 5, timezone.utc).isoformat()}, now) is None
+    assert eta_delay({"eta": "not a time"}, now) is None
+    assert eta_delay({"eta": 5}, now) is None
+    assert eta_delay({}, now) is None
+    assert eta_delay({"eta": "9999-01-01T00:00:00+00:00"}, now) == vsqs.kombu.MAX_DELAY
+
+
+def test_a_body_that_is_no_kombu_message_is_set_aside_and_others_go_on(spool, caplog):
+    with connect(spool, queue_settings={"max_receives": 5}) as conn:
+        conn.default_channel.queue_declare("jobs")
+        jobs = vsqs_queue(spool)
+        for planted in (b"not json", b"[1, 2]", b'{"properties": 5}'):
+            jobs.publish(planted, priority=9)
+        publish(conn, "jobs", "fine")
+        collector = Collector(conn, [kombu.Queue("jobs")])
+        with caplog.at_level(logging.ERROR, "vsqs.kombu"):
+            assert collector.drain(conn, until=1) == ["fine"]
+        assert "is not a kombu message" in caplog.text
+        assert jobs.dead_letter_queue().stats().total == 3
+
+
+def test_a_bad_body_without_a_dead_letter_queue_is_hidden_not_deleted(spool):
+    with connect(spool) as conn:
+        conn.default_channel.queue_declare("jobs")
+        jobs = vsqs_queue(spool)
+        jobs.publish(b"not json")
+        collector = Collector(conn, [kombu.Queue("jobs")])
+        assert collector.drain(conn, timeout=0.5) == []
+        assert jobs.stats().in_flight == 1
+
+
+def test_fanout_and_topic_exchanges_are_refused_with_the_reason(spool):
+    with connect(spool) as conn:
+        channel = conn.default_channel
+        with pytest.raises(NotImplementedError, match="no fanout exchanges across processes.*docs/tasks.md"):
+            channel.exchange_declare("celery.pidbox", type="fanout")
+        channel.exchange_declare("celeryev", type="topic")  # publishing events: dropped with no listener
+        with pytest.raises(NotImplementedError, match="no topic exchanges"):
+            channel.queue_bind("monitor", "celeryev", "task.#")
+
+
+@pytest.mark.parametrize("url", ["vsqs://host/spool", "vsqs://relative", "sqs:///x", ""])
+def test_a_url_that_names_no_local_spool_is_refused(url):
+    with pytest.raises(vsqs.InvalidArgument, match="vsqs:///absolute/path"):
+        spool_path(url, {})
+    assert spool_path("vsqs:///srv/my%20spool", {}) == "/srv/my spool"
+    assert spool_path(None, {"spool": "/x"}) == "/x"
+
+
+def test_a_bad_queue_name_is_refused_with_the_rule(spool):
+    with connect(spool) as conn:
+        with pytest.raises(vsqs.InvalidArgument, match="bad queue name"):
+            conn.default_channel.queue_declare("../escape")
+
+
+def test_bad_transport_options_are_refused(spool):
+    with pytest.raises(vsqs.InvalidArgument, match="visibility_timeout"):
+        connect(spool, visibility_timeout=-1).connect()
+    with pytest.raises(vsqs.InvalidArgument):
+        connect(spool, queue_settings={"max_receives": "many"}).default_channel.queue_declare("jobs")

@@ -1,0 +1,448 @@
+"""Celery and kombu on a vsqs spool, with no broker: the ``vsqs://`` transport.
+
+``import vsqs.kombu`` registers the scheme, then::
+
+    app = Celery("proj", broker="vsqs:///srv/spool")
+
+(or, without the import, ``broker_url="vsqs:///srv/spool"`` with
+``broker_transport="vsqs.kombu:Transport"``). Each kombu queue is a vsqs queue
+of the spool, made on demand. A delivered message stays in its queue, hidden,
+until it is acknowledged: an ack deletes it; a requeue (a reject with requeue,
+a warm shutdown giving back what it prefetched) makes it visible again now; a
+reject without requeue moves it to the queue's dead-letter queue (or deletes
+it where the queue has none, as AMQP drops it). A worker that dies holding a
+message loses nothing: it comes back when its visibility timeout runs out,
+and while a worker is alive its leases are extended, however long a task (or
+an ETA it waits for) runs.
+
+Transport options (``broker_transport_options``):
+
+- ``visibility_timeout`` (seconds, default 30): how long a message delivered
+  to a worker that then dies stays hidden;
+- ``queue_settings``: vsqs settings for the queues this transport makes
+  (``{"max_receives": 5}`` gives each a dead-letter queue);
+- ``native_delays`` (default True): a Celery task with an ETA or countdown is
+  published delayed until then (a vsqs delay), so no worker holds it in
+  memory meanwhile; False leaves it to Celery, as with other brokers;
+- ``wait`` (seconds, default 1): the longest single wait of a consumer.
+
+Priorities 0-9 are vsqs priorities (higher first, as in AMQP). What kombu's
+virtual transports cannot give here is refused, not silently broken: a
+fanout exchange (``celery inspect``, ``celery control``, broadcast queues)
+and a queue bound to a topic exchange (``celery events``, Flower) raise
+:class:`NotImplementedError` naming docs/tasks.md, because bindings live in
+each process's memory and never reach other processes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+from collections import deque
+import logging
+import socket
+import threading
+import time
+from collections.abc import Iterable
+from datetime import datetime, timezone
+from queue import Empty
+from typing import Any, cast
+from urllib.parse import unquote, urlparse
+
+from kombu.transport import TRANSPORT_ALIASES, virtual
+from kombu.utils.json import dumps, loads
+
+from vsqs import InvalidArgument, Message, Queue, QueueNotFound, Spool, StorageError, VsqsError
+from vsqs._core.leases import LeaseKeeper
+from vsqs._core.limits import MAX_DELAY, MAX_VISIBILITY_TIMEOUT
+from vsqs._core.rules import check_queue_name, check_seconds
+
+__all__ = ["Channel", "Transport"]
+
+log = logging.getLogger("vsqs.kombu")
+
+SCHEME = "vsqs"
+DEFAULT_VISIBILITY_TIMEOUT = 30.0
+DEFAULT_WAIT = 1.0
+BATCH = 10  # messages claimed at once when the consumer sets no prefetch limit
+
+_NO_CROSS_PROCESS = (
+    "the vsqs:// transport has no {kind} exchanges across processes (exchange {name!r}): "
+    "kombu keeps bindings in each process's memory, so celery inspect/control, broadcast queues "
+    "and event monitors (celery events, Flower) cannot work through it; see docs/tasks.md"
+)
+
+
+def spool_path(url: str | None, options: dict[str, Any]) -> str:
+    """The spool directory a ``vsqs:///absolute/path`` URL (or the ``spool`` option) names."""
+    if options.get("spool"):
+        return str(options["spool"])
+    parts = urlparse(url or "")
+    if parts.scheme != SCHEME or parts.netloc not in ("", "localhost") or not parts.path.startswith("/"):
+        raise InvalidArgument(f"a vsqs broker URL is vsqs:///absolute/path/to/spool, not {url!r}")
+    return unquote(parts.path)
+
+
+def eta_delay(headers: dict[str, Any] | None, now: float) -> float | None:
+    """Seconds until a Celery message's ETA (protocol 2 ``eta`` header), if it is in the future."""
+    eta = (headers or {}).get("eta")
+    if not isinstance(eta, str):
+        return None
+    try:
+        when = datetime.fromisoformat(eta)
+    except ValueError:
+        return None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=timezone.utc)
+    delay = when.timestamp() - now
+    return min(delay, MAX_DELAY) if delay > 0 else None
+
+
+class QoS(virtual.QoS):
+    """Prefetch as kombu counts it; a requeue is a release of the message, in place."""
+
+    def reject(self, delivery_tag: str, requeue: bool = False) -> None:
+        if requeue:
+            self.channel._give_back(delivery_tag)
+        self._quick_ack(delivery_tag)
+
+
+class Channel(virtual.Channel):
+    """One kombu channel over the transport's spool."""
+
+    QoS = QoS
+    do_restore = True
+    supports_fanout = False
+    connection: Transport
+
+    def __init__(self, connection: Transport, **kwargs: Any) -> None:
+        super().__init__(connection, **kwargs)
+        self._held: dict[str, Message] = {}  # delivery tag -> the vsqs message it names
+        self._held_lock = threading.Lock()
+        self._noack_queues: set[str] = set()
+        self._turn = 0  # where the next wait over several queues starts
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._claimed: deque[tuple[str, dict[str, Any]]] = deque()  # claimed, held, not yet delivered
+
+    # -- queues ---------------------------------------------------------------
+
+    def _queue(self, name: str) -> Queue:
+        return self.connection.queue(name)
+
+    def _new_queue(self, queue: str, **kwargs: Any) -> None:
+        self.connection.queue(queue)
+
+    def _has_queue(self, queue: str, **kwargs: Any) -> bool:
+        return self.connection.queue(queue, create=False) is not None
+
+    def _size(self, queue: str) -> int:
+        return self._queue(queue).stats().ready
+
+    def _purge(self, queue: str) -> int:
+        """Delete the queue's waiting messages (ready or delayed); those being worked on stay."""
+        handle = self._queue(queue)
+        return handle.purge([info.id for info in handle.messages() if info.state != "in_flight"])
+
+    def _delete(self, queue: str, *args: Any, **kwargs: Any) -> None:
+        self.connection.delete_queue(queue)
+
+    def exchange_declare(self, exchange: Any = None, type: Any = "direct", *args: Any, **kwargs: Any) -> Any:
+        if type == "fanout":
+            raise NotImplementedError(_NO_CROSS_PROCESS.format(kind=type, name=exchange))
+        return super().exchange_declare(exchange, type, *args, **kwargs)
+
+    def queue_bind(self, queue: Any, exchange: Any = None, routing_key: Any = "", *args: Any, **kwargs: Any) -> Any:
+        kind = self.typeof(exchange).type if exchange else "direct"
+        if kind != "direct":
+            raise NotImplementedError(_NO_CROSS_PROCESS.format(kind=kind, name=exchange))
+        return super().queue_bind(queue, exchange, routing_key, *args, **kwargs)
+
+    # -- publish --------------------------------------------------------------
+
+    def _put(self, queue: str, message: dict[str, Any], **kwargs: Any) -> None:
+        delay = None
+        if self.connection.native_delays:
+            delay = eta_delay(message.get("headers"), time.time())
+        self._queue(queue).publish(
+            dumps(message).encode(), priority=self._get_message_priority(message), delay=delay
+        )
+
+    def encode_body(self, body: Any, encoding: str | None = None) -> tuple[Any, str | None]:
+        """A text body (JSON, YAML) is stored as it is, readable with ``vsqs peek``; bytes in base64."""
+        if isinstance(body, str):
+            return body, None
+        return super().encode_body(body, encoding)
+
+    # -- consume --------------------------------------------------------------
+
+    def basic_consume(self, queue: str, no_ack: bool, *args: Any, **kwargs: Any) -> Any:
+        check_queue_name(queue)
+        if no_ack:
+            self._noack_queues.add(queue)
+        return super().basic_consume(queue, no_ack, *args, **kwargs)
+
+    def basic_cancel(self, consumer_tag: str) -> Any:
+        queue = self._tag_to_queue.get(consumer_tag)
+        if queue is not None:
+            self._noack_queues.discard(queue)
+        return super().basic_cancel(consumer_tag)
+
+    def _get(self, queue: str, timeout: float | None = None) -> dict[str, Any]:
+        """One message of ``queue`` (``basic_get``), or :class:`queue.Empty`."""
+        for message in self._queue(queue).receive_batch(1, visibility_timeout=self.connection.visibility_timeout):
+            payload = self._payload(queue, message)
+            if payload is not None:
+                return payload
+        raise Empty()
+
+    def _get_many(self, queues: list[str], timeout: float | None = None) -> None:
+        """Deliver one message: one claimed before and not yet delivered, or what a wait on
+        ``queues`` claims (up to what prefetch allows, at once if something is ready, else
+        as soon as something lands, within ``timeout`` seconds). One a call, so a consumer
+        that runs each task as it is delivered (Celery's ``solo`` pool) can stop between two."""
+        while not self._claimed:
+            want = (self.qos.can_consume_max_estimate() or BATCH) - len(self._claimed)
+            wait = min(timeout if timeout is not None else self.connection.wait, self.connection.wait)
+            vt = self.connection.visibility_timeout
+            if len(queues) == 1:
+                name, got = queues[0], self._queue(queues[0]).receive_batch(
+                    max(want, 1), visibility_timeout=vt, wait=wait)
+            else:
+                name, got = self._wait_any(queues, max(want, 1), vt, wait)
+            if not got:
+                raise Empty()
+            for message in got:
+                payload = self._payload(name, message)
+                if payload is not None:
+                    self._claimed.append((name, payload))
+        name, payload = self._claimed.popleft()
+        self.connection._deliver(payload, name)
+
+    def _wait_any(self, queues: list[str], want: int, vt: float, wait: float) -> tuple[str, list[Message]]:
+        """One wait on several queues (the first with messages wins; turns rotate, for fairness).
+
+        Each queue waits with :meth:`Queue.areceive_batch` on a loop of this
+        channel, its attempts run inline and one at a time; once one attempt
+        claims, the others claim nothing (and are cancelled), so a wait never
+        holds more than ``want`` messages."""
+        if self._loop is None:
+            self._loop = asyncio.new_event_loop()
+        self._turn = (self._turn + 1) % len(queues)
+        order = queues[self._turn:] + queues[: self._turn]
+        winner: list[str] = []
+
+        async def wait_on(name: str) -> list[Message]:
+            async def attempt(fn: Any) -> list[Message]:
+                if winner:
+                    return []
+                got: list[Message] = fn()
+                if got:
+                    winner.append(name)
+                return got
+
+            return await self._queue(name).areceive_batch(want, visibility_timeout=vt, wait=wait, offload=attempt)
+
+        async def first() -> tuple[str, list[Message]]:
+            tasks = {asyncio.ensure_future(wait_on(name)): name for name in order}
+            try:
+                while tasks:
+                    done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+                    for task in done:
+                        name = tasks.pop(task)
+                        got = task.result()
+                        if got:
+                            return name, got
+                return order[0], []
+            finally:
+                for task in tasks:
+                    task.cancel()
+                if tasks:
+                    await asyncio.wait(tasks)
+
+        return self._loop.run_until_complete(first())
+
+    def _payload(self, queue: str, message: Message) -> dict[str, Any] | None:
+        """The kombu payload of a claimed message, held (or deleted, for a no-ack consumer);
+        None for a body that is not one, which is set aside (see :meth:`_set_aside`)."""
+        try:
+            payload = loads(message.body)
+            properties = payload["properties"]
+            if not isinstance(properties, dict) or not isinstance(properties.setdefault("delivery_info", {}), dict):
+                raise TypeError("properties")
+        except (ValueError, TypeError, KeyError) as exc:
+            self._set_aside(queue, message, exc)
+            return None
+        if queue in self._noack_queues:
+            message.delete()
+            return payload
+        tag = f"{message.id}.{next(self.connection.deliveries)}"
+        properties["delivery_tag"] = tag
+        properties["delivery_info"].update(routing_key=queue, vsqs_message_id=message.id)
+        if message.receive_count > 1:  # (Celery reads it in delivery_info, kombu at the top)
+            payload["redelivered"] = properties["delivery_info"]["redelivered"] = True
+        headers = payload.get("headers")
+        if self.connection.native_delays and isinstance(headers, dict) and headers.get("eta") is not None:
+            if eta_delay(headers, time.time()) is None:  # held until its ETA here: Celery need not hold it again
+                headers["eta"] = None
+        with self._held_lock:
+            self._held[tag] = message
+        self.connection.keeper.hold(message)
+        return payload
+
+    def _set_aside(self, queue: str, message: Message, problem: Exception) -> None:
+        """A message that is not a kombu payload: dead-lettered, or hidden for 12 h where the
+        queue has no dead-letter queue (never deleted: it may be someone else's)."""
+        try:
+            message.dead_letter()
+            where = "moved to the dead-letter queue"
+        except InvalidArgument:
+            message.change_visibility(MAX_VISIBILITY_TIMEOUT)
+            where = "hidden for 12 h (the queue has no dead-letter queue)"
+        log.error("vsqs queue %s: message %s is not a kombu message (%s): %s", queue, message.id, problem, where)
+
+    # -- settle -----------------------------------------------------------------
+
+    def _take(self, delivery_tag: str) -> Message | None:
+        with self._held_lock:
+            return self._held.pop(delivery_tag, None)
+
+    def _settle(self, delivery_tag: str, how: str) -> None:
+        """Settle the message a delivery tag names: ``delete``, ``release`` or ``dead_letter``."""
+        message = self._take(delivery_tag)
+        if message is None:
+            return
+        action = getattr(message, how)
+        if how == "dead_letter":
+            def action() -> None:
+                try:
+                    message.dead_letter()
+                except InvalidArgument:  # the queue has no dead-letter queue: dropped, as in AMQP
+                    message.delete()
+        try:
+            if not self.connection.keeper.settle(message, action):
+                log.warning("vsqs: the lease of message %s was lost before its %s: it may run again",
+                            message.id, how)
+        except StorageError as exc:  # it stays hidden and comes back after its visibility timeout
+            log.warning("vsqs: cannot %s message %s: %s", how, message.id, exc)
+        finally:
+            self.connection.slot_freed()
+
+    def basic_ack(self, delivery_tag: str, multiple: bool = False) -> None:
+        self._settle(delivery_tag, "delete")
+        super().basic_ack(delivery_tag)
+
+    def basic_reject(self, delivery_tag: str, requeue: bool = False) -> None:
+        if not requeue:
+            self._settle(delivery_tag, "dead_letter")
+        super().basic_reject(delivery_tag, requeue=requeue)
+
+    def _give_back(self, delivery_tag: str) -> None:
+        self._settle(delivery_tag, "release")
+
+    def _restore(self, message: Any) -> None:
+        """Give an unacknowledged message back (a warm shutdown): visible again now, in place."""
+        self._give_back(message.delivery_tag)
+
+    def close(self) -> None:
+        while self._claimed:  # claimed, never delivered: visible again now
+            self._give_back(self._claimed.popleft()[1]["properties"]["delivery_tag"])
+        super().close()
+        if self._loop is not None:
+            self._loop.close()
+            self._loop = None
+
+
+def can_consume(channels: Iterable[Channel]) -> bool:
+    """Whether a channel has a consumer with room for another message."""
+    return any(channel._consumers and channel.qos.can_consume() for channel in channels)
+
+
+class Transport(virtual.Transport):
+    """kombu's transport for a vsqs spool (``vsqs:///path/to/spool``)."""
+
+    Channel = Channel
+    driver_type = driver_name = SCHEME
+    can_parse_url = True
+    default_port = None
+    polling_interval = None  # type: ignore[assignment]  # (its own drain_events waits, never polls)
+    connection_errors = (*virtual.Transport.connection_errors, StorageError, QueueNotFound)  # type: ignore[assignment]
+    channel_errors = (*virtual.Transport.channel_errors, VsqsError)  # type: ignore[assignment]
+    implements = virtual.Transport.implements.extend(
+        asynchronous=False, exchange_type=frozenset(["direct"]), heartbeats=False
+    )
+
+    def __init__(self, client: Any, **kwargs: Any) -> None:
+        super().__init__(client, **kwargs)
+        options = client.transport_options
+        self.spool = Spool(spool_path(client.hostname, options), create=True)
+        self.visibility_timeout = check_seconds(
+            options.get("visibility_timeout", DEFAULT_VISIBILITY_TIMEOUT), "visibility_timeout", MAX_VISIBILITY_TIMEOUT
+        )
+        self.wait = check_seconds(options.get("wait", DEFAULT_WAIT), "wait", 60)
+        self.native_delays = bool(options.get("native_delays", True))
+        self.queue_settings: dict[str, Any] = dict(options.get("queue_settings") or {})
+        self.deliveries = itertools.count(1)
+        self._queues: dict[str, Queue] = {}
+        self._queues_lock = threading.Lock()
+        self._keeper: LeaseKeeper | None = None
+        self._slot_freed = threading.Event()
+
+    @property
+    def keeper(self) -> LeaseKeeper:
+        """The lease keeper of this connection's delivered messages (started on first use)."""
+        if self._keeper is None:
+            with self._queues_lock:
+                if self._keeper is None:
+                    self._keeper = LeaseKeeper(self.visibility_timeout).start()
+        return self._keeper
+
+    def queue(self, name: str, *, create: bool = True) -> Queue:
+        """The vsqs queue ``name`` of the spool, made (with ``queue_settings``) if missing."""
+        handle = self._queues.get(name)
+        if handle is not None:
+            return handle
+        check_queue_name(name)
+        try:
+            handle = self.spool.queue(name)
+        except QueueNotFound:
+            if not create:
+                return None  # type: ignore[return-value]
+            handle = self.spool.create_queue(name, **self.queue_settings)
+        with self._queues_lock:
+            return self._queues.setdefault(name, handle)
+
+    def delete_queue(self, name: str) -> None:
+        with self._queues_lock:
+            self._queues.pop(name, None)
+        self.spool.delete_queue(check_queue_name(name))
+
+    def slot_freed(self) -> None:
+        self._slot_freed.set()
+
+    def drain_events(self, connection: Any, timeout: float | None = None, **kwargs: Any) -> None:
+        """Deliver what one wait claims; :class:`socket.timeout` after ``timeout`` seconds of
+        nothing. A consumer whose prefetch is used up waits for an ack, not for a poll."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            remaining = None if deadline is None else deadline - time.monotonic()
+            if remaining is not None and remaining <= 0:
+                raise socket.timeout()
+            self._slot_freed.clear()
+            try:
+                cast(Any, self.cycle).get(self._deliver, timeout=remaining)
+                return
+            except Empty:
+                if not can_consume(cast(list[Channel], self.channels)):
+                    self._slot_freed.wait(self.wait if remaining is None else min(remaining, self.wait))
+
+    def close_connection(self, connection: Any) -> None:
+        super().close_connection(connection)
+        if self._keeper is not None:
+            self._keeper.stop()
+
+    @property
+    def default_connection_params(self) -> dict[str, Any]:
+        return {"port": None, "hostname": ""}
+
+
+TRANSPORT_ALIASES.setdefault(SCHEME, "vsqs.kombu:Transport")
