@@ -159,6 +159,21 @@ class Channel(virtual.Channel):
 
     # -- publish --------------------------------------------------------------
 
+    def _lookup(self, exchange: Any, routing_key: Any, default: Any = None) -> Any:
+        """The queues a message goes to: kombu's bindings (this process's), else, for a direct
+        exchange, the spool's queue named by the routing key (bound by another process)."""
+        found = super()._lookup(exchange, routing_key, default)
+        if found or not exchange or self.typeof(exchange).type != "direct":
+            return found
+        try:
+            if self.connection.queue(routing_key, create=False) is not None:
+                return [routing_key]
+        except InvalidArgument:
+            pass
+        log.warning("vsqs: no queue is bound to exchange %r with routing key %r: message dropped",
+                    exchange, routing_key)
+        return found
+
     def _put(self, queue: str, message: dict[str, Any], **kwargs: Any) -> None:
         delay = None
         if self.connection.native_delays:
@@ -201,7 +216,8 @@ class Channel(virtual.Channel):
         as soon as something lands, within ``timeout`` seconds). One a call, so a consumer
         that runs each task as it is delivered (Celery's ``solo`` pool) can stop between two."""
         while not self._claimed:
-            want = (self.qos.can_consume_max_estimate() or BATCH) - len(self._claimed)
+            room = self.qos.can_consume_max_estimate()  # (None: no prefetch limit)
+            want = BATCH if room is None else room
             wait = min(timeout if timeout is not None else self.connection.wait, self.connection.wait)
             vt = self.connection.visibility_timeout
             if len(queues) == 1:
@@ -423,15 +439,15 @@ class Transport(virtual.Transport):
         """Deliver what one wait claims; :class:`socket.timeout` after ``timeout`` seconds of
         nothing. A consumer whose prefetch is used up waits for an ack, not for a poll."""
         deadline = None if timeout is None else time.monotonic() + timeout
-        while True:
-            remaining = None if deadline is None else deadline - time.monotonic()
-            if remaining is not None and remaining <= 0:
-                raise socket.timeout()
+        while True:  # (one attempt at least: timeout=0 is a look)
+            remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
             self._slot_freed.clear()
             try:
                 cast(Any, self.cycle).get(self._deliver, timeout=remaining)
                 return
             except Empty:
+                if deadline is not None and time.monotonic() >= deadline:
+                    raise socket.timeout() from None
                 if not can_consume(cast(list[Channel], self.channels)):
                     self._slot_freed.wait(self.wait if remaining is None else min(remaining, self.wait))
 

@@ -298,3 +298,42 @@ def test_bad_transport_options_are_refused(spool):
         connect(spool, visibility_timeout=-1).connect()
     with pytest.raises(vsqs.InvalidArgument):
         connect(spool, queue_settings={"max_receives": "many"}).default_channel.queue_declare("jobs")
+
+
+def test_a_drain_with_no_timeout_to_spare_still_looks_once(spool):
+    with connect(spool) as conn:
+        publish(conn, "jobs", "x")
+        collector = Collector(conn, [kombu.Queue("jobs")])
+        conn.drain_events(timeout=0)
+        assert [m.payload for m in collector.messages] == ["x"]
+        with pytest.raises(TimeoutError):
+            conn.drain_events(timeout=0)
+
+
+def test_a_binary_body_travels_in_base64_and_a_text_body_as_it_is(spool):
+    with connect(spool) as conn:
+        queue = kombu.Queue("jobs", channel=conn.default_channel)
+        with conn.Producer() as producer:
+            producer.publish(b"\x00\xff", routing_key="jobs", declare=[queue],
+                             content_type="application/data", content_encoding="binary")
+        [stored] = vsqs_queue(spool).messages(bodies=True)
+        assert b'"body_encoding": "base64"' in stored.body
+        message = queue.get(accept=["application/data", "json"])
+        assert message.body == b"\x00\xff"
+        message.ack()
+        publish(conn, "text", {"text": "r\u00e9sum\u00e9"})
+        [stored] = vsqs_queue(spool, "text").messages(bodies=True)
+        assert b'\\"text\\"' in stored.body and b"base64" not in stored.body
+
+
+def test_a_direct_route_another_process_declared_reaches_its_queue(spool, caplog):
+    with connect(spool) as conn:
+        conn.default_channel.queue_declare("jobs")
+    with connect(spool) as conn:  # knows no binding: the routing key names the spool's queue
+        with conn.Producer() as producer:
+            producer.publish("x", exchange="jobs", routing_key="jobs", serializer="json")
+            with caplog.at_level(logging.WARNING, "vsqs.kombu"):
+                producer.publish("y", exchange="jobs", routing_key="nowhere", serializer="json")
+    assert vsqs_queue(spool).stats().ready == 1
+    assert "no queue is bound to exchange 'jobs' with routing key 'nowhere'" in caplog.text
+    assert "nowhere" not in vsqs.Spool(spool)
