@@ -265,6 +265,18 @@ def test_fractional_timeouts_round_trip(queue):
     assert queue.receive().id == m.id
 
 
+@pytest.mark.parametrize("group_concurrency", [None, 10])
+def test_a_batch_with_a_lease_that_runs_out_at_once_holds_each_message_once(queue, group_concurrency):
+    if group_concurrency:
+        queue.configure(group_concurrency=group_concurrency)
+    for body in (b"a", b"b", b"c"):
+        queue.publish(body, group="g" if group_concurrency else None)
+    for _ in range(3):
+        got = queue.receive_batch(10, visibility_timeout=0)
+        assert sorted(m.body for m in got) == [b"a", b"b", b"c"]  # each once an answer, not a, b, c, a, b...
+    assert {m.receive_count for m in queue.receive_batch(10, visibility_timeout=0)} == {4}
+
+
 def test_receive_batch_takes_up_to_max(queue):
     queue.publish_batch([b"%d" % i for i in range(25)])
     assert len(queue.receive_batch(10)) == 10

@@ -290,6 +290,7 @@ class Receiver:
         lists_left = fruitless
         skips = _SKIPS_PER_CALL
         held = 0  # bytes of the bodies read so far (see MAX_RECEIVE_BYTES)
+        answered: set[str] | None = None  # ids of ``got[:len(answered)]``, once a lease that ran out is met
         while len(got) < limit:
             with lock:
                 if cache.visible and not (cache.hidden or cache.grouped) and time.monotonic() < cache.stale_at:
@@ -305,6 +306,13 @@ class Receiver:
             parsed = _format.parse_name(name)  # the one parse of this name on its way out
             if parsed is None or parsed.state is State.WRITING:
                 continue  # a foreign name the listing passed through unparsed
+            if parsed.until_us and got:  # a lease that ran out (hidden): perhaps one this call gave
+                answered = answered or set()
+                answered.update(message.id for message in got[len(answered):])
+                if parsed.key in answered:  # (a short visibility timeout): each message once an answer
+                    with lock:
+                        cache.remember(name, parsed.until_us)
+                    break
             if max_receives is not None and parsed.receive_count >= max_receives:
                 error = self._group_receiver.bury(parsed)  # (its group, if any, goes on with its next)
                 failure = failure or error
