@@ -43,16 +43,16 @@ import logging
 import socket
 import threading
 import time
-from collections.abc import Iterable
-from datetime import datetime, timezone
+from collections.abc import Callable, Iterable
+from datetime import datetime
 from queue import Empty
-from typing import Any, cast
+from typing import Any, NamedTuple, cast
 from urllib.parse import unquote, urlparse
 
 from kombu.transport import TRANSPORT_ALIASES, virtual
 from kombu.utils.json import dumps, loads
 
-from vsqs import InvalidArgument, Message, Queue, QueueNotFound, Spool, StorageError, VsqsError
+from vsqs import InvalidArgument, Message, Queue, QueueNotFound, QueueSuspended, Spool, StorageError, VsqsError
 from vsqs._core.leases import LeaseKeeper
 from vsqs._core.limits import MAX_DELAY, MAX_VISIBILITY_TIMEOUT
 from vsqs._core.rules import check_queue_name, check_seconds
@@ -65,6 +65,7 @@ SCHEME = "vsqs"
 DEFAULT_VISIBILITY_TIMEOUT = 30.0
 DEFAULT_WAIT = 1.0
 BATCH = 10  # messages claimed at once when the consumer sets no prefetch limit
+_PAUSE = 0.2  # seconds between looks at a queue that cannot be read now (suspended, gone)
 
 _NO_CROSS_PROCESS = (
     "the vsqs:// transport has no {kind} exchanges across processes (exchange {name!r}): "
@@ -83,19 +84,46 @@ def spool_path(url: str | None, options: dict[str, Any]) -> str:
     return unquote(parts.path)
 
 
-def eta_delay(headers: dict[str, Any] | None, now: float) -> float | None:
-    """Seconds until a Celery message's ETA (protocol 2 ``eta`` header), if it is in the future."""
+def eta_of(headers: dict[str, Any] | None) -> float | None:
+    """A Celery message's ETA (protocol 2 ``eta`` header) in epoch seconds, if it names its
+    time zone: a naive one is local time to Celery's worker, which this transport leaves to it."""
     eta = (headers or {}).get("eta")
     if not isinstance(eta, str):
         return None
     try:
         when = datetime.fromisoformat(eta)
-    except ValueError:
+        return None if when.tzinfo is None else when.timestamp()
+    except (ValueError, OverflowError, OSError):
         return None
-    if when.tzinfo is None:
-        when = when.replace(tzinfo=timezone.utc)
-    delay = when.timestamp() - now
-    return min(delay, MAX_DELAY) if delay > 0 else None
+
+
+def eta_delay(headers: dict[str, Any] | None, now: float) -> float | None:
+    """Seconds until a Celery message's ETA (see :func:`eta_of`), if it is in the future."""
+    eta = eta_of(headers)
+    if eta is None or eta <= now:
+        return None
+    return min(eta - now, MAX_DELAY)
+
+
+class _Claimed(NamedTuple):
+    queue: str
+    payload: dict[str, Any]
+    tag: str
+
+
+def _settlement(message: Message, how: str) -> Callable[[], object]:
+    """The call that settles ``message``: its delete, release, or move to the dead-letter
+    queue (a delete where the queue has none: a reject without requeue drops it, as in AMQP)."""
+    if how != "dead_letter":
+        return cast(Callable[[], object], getattr(message, how))
+
+    def dead_letter() -> None:
+        try:
+            message.dead_letter()
+        except InvalidArgument:
+            message.delete()
+
+    return dead_letter
 
 
 class QoS(virtual.QoS):
@@ -117,23 +145,25 @@ class Channel(virtual.Channel):
 
     def __init__(self, connection: Transport, **kwargs: Any) -> None:
         super().__init__(connection, **kwargs)
+        self._transport = connection  # (kept after close: a late ack still settles its message)
         self._held: dict[str, Message] = {}  # delivery tag -> the vsqs message it names
+        self._unsettled: list[tuple[str, str]] = []  # (delivery tag, how): settles to try again
         self._held_lock = threading.Lock()
         self._noack_queues: set[str] = set()
         self._turn = 0  # where the next wait over several queues starts
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._claimed: deque[tuple[str, dict[str, Any]]] = deque()  # claimed, held, not yet delivered
+        self._claimed: deque[_Claimed] = deque()  # claimed, held, not yet delivered
 
     # -- queues ---------------------------------------------------------------
 
     def _queue(self, name: str) -> Queue:
-        return self.connection.queue(name)
+        return self._transport.queue(name)
 
     def _new_queue(self, queue: str, **kwargs: Any) -> None:
-        self.connection.queue(queue)
+        self._transport.queue(queue)
 
     def _has_queue(self, queue: str, **kwargs: Any) -> bool:
-        return self.connection.queue(queue, create=False) is not None
+        return self._transport.find_queue(queue) is not None
 
     def _size(self, queue: str) -> int:
         return self._queue(queue).stats().ready
@@ -144,7 +174,7 @@ class Channel(virtual.Channel):
         return handle.purge([info.id for info in handle.messages() if info.state != "in_flight"])
 
     def _delete(self, queue: str, *args: Any, **kwargs: Any) -> None:
-        self.connection.delete_queue(queue)
+        self._transport.delete_queue(queue)
 
     def exchange_declare(self, exchange: Any = None, type: Any = "direct", *args: Any, **kwargs: Any) -> Any:
         if type == "fanout":
@@ -166,7 +196,7 @@ class Channel(virtual.Channel):
         if found or not exchange or self.typeof(exchange).type != "direct":
             return found
         try:
-            if self.connection.queue(routing_key, create=False) is not None:
+            if self._transport.find_queue(routing_key) is not None:
                 return [routing_key]
         except InvalidArgument:
             pass
@@ -176,7 +206,7 @@ class Channel(virtual.Channel):
 
     def _put(self, queue: str, message: dict[str, Any], **kwargs: Any) -> None:
         delay = None
-        if self.connection.native_delays:
+        if self._transport.native_delays:
             delay = eta_delay(message.get("headers"), time.time())
         self._queue(queue).publish(
             dumps(message).encode(), priority=self._get_message_priority(message), delay=delay
@@ -200,41 +230,70 @@ class Channel(virtual.Channel):
         queue = self._tag_to_queue.get(consumer_tag)
         if queue is not None:
             self._noack_queues.discard(queue)
+            self._give_back_claimed(queue)
         return super().basic_cancel(consumer_tag)
 
-    def _get(self, queue: str, timeout: float | None = None) -> dict[str, Any]:
-        """One message of ``queue`` (``basic_get``), or :class:`queue.Empty`."""
-        for message in self._queue(queue).receive_batch(1, visibility_timeout=self.connection.visibility_timeout):
-            payload = self._payload(queue, message)
-            if payload is not None:
-                return payload
-        raise Empty()
+    def basic_get(self, queue: str, no_ack: bool = False, **kwargs: Any) -> Any:
+        """One message of ``queue`` now, or None (a no-ack get deletes it first)."""
+        for message in self._receive(queue, 1, 0.0):
+            claimed = self._claim(queue, message)
+            if claimed is None:
+                continue
+            delivered = self.Message(claimed.payload, channel=self)
+            if no_ack:
+                self._settle(claimed.tag, "delete")
+            else:
+                self.qos.append(delivered, delivered.delivery_tag)
+            return delivered
+        return None
 
     def _get_many(self, queues: list[str], timeout: float | None = None) -> None:
         """Deliver one message: one claimed before and not yet delivered, or what a wait on
         ``queues`` claims (up to what prefetch allows, at once if something is ready, else
         as soon as something lands, within ``timeout`` seconds). One a call, so a consumer
         that runs each task as it is delivered (Celery's ``solo`` pool) can stop between two."""
+        self._retry_unsettled()
+        wait = min(timeout if timeout is not None else self._transport.wait, self._transport.wait)
         while not self._claimed:
             room = self.qos.can_consume_max_estimate()  # (None: no prefetch limit)
-            want = BATCH if room is None else room
-            wait = min(timeout if timeout is not None else self.connection.wait, self.connection.wait)
-            vt = self.connection.visibility_timeout
+            want = max(1, BATCH if room is None else room)
             if len(queues) == 1:
-                name, got = queues[0], self._queue(queues[0]).receive_batch(
-                    max(want, 1), visibility_timeout=vt, wait=wait)
+                name, got = queues[0], self._receive(queues[0], want, wait)
             else:
-                name, got = self._wait_any(queues, max(want, 1), vt, wait)
+                name, got = self._wait_any(queues, want, wait)
             if not got:
                 raise Empty()
             for message in got:
-                payload = self._payload(name, message)
-                if payload is not None:
-                    self._claimed.append((name, payload))
-        name, payload = self._claimed.popleft()
-        self.connection._deliver(payload, name)
+                claimed = self._claim(name, message)
+                if claimed is not None:
+                    self._claimed.append(claimed)
+        claimed = self._claimed.popleft()
+        if claimed.queue in self._noack_queues:  # deleted as it is handed over, not before
+            self._settle(claimed.tag, "delete")
+        self._transport._deliver(claimed.payload, claimed.queue)
 
-    def _wait_any(self, queues: list[str], want: int, vt: float, wait: float) -> tuple[str, list[Message]]:
+    def _receive(self, name: str, want: int, wait: float) -> list[Message]:
+        """What one receive of queue ``name`` claims; [] after ``wait`` (or a pause) when the
+        queue cannot be read now: suspended, gone (made again next time), a passing I/O error."""
+        try:
+            got = self._queue(name).receive_batch(want, visibility_timeout=self._transport.visibility_timeout,
+                                                  wait=wait)
+        except (QueueSuspended, QueueNotFound, StorageError) as exc:
+            self._cannot_receive(name, exc, wait)
+            return []
+        self._transport.trouble.pop(name, None)
+        return got
+
+    def _cannot_receive(self, name: str, problem: VsqsError, wait: float) -> None:
+        if isinstance(problem, QueueNotFound):
+            self._transport.forget_queue(name)
+        if self._transport.trouble.get(name) != str(problem):  # once per kind of trouble, not once per look
+            self._transport.trouble[name] = str(problem)
+            log.warning("vsqs: cannot receive from queue %s now (%s): trying again every %.3g s", name, problem,
+                        max(wait, _PAUSE))
+        time.sleep(max(wait, _PAUSE))
+
+    def _wait_any(self, queues: list[str], want: int, wait: float) -> tuple[str, list[Message]]:
         """One wait on several queues (the first with messages wins; turns rotate, for fairness).
 
         Each queue waits with :meth:`Queue.areceive_batch` on a loop of this
@@ -245,7 +304,9 @@ class Channel(virtual.Channel):
             self._loop = asyncio.new_event_loop()
         self._turn = (self._turn + 1) % len(queues)
         order = queues[self._turn:] + queues[: self._turn]
+        vt = self._transport.visibility_timeout
         winner: list[str] = []
+        troubles: list[tuple[str, VsqsError]] = []
 
         async def wait_on(name: str) -> list[Message]:
             async def attempt(fn: Any) -> list[Message]:
@@ -256,18 +317,21 @@ class Channel(virtual.Channel):
                     winner.append(name)
                 return got
 
-            return await self._queue(name).areceive_batch(want, visibility_timeout=vt, wait=wait, offload=attempt)
+            try:
+                return await self._queue(name).areceive_batch(want, visibility_timeout=vt, wait=wait, offload=attempt)
+            except (QueueSuspended, QueueNotFound, StorageError) as exc:
+                troubles.append((name, exc))
+                return []
 
         async def first() -> tuple[str, list[Message]]:
             tasks = {asyncio.ensure_future(wait_on(name)): name for name in order}
             try:
                 while tasks:
                     done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
-                    for task in done:
+                    for task in done:  # (at most one claims: see attempt)
                         name = tasks.pop(task)
-                        got = task.result()
-                        if got:
-                            return name, got
+                        if task.result():
+                            return name, task.result()
                 return order[0], []
             finally:
                 for task in tasks:
@@ -275,46 +339,52 @@ class Channel(virtual.Channel):
                 if tasks:
                     await asyncio.wait(tasks)
 
-        return self._loop.run_until_complete(first())
+        name, got = self._loop.run_until_complete(first())
+        if not got and troubles:
+            self._cannot_receive(*troubles[0], wait=0.0)
+        return name, got
 
-    def _payload(self, queue: str, message: Message) -> dict[str, Any] | None:
-        """The kombu payload of a claimed message, held (or deleted, for a no-ack consumer);
-        None for a body that is not one, which is set aside (see :meth:`_set_aside`)."""
+    def _claim(self, queue: str, message: Message) -> _Claimed | None:
+        """A claimed message made a kombu payload and held (its lease kept); None for a body
+        that is not one, which is set aside (see :meth:`_set_aside`)."""
         try:
             payload = loads(message.body)
             properties = payload["properties"]
             if not isinstance(properties, dict) or not isinstance(properties.setdefault("delivery_info", {}), dict):
-                raise TypeError("properties")
-        except (ValueError, TypeError, KeyError) as exc:
+                raise TypeError("its properties are not a mapping")
+            self.decode_body(payload.get("body"), properties.get("body_encoding"))
+        except Exception as exc:  # any way a planted body can fail, deep nesting (RecursionError) included
             self._set_aside(queue, message, exc)
             return None
-        if queue in self._noack_queues:
-            message.delete()
-            return payload
-        tag = f"{message.id}.{next(self.connection.deliveries)}"
+        tag = f"{message.id}.{next(self._transport.deliveries)}"
         properties["delivery_tag"] = tag
         properties["delivery_info"].update(routing_key=queue, vsqs_message_id=message.id)
         if message.receive_count > 1:  # (Celery reads it in delivery_info, kombu at the top)
             payload["redelivered"] = properties["delivery_info"]["redelivered"] = True
         headers = payload.get("headers")
-        if self.connection.native_delays and isinstance(headers, dict) and headers.get("eta") is not None:
-            if eta_delay(headers, time.time()) is None:  # held until its ETA here: Celery need not hold it again
+        if self._transport.native_delays and isinstance(headers, dict):
+            eta = eta_of(headers)
+            if eta is not None and eta <= time.time():  # held until its ETA here: Celery need not hold it again
                 headers["eta"] = None
         with self._held_lock:
             self._held[tag] = message
-        self.connection.keeper.hold(message)
-        return payload
+        self._transport.keeper.hold(message)
+        return _Claimed(queue, payload, tag)
 
     def _set_aside(self, queue: str, message: Message, problem: Exception) -> None:
         """A message that is not a kombu payload: dead-lettered, or hidden for 12 h where the
         queue has no dead-letter queue (never deleted: it may be someone else's)."""
         try:
-            message.dead_letter()
-            where = "moved to the dead-letter queue"
-        except InvalidArgument:
-            message.change_visibility(MAX_VISIBILITY_TIMEOUT)
-            where = "hidden for 12 h (the queue has no dead-letter queue)"
-        log.error("vsqs queue %s: message %s is not a kombu message (%s): %s", queue, message.id, problem, where)
+            try:
+                message.dead_letter()
+                where = "moved to the dead-letter queue"
+            except InvalidArgument:
+                message.change_visibility(MAX_VISIBILITY_TIMEOUT)
+                where = "hidden for 12 h (the queue has no dead-letter queue)"
+        except VsqsError as exc:  # it comes back with its lease
+            where = f"left as it is ({exc})"
+        log.error("vsqs queue %s: message %s is not a kombu message (%s: %s): %s",
+                  queue, message.id, type(problem).__name__, str(problem)[:200], where)
 
     # -- settle -----------------------------------------------------------------
 
@@ -323,25 +393,41 @@ class Channel(virtual.Channel):
             return self._held.pop(delivery_tag, None)
 
     def _settle(self, delivery_tag: str, how: str) -> None:
-        """Settle the message a delivery tag names: ``delete``, ``release`` or ``dead_letter``."""
+        """Settle the message a delivery tag names: ``delete``, ``release`` or ``dead_letter``.
+        One that cannot be settled now (a suspended queue, a passing I/O error) stays held,
+        its lease kept, and is settled at the next wait (or when the channel closes)."""
         message = self._take(delivery_tag)
         if message is None:
             return
-        action = getattr(message, how)
-        if how == "dead_letter":
-            def action() -> None:
-                try:
-                    message.dead_letter()
-                except InvalidArgument:  # the queue has no dead-letter queue: dropped, as in AMQP
-                    message.delete()
+        keeper = self._transport.keeper
         try:
-            if not self.connection.keeper.settle(message, action):
+            if not keeper.settle(message, _settlement(message, how)):
                 log.warning("vsqs: the lease of message %s was lost before its %s: it may run again",
                             message.id, how)
-        except StorageError as exc:  # it stays hidden and comes back after its visibility timeout
-            log.warning("vsqs: cannot %s message %s: %s", how, message.id, exc)
+        except QueueNotFound:
+            log.warning("vsqs: the queue of message %s is gone: nothing to %s", message.id, how)
+        except (QueueSuspended, StorageError) as exc:
+            keeper.hold(message)
+            with self._held_lock:
+                self._held[delivery_tag] = message
+                self._unsettled.append((delivery_tag, how))
+            log.warning("vsqs: cannot %s message %s now (%s): trying again", how, message.id, exc)
         finally:
-            self.connection.slot_freed()
+            self._transport.slot_freed()
+
+    def _retry_unsettled(self) -> None:
+        with self._held_lock:
+            unsettled, self._unsettled = self._unsettled, []
+        for delivery_tag, how in unsettled:
+            self._settle(delivery_tag, how)
+
+    def _give_back_claimed(self, queue: str | None = None) -> None:
+        """Release what was claimed and not delivered (of ``queue``, or all): visible again now."""
+        keep = deque(claimed for claimed in self._claimed if queue is not None and claimed.queue != queue)
+        gone = [claimed for claimed in self._claimed if claimed not in keep]
+        self._claimed = keep
+        for claimed in gone:
+            self._settle(claimed.tag, "release")
 
     def basic_ack(self, delivery_tag: str, multiple: bool = False) -> None:
         self._settle(delivery_tag, "delete")
@@ -360,9 +446,9 @@ class Channel(virtual.Channel):
         self._give_back(message.delivery_tag)
 
     def close(self) -> None:
-        while self._claimed:  # claimed, never delivered: visible again now
-            self._give_back(self._claimed.popleft()[1]["properties"]["delivery_tag"])
-        super().close()
+        self._give_back_claimed()  # claimed, never delivered: visible again now
+        super().close()  # (kombu gives back what was delivered and not acknowledged: _restore)
+        self._retry_unsettled()  # (what still fails comes back with its lease)
         if self._loop is not None:
             self._loop.close()
             self._loop = None
@@ -394,6 +480,8 @@ class Transport(virtual.Transport):
         self.visibility_timeout = check_seconds(
             options.get("visibility_timeout", DEFAULT_VISIBILITY_TIMEOUT), "visibility_timeout", MAX_VISIBILITY_TIMEOUT
         )
+        if not self.visibility_timeout > 0:
+            raise InvalidArgument("visibility_timeout must be > 0 seconds: a worker holds each message that long")
         self.wait = check_seconds(options.get("wait", DEFAULT_WAIT), "wait", 60)
         self.native_delays = bool(options.get("native_delays", True))
         self.queue_settings: dict[str, Any] = dict(options.get("queue_settings") or {})
@@ -402,6 +490,7 @@ class Transport(virtual.Transport):
         self._queues_lock = threading.Lock()
         self._keeper: LeaseKeeper | None = None
         self._slot_freed = threading.Event()
+        self.trouble: dict[str, str] = {}  # queue -> why it cannot be read now (logged once)
 
     @property
     def keeper(self) -> LeaseKeeper:
@@ -412,24 +501,31 @@ class Transport(virtual.Transport):
                     self._keeper = LeaseKeeper(self.visibility_timeout).start()
         return self._keeper
 
-    def queue(self, name: str, *, create: bool = True) -> Queue:
+    def queue(self, name: str) -> Queue:
         """The vsqs queue ``name`` of the spool, made (with ``queue_settings``) if missing."""
-        handle = self._queues.get(name)
-        if handle is not None:
-            return handle
-        check_queue_name(name)
-        try:
-            handle = self.spool.queue(name)
-        except QueueNotFound:
-            if not create:
-                return None  # type: ignore[return-value]
+        handle = self._queues.get(name) or self.find_queue(name)
+        if handle is None:
             handle = self.spool.create_queue(name, **self.queue_settings)
         with self._queues_lock:
             return self._queues.setdefault(name, handle)
 
-    def delete_queue(self, name: str) -> None:
+    def find_queue(self, name: str) -> Queue | None:
+        """The vsqs queue ``name`` of the spool, or None if there is none."""
+        handle = self._queues.get(name)
+        if handle is not None:
+            return handle
+        try:
+            return self.spool.queue(check_queue_name(name))
+        except QueueNotFound:
+            return None
+
+    def forget_queue(self, name: str) -> None:
+        """Drop the cached handle of ``name`` (gone: the next use makes it again)."""
         with self._queues_lock:
             self._queues.pop(name, None)
+
+    def delete_queue(self, name: str) -> None:
+        self.forget_queue(name)
         self.spool.delete_queue(check_queue_name(name))
 
     def slot_freed(self) -> None:
@@ -450,6 +546,14 @@ class Transport(virtual.Transport):
                     raise socket.timeout() from None
                 if not can_consume(cast(list[Channel], self.channels)):
                     self._slot_freed.wait(self.wait if remaining is None else min(remaining, self.wait))
+
+    def _collect(self, connection: Any) -> None:
+        """kombu drops a connection it takes for lost (Celery's reconnect) without closing it:
+        only what was claimed and not delivered goes back. A task being run keeps its message,
+        its lease kept: its late ack, through the old channel, still deletes it, and no other
+        worker runs it meanwhile."""
+        for channel in list(cast(list[Channel], self.channels)):
+            channel._give_back_claimed()
 
     def close_connection(self, connection: Any) -> None:
         super().close_connection(connection)

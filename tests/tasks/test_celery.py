@@ -43,8 +43,8 @@ def test_each_task_runs_once(project, pool):
 
 
 def test_a_worker_killed_during_a_task_loses_nothing(project):
-    p = project(visibility_timeout=2)
-    p.send("for n in range(3): slow.delay(n, 1.5)")
+    p = project(visibility_timeout=3)
+    p.send("for n in range(3): slow.delay(n, 1)")
     first = p.worker()
     p.wait_for(lambda: any(row[1] == "1" for row in p.runs("start")))
     os.killpg(first.pid, signal.SIGKILL)  # during task 1: its ack-late promise was only in that worker

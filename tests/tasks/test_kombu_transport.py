@@ -115,11 +115,13 @@ def test_prefetch_is_honoured_and_an_ack_lets_the_next_in(spool):
     with connect(spool) as conn:
         publish(conn, "jobs", *range(5))
         collector = Collector(conn, [kombu.Queue("jobs")], prefetch=2)
-        collector.drain(conn, timeout=0.6)
+        collector.drain(conn, until=2)
+        collector.drain(conn, timeout=0.5)  # no more, however long it drains
         assert len(collector.messages) == 2
         assert vsqs_queue(spool).stats().in_flight == 2
         collector.messages[0].ack()
-        collector.drain(conn, timeout=0.6)
+        collector.drain(conn, until=3)
+        collector.drain(conn, timeout=0.5)
         assert len(collector.messages) == 3
         assert vsqs_queue(spool).stats().in_flight == 2
 
@@ -158,14 +160,16 @@ def test_a_consumer_that_dies_loses_nothing(spool):
         second = Collector(other, [kombu.Queue("jobs")])
         assert second.drain(other, timeout=10, until=1) == ["x"]
         assert second.messages[0].delivery_info["redelivered"] is True
+        second.messages[0].ack()
+    conn.release()
 
 
 def test_a_held_message_keeps_its_lease_while_its_task_runs(spool):
-    with connect(spool, visibility_timeout=0.4) as conn:
+    with connect(spool, visibility_timeout=1.5) as conn:
         publish(conn, "jobs", "long")
         collector = Collector(conn, [kombu.Queue("jobs")])
         collector.drain(conn, until=1)
-        time.sleep(1.5)  # several visibility timeouts: the keeper extends the lease meanwhile
+        time.sleep(4)  # several visibility timeouts: the keeper extends the lease meanwhile
         with connect(spool) as other:
             assert Collector(other, [kombu.Queue("jobs")]).drain(other, timeout=0.5) == []
         collector.messages[0].ack()
@@ -239,7 +243,9 @@ def test_a_message_delivered_at_its_eta_is_handed_over_without_it():
     now = time.time()
     assert eta_delay({"eta": datetime.fromtimestamp(now + 5, timezone.utc).isoformat()}, now) == pytest.approx(5)
     assert eta_delay({"eta": datetime.fromtimestamp(now - 5, timezone.utc).isoformat()}, now) is None
+    assert eta_delay({"eta": datetime.fromtimestamp(now + 5).isoformat()}, now) is None  # naive: Celery's
     assert eta_delay({"eta": "not a time"}, now) is None
+    assert eta_delay({"eta": "-999999-01-01T00:00:00+00:00"}, now) is None
     assert eta_delay({"eta": 5}, now) is None
     assert eta_delay({}, now) is None
     assert eta_delay({"eta": "9999-01-01T00:00:00+00:00"}, now) == vsqs.kombu.MAX_DELAY
@@ -249,14 +255,16 @@ def test_a_body_that_is_no_kombu_message_is_set_aside_and_others_go_on(spool, ca
     with connect(spool, queue_settings={"max_receives": 5}) as conn:
         conn.default_channel.queue_declare("jobs")
         jobs = vsqs_queue(spool)
-        for planted in (b"not json", b"[1, 2]", b'{"properties": 5}'):
+        for planted in (b"not json", b"[1, 2]", b'{"properties": 5}', b"[" * 200_000,
+                        b'{"body": "AAA", "properties": {"body_encoding": "base64"}}'):
             jobs.publish(planted, priority=9)
         publish(conn, "jobs", "fine")
         collector = Collector(conn, [kombu.Queue("jobs")])
         with caplog.at_level(logging.ERROR, "vsqs.kombu"):
             assert collector.drain(conn, until=1) == ["fine"]
         assert "is not a kombu message" in caplog.text
-        assert jobs.dead_letter_queue().stats().total == 3
+        assert jobs.dead_letter_queue().stats().total == 5
+        assert jobs.stats().in_flight == 1  # the good one, held: nothing else is
 
 
 def test_a_bad_body_without_a_dead_letter_queue_is_hidden_not_deleted(spool):
@@ -294,8 +302,9 @@ def test_a_bad_queue_name_is_refused_with_the_rule(spool):
 
 
 def test_bad_transport_options_are_refused(spool):
-    with pytest.raises(vsqs.InvalidArgument, match="visibility_timeout"):
-        connect(spool, visibility_timeout=-1).connect()
+    for bad in (-1, 0, "soon"):
+        with pytest.raises(vsqs.InvalidArgument, match="visibility_timeout"):
+            connect(spool, visibility_timeout=bad).connect()
     with pytest.raises(vsqs.InvalidArgument):
         connect(spool, queue_settings={"max_receives": "many"}).default_channel.queue_declare("jobs")
 
@@ -337,3 +346,77 @@ def test_a_direct_route_another_process_declared_reaches_its_queue(spool, caplog
     assert vsqs_queue(spool).stats().ready == 1
     assert "no queue is bound to exchange 'jobs' with routing key 'nowhere'" in caplog.text
     assert "nowhere" not in vsqs.Spool(spool)
+
+
+def test_closing_gives_back_what_was_claimed_and_never_delivered(spool):
+    with connect(spool) as conn:
+        publish(conn, "jobs", *range(5))
+        collector = Collector(conn, [kombu.Queue("jobs")], prefetch=5)
+        conn.drain_events(timeout=5)  # one delivered; the other four claimed with it, not yet delivered
+        assert len(collector.messages) == 1
+        assert vsqs_queue(spool).stats().in_flight == 5
+    stats = vsqs_queue(spool).stats()
+    assert (stats.ready, stats.in_flight) == (5, 0)
+
+
+def test_a_reconnect_gives_back_only_what_was_not_delivered(spool):
+    """kombu collects a connection it takes for lost: a task being run keeps its message, whose late ack deletes it."""
+    conn = connect(spool)
+    publish(conn, "jobs", *range(3))
+    collector = Collector(conn, [kombu.Queue("jobs")], prefetch=3)
+    conn.drain_events(timeout=5)
+    conn.collect()
+    stats = vsqs_queue(spool).stats()
+    assert (stats.ready, stats.in_flight) == (2, 1)
+    collector.messages[0].ack()
+    assert vsqs_queue(spool).stats().total == 2
+
+
+def test_a_no_ack_consumer_deletes_each_message_as_it_is_delivered(spool):
+    with connect(spool) as conn:
+        publish(conn, "jobs", *range(10))
+        Collector(conn, [kombu.Queue("jobs")], no_ack=True)
+        conn.drain_events(timeout=5)
+    assert vsqs_queue(spool).stats().ready == 9  # the claimed rest went back
+
+
+def test_a_no_ack_get_deletes(spool):
+    with connect(spool) as conn:
+        publish(conn, "jobs", "x")
+        assert kombu.Queue("jobs", channel=conn.default_channel).get(no_ack=True).payload == "x"
+    assert vsqs_queue(spool).stats().total == 0
+
+
+def test_a_suspended_queue_is_waited_out_not_raised(spool, caplog):
+    with connect(spool) as conn:
+        publish(conn, "jobs", "x", "y")
+        collector = Collector(conn, [kombu.Queue("jobs")], prefetch=1)
+        jobs = conn.transport.queue("jobs")  # (another handle sees a change of settings within a second)
+        jobs.suspend("receive")
+        with caplog.at_level(logging.WARNING, "vsqs.kombu"), pytest.raises(TimeoutError):
+            conn.drain_events(timeout=0.5)
+        assert caplog.text.count("cannot receive from queue jobs") == 1
+        jobs.resume("receive")
+        assert collector.drain(conn, until=1) == ["x"]
+        jobs.suspend("delete")
+        collector.messages[0].ack()  # cannot delete now: kept, its lease extended, settled later
+        assert jobs.stats().in_flight == 1
+        jobs.resume("delete")
+        collector.drain(conn, until=2)
+        assert jobs.stats().in_flight == 1  # x deleted at the next wait; y delivered
+        collector.messages[1].ack()
+    assert vsqs_queue(spool).stats().total == 0
+
+
+def test_a_wait_on_several_queues_outlives_one_that_is_suspended(spool):
+    with connect(spool) as conn:
+        for name in ("a", "b"):
+            conn.default_channel.queue_declare(name)
+        conn.transport.queue("a").suspend("receive")
+        collector = Collector(conn, [kombu.Queue("a"), kombu.Queue("b")], prefetch=1)
+        publish(conn, "a", "held back")
+        with pytest.raises(TimeoutError):
+            conn.drain_events(timeout=0.5)
+        publish(conn, "b", "fine")
+        assert collector.drain(conn, timeout=10, until=1) == ["fine"]
+        assert vsqs_queue(spool, "a").stats().ready == 1
