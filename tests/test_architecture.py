@@ -5,8 +5,9 @@ The import rule is written as import-linter contracts in setup.cfg
 (``lint-imports`` gives the same report by hand):
 
 - adapters-independent: the adapters (``vsqs._cli``, ``vsqs._gateway``, the
-  Spark adapter ``vsqs._spark`` with its public face ``vsqs.spark``) never
-  import each other, not even inside a function;
+  Spark adapter ``vsqs._spark`` with its public face ``vsqs.spark``, the
+  Celery transport ``vsqs._kombu`` with ``vsqs.kombu``, ``vsqs.dramatiq``)
+  never import each other, not even inside a function;
 - adapters-use-public-api: they reach the engine only through the package
   ``vsqs`` and the engine's shared modules (errors, limits, rules, settings,
   metrics, leases); every other module of ``vsqs._core``, present or future,

@@ -14,6 +14,7 @@ kombu = pytest.importorskip("kombu")
 
 import vsqs  # noqa: E402
 import vsqs.kombu  # noqa: E402,F401  (registers vsqs://)
+from vsqs._core.limits import MAX_DELAY  # noqa: E402
 from vsqs.kombu import eta_delay, spool_path  # noqa: E402
 
 pytestmark = pytest.mark.timeout(60)
@@ -248,7 +249,7 @@ def test_a_message_delivered_at_its_eta_is_handed_over_without_it():
     assert eta_delay({"eta": "-999999-01-01T00:00:00+00:00"}, now) is None
     assert eta_delay({"eta": 5}, now) is None
     assert eta_delay({}, now) is None
-    assert eta_delay({"eta": "9999-01-01T00:00:00+00:00"}, now) == vsqs.kombu.MAX_DELAY
+    assert eta_delay({"eta": "9999-01-01T00:00:00+00:00"}, now) == MAX_DELAY
 
 
 def test_a_body_that_is_no_kombu_message_is_set_aside_and_others_go_on(spool, caplog):

@@ -1,0 +1,1 @@
+"""The parts of the vsqs:// kombu transport, whose public face is :mod:`vsqs.kombu`."""
