@@ -181,6 +181,14 @@ def test_release_makes_the_message_ready_keeping_its_count(handle):
     assert handle.listing.remembered == [(str(ready), 0)]
 
 
+def test_a_second_release_with_the_same_receipt_is_stale(handle):
+    key, receipt = receive(handle)
+    handle.held.release(receipt)
+    with pytest.raises(StaleReceipt, match=key):  # the ready name exists: not the answer of this release
+        handle.held.release(receipt)
+    assert only_name(handle.store).state is _format.State.READY
+
+
 def test_release_after_the_message_was_received_again_is_stale(handle):
     key, receipt = receive(handle)
     handle.held.release(receipt)

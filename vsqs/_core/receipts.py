@@ -166,11 +166,12 @@ class HeldMessages:
         name, text, slot = _format.parse_receipt(queue_id, receipt)
         ready = _format.ready_name(name.stem, name.receive_count)
         path = layout.message_file(text)
-        # A receipt moves its slot only with its message, found under its name
-        # first: a name made up (its TAG, 48 secret bits, unknown) moves none,
-        # though its rename may report success (the ready name exists: the
-        # answer to a retransmitted rename), nor does a stale one
-        held = slot is None or _fs.exists(path)
+        # The message must be found under its held name first: the rename alone
+        # reports success when its source is gone and the ready name exists (the
+        # answer to a retransmitted rename), which is also what a second release
+        # with the same receipt, or a made-up name (its TAG, 48 secret bits,
+        # unknown), would meet; neither moves the message nor its slot
+        held = _fs.exists(path)
         released = _fs.rename(path, layout.message_file(ready))
         if slot is not None:
             with self._lock:
