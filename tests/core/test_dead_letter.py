@@ -239,3 +239,23 @@ def test_dead_letter_frees_the_groups_turn(spool):
     assert q.receive() is None  # the group's turn is held
     m.dead_letter()
     assert q.receive().body == b"second"
+
+
+def test_a_receive_that_dead_letters_a_groups_head_goes_on_with_the_group(spool):
+    q = spool.create_queue("jobs", max_receives=1)
+    q.publish(b"1", group="g")
+    q.publish(b"2", group="g")
+    assert q.receive(visibility_timeout=0).body == b"1"  # its one receive: a dead letter at the next look
+    q.publish(b"plain")
+    fresh = vsqs.Queue(q.path)
+    assert [m.body for m in fresh.receive_batch(1, visibility_timeout=60)] == [b"2"]  # in order, before plain
+    assert [m.body for m in fresh.receive_batch(10, visibility_timeout=60)] == [b"plain"]
+    assert q.dead_letter_queue().stats().total == 1
+
+
+def test_a_batch_that_dead_letters_a_groups_head_is_not_empty(spool):
+    q = spool.create_queue("jobs", max_receives=1)
+    q.publish(b"1", group="g")
+    q.publish(b"2", group="g")
+    q.receive(visibility_timeout=0)
+    assert [m.body for m in vsqs.Queue(q.path).receive_batch(10, visibility_timeout=60)] == [b"2"]

@@ -135,18 +135,19 @@ class GroupReceiver:
         self._issue(queue, slot, members, taken)
         return taken
 
-    def bury(self, parsed: _format.Name) -> StorageError | None:
+    def bury(self, parsed: _format.Name) -> StorageError | bool:
         """Move a message received ``max_receives`` times to the dead-letter queue;
         the error if it could not (e.g. a dead-letter queue on another filesystem).
-        A group's candidate buried: the next message of its run is its candidate."""
+        A group's candidate buried: the next message of its run is its candidate,
+        or, if the listing kept none, True: list again before the next candidate."""
         try:
             self._dead_letters.bury(parsed)
         except StorageError as exc:
             return exc
         if parsed.group_hash:
             with self._lock:
-                self._listing.skip_buried(parsed.group_hash)
-        return None
+                return self._listing.skip_buried(parsed.group_hash)
+        return False
 
     def _move(self, name: str, parsed: _format.Name, until: int, members: list[_Member]) -> bool:
         """Rename ``name`` into flight until ``until``; appended to ``members`` if it moved."""

@@ -159,13 +159,19 @@ class Listing:
             else:
                 heapq.heappush(self.visible, name)
 
-    def skip_buried(self, group: str) -> None:
+    def skip_buried(self, group: str) -> bool:
         """The group's candidate went to the dead-letter queue: the next name of
-        its run (as listed) is its candidate now."""
+        its run (as listed) is its candidate now; if none was kept, list again
+        before the next candidate (the group's next message may come before it).
+        Whether the listing must be made for the group to go on."""
         following = self.runs.pop(group, None)
         if following:
             heapq.heappush(self.grouped, (0, following[0]))
             self.runs[group] = following[1:]
+            return False
+        self.stale_at = -math.inf
+        self.freed = True
+        return True
 
     def want_runs(self) -> None:
         """From now on keep each group's next names at every listing, and list
