@@ -918,6 +918,8 @@ def main() -> int:
     os.makedirs(args.dir, exist_ok=True)
     root = tempfile.mkdtemp(prefix="bench-tasks-", dir=args.dir)
     began = time.monotonic()
+    provenance = _report.provenance(REPO, args.dir, f"{opts.tasks:,} tasks, {opts.samples} dispatch samples, "
+                                                    f"{args.repeat} round(s), killer seed {seed}")  # (the commit at the start)
     redis: Redis | None = None
     results: dict[str, dict[str, list[Result]]] = {c: {b: [] for b in brokers} for c in cases}
     try:
@@ -994,8 +996,7 @@ def main() -> int:
         else:
             shutil.rmtree(root, ignore_errors=True)
     print()
-    print(_report.provenance(REPO, args.dir, f"{opts.tasks:,} tasks, {opts.samples} dispatch samples, "
-                                             f"{args.repeat} round(s), killer seed {seed}"))
+    print(provenance)
     for group in GROUPS:
         keys = [key for key, _ in (BROKERS if group.name == "Celery" else DRAMATIQ_BROKERS)]
         for case in cases:
