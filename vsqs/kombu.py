@@ -24,7 +24,10 @@ Transport options (``broker_transport_options``):
 - ``native_delays`` (default True): a Celery task with an ETA or countdown is
   published delayed until then (a vsqs delay), so no worker holds it in
   memory meanwhile; False leaves it to Celery, as with other brokers;
-- ``wait`` (seconds, default 1): the longest single wait of a consumer.
+- ``wait`` (seconds, default 1): the longest single wait of a consumer;
+- ``durable`` (default True): each publish fsyncs its file and directory
+  before it returns; False skips both (a host crash may lose a task just
+  sent, as with kombu's filesystem transport, which never fsyncs).
 
 Priorities 0-9 are vsqs priorities (higher first, as in AMQP). What kombu's
 virtual transports cannot give here is refused, not silently broken: a

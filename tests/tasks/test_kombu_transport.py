@@ -4,6 +4,7 @@ what each AMQP operation does to the vsqs queue underneath."""
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
 from datetime import datetime, timedelta, timezone
@@ -421,3 +422,16 @@ def test_a_wait_on_several_queues_outlives_one_that_is_suspended(spool):
         publish(conn, "b", "fine")
         assert collector.drain(conn, timeout=10, until=1) == ["fine"]
         assert vsqs_queue(spool, "a").stats().ready == 1
+
+
+def test_durable_false_publishes_without_fsync(spool, monkeypatch):
+    synced = []
+    monkeypatch.setattr(os, "fsync", lambda fd: synced.append(fd))
+    with connect(spool) as conn:
+        publish(conn, "jobs", "durable")
+        assert synced
+    synced.clear()
+    with connect(spool, durable=False) as conn:
+        publish(conn, "jobs", "fast")
+    assert synced == []
+    assert vsqs_queue(spool).stats().ready == 2

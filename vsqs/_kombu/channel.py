@@ -104,7 +104,8 @@ class Channel(virtual.Channel):
         if self._transport.native_delays:
             delay = eta_delay(message.get("headers"), time.time())
         self._queue(queue).publish(
-            dumps(message).encode(), priority=self._get_message_priority(message), delay=delay
+            dumps(message).encode(), priority=self._get_message_priority(message), delay=delay,
+            durable=self._transport.durable,
         )
 
     def encode_body(self, body: Any, encoding: str | None = None) -> tuple[Any, str | None]:

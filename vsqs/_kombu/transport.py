@@ -44,6 +44,7 @@ class Transport(virtual.Transport):
             raise InvalidArgument("visibility_timeout must be > 0 seconds: a worker holds each message that long")
         self.wait = check_seconds(options.get("wait", DEFAULT_WAIT), "wait", 60)
         self.native_delays = bool(options.get("native_delays", True))
+        self.durable = bool(options.get("durable", True))
         self.queue_settings: dict[str, Any] = dict(options.get("queue_settings") or {})
         self.deliveries = itertools.count(1)
         self._queues: dict[str, Queue] = {}
