@@ -19,8 +19,9 @@ Transport options (``broker_transport_options``):
 
 - ``visibility_timeout`` (seconds, default 30): how long a message delivered
   to a worker that then dies stays hidden;
-- ``queue_settings``: vsqs settings for the queues this transport makes
-  (``{"max_receives": 5}`` gives each a dead-letter queue);
+- ``queue_settings``: vsqs settings for the queues this transport makes, over
+  ``{"max_receives": 20}`` (a dead-letter queue for rejects; a task that kills
+  its worker is tried 20 times); ``{"max_receives": None}`` for none;
 - ``native_delays`` (default True): a Celery task with an ETA or countdown is
   published delayed until then (a vsqs delay), so no worker holds it in
   memory meanwhile; False leaves it to Celery, as with other brokers;

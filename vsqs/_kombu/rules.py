@@ -17,6 +17,10 @@ log = logging.getLogger("vsqs.kombu")
 SCHEME = "vsqs"
 DEFAULT_VISIBILITY_TIMEOUT = 30.0
 DEFAULT_WAIT = 1.0
+# The settings of the queues the transport makes, under ``queue_settings``: a dead-letter
+# queue (``NAME.dlq``) for rejects, and a bound on how often a task that kills its worker
+# is tried (RabbitMQ's quorum queues stop at 20 deliveries too).
+DEFAULT_QUEUE_SETTINGS: dict[str, Any] = {"max_receives": 20}
 BATCH = 10  # messages claimed at once when the consumer sets no prefetch limit
 PAUSE = 0.2  # seconds between looks at a queue that cannot be read now (suspended, gone)
 

@@ -16,7 +16,7 @@ from vsqs._core.leases import LeaseKeeper
 from vsqs._core.limits import MAX_VISIBILITY_TIMEOUT
 from vsqs._core.rules import check_queue_name, check_seconds
 from vsqs._kombu.channel import Channel, can_consume
-from vsqs._kombu.rules import DEFAULT_VISIBILITY_TIMEOUT, DEFAULT_WAIT, SCHEME, spool_path
+from vsqs._kombu.rules import DEFAULT_QUEUE_SETTINGS, DEFAULT_VISIBILITY_TIMEOUT, DEFAULT_WAIT, SCHEME, spool_path
 
 
 class Transport(virtual.Transport):
@@ -45,7 +45,7 @@ class Transport(virtual.Transport):
         self.wait = check_seconds(options.get("wait", DEFAULT_WAIT), "wait", 60)
         self.native_delays = bool(options.get("native_delays", True))
         self.durable = bool(options.get("durable", True))
-        self.queue_settings: dict[str, Any] = dict(options.get("queue_settings") or {})
+        self.queue_settings: dict[str, Any] = {**DEFAULT_QUEUE_SETTINGS, **(options.get("queue_settings") or {})}
         self.deliveries = itertools.count(1)
         self._queues: dict[str, Queue] = {}
         self._queues_lock = threading.Lock()
