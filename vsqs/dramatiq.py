@@ -31,7 +31,7 @@ import os
 import threading
 import time
 from collections import deque
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import dramatiq
@@ -44,13 +44,15 @@ from dramatiq.middleware import Middleware
 import vsqs
 from vsqs import InvalidArgument, QueueNotFound, QueueSuspended, StorageError, VsqsError
 from vsqs._core import settings as _settings
-from vsqs._core.leases import LeaseKeeper
+from vsqs._core.leases import MIN_KEPT_VISIBILITY, LeaseKeeper
 from vsqs._core.limits import MAX_BATCH, MAX_DELAY, MAX_VISIBILITY_TIMEOUT
 from vsqs._core.rules import check_seconds, is_queue_name
 
 __all__ = ["DEFAULT_QUEUE_SETTINGS", "VsqsBroker"]
 
 log = logging.getLogger("vsqs.dramatiq")
+
+_PAUSE = 0.2  # seconds between looks at a queue that cannot be read now (suspended, gone)
 
 #: Settings of the queues the broker creates. ``max_receives`` gives each a
 #: dead-letter queue (``<name>.dlq``) for nack, and bounds how often a message
@@ -88,8 +90,11 @@ class VsqsBroker(dramatiq.Broker):
     ) -> None:
         super().__init__(middleware=middleware)
         self.visibility_timeout = check_seconds(visibility_timeout, "visibility_timeout", MAX_VISIBILITY_TIMEOUT)
-        if not self.visibility_timeout > 0:
-            raise InvalidArgument("visibility_timeout must be > 0 seconds")
+        if self.visibility_timeout < MIN_KEPT_VISIBILITY:
+            raise InvalidArgument(
+                f"visibility_timeout must be >= {MIN_KEPT_VISIBILITY:g} s: the broker keeps the leases of the "
+                "messages it holds, and a shorter one could run out between two of its rounds"
+            )
         settings = {**DEFAULT_QUEUE_SETTINGS, **(queue_settings or {})}
         _settings.validate(settings)  # a bad setting fails here, not at the first declare
         self.queue_settings: Mapping[str, Any] = settings
@@ -98,6 +103,9 @@ class VsqsBroker(dramatiq.Broker):
         self.queues: dict[str, vsqs.Queue] = {}
         self._lock = threading.Lock()
         self._keeper: LeaseKeeper | None = None
+        self._processing = threading.local()  # the message a worker thread is processing, if any
+        self._kept_for_retry: set[str] = set()  # ids of messages whose follow-up publish failed
+        self.middleware.insert(0, _FollowUps(self))  # (first: its after-hooks run last)
 
     # -- queues ------------------------------------------------------------
 
@@ -133,6 +141,13 @@ class VsqsBroker(dramatiq.Broker):
         """Always empty: a delayed message waits in its own queue, hidden until its time."""
         return set()
 
+    def redeclare(self, queue_name: str) -> vsqs.Queue:
+        """The vsqs queue of ``queue_name`` made again (its directory was removed)."""
+        with self._lock:
+            self.queues.pop(queue_name, None)
+        self.declare_queue(queue_name)
+        return self.queues[queue_name]
+
     def queue(self, queue_name: str) -> vsqs.Queue:
         """The vsqs queue behind the declared Dramatiq queue ``queue_name`` (or its delay queue)."""
         try:
@@ -162,9 +177,34 @@ class VsqsBroker(dramatiq.Broker):
             delay = int(eta - current_millis())
         seconds = check_seconds(delay / 1000, "delay", MAX_DELAY) if delay is not None and delay > 0 else None
         self.emit_before("enqueue", message, delay)
-        self.queues[queue_name].publish(message.encode(), delay=seconds)
+        try:
+            self.queues[queue_name].publish(message.encode(), delay=seconds)
+        except VsqsError:
+            self._follow_up_failed()
+            raise
         self.emit_after("enqueue", message, delay)
         return message
+
+    def _follow_up_failed(self) -> None:
+        """A publish made while a message is processed (a retry, a pipeline's next step, a
+        callback) failed, and Dramatiq only logs what its middleware raises: that message is
+        not deleted when it is acked but made visible again, so its work is done again."""
+        processing = getattr(self._processing, "message_id", None)
+        if processing is not None:
+            self._follow_up_failed_for(processing)
+            log.error("a message published while %s was processed could not be: %s will be delivered again",
+                      processing, processing)
+
+    def _follow_up_failed_for(self, message_id: str) -> None:
+        with self._lock:
+            self._kept_for_retry.add(message_id)
+
+    def _must_keep(self, message_id: str) -> bool:
+        with self._lock:
+            if message_id in self._kept_for_retry:
+                self._kept_for_retry.discard(message_id)
+                return True
+            return False
 
     # -- consume -----------------------------------------------------------
 
@@ -219,6 +259,24 @@ class _VsqsMessageProxy(MessageProxy):
         self.received = received
 
 
+class _FollowUps(Middleware):
+    """Tells the broker which message each worker thread is processing (see
+    :meth:`VsqsBroker._follow_up_failed`)."""
+
+    def __init__(self, broker: VsqsBroker) -> None:
+        self.broker = broker
+
+    def before_process_message(self, broker: dramatiq.Broker, message: MessageProxy) -> None:
+        self.broker._processing.message_id = message.message_id
+
+    def after_process_message(self, broker: dramatiq.Broker, message: MessageProxy, *,
+                              result: Any = None, exception: BaseException | None = None) -> None:
+        self.broker._processing.message_id = None
+
+    def after_skip_message(self, broker: dramatiq.Broker, message: MessageProxy) -> None:
+        self.broker._processing.message_id = None
+
+
 class _VsqsConsumer(Consumer):
     """Receives from one vsqs queue for a Dramatiq consumer thread.
 
@@ -233,11 +291,16 @@ class _VsqsConsumer(Consumer):
         self.queue_name = name
         self.prefetch = prefetch
         self.timeout = timeout
-        self.keeper = broker.lease_keeper()
         self._buffer: deque[vsqs.Message] = deque()  # received, not yet handed out
         self._handed: dict[int, vsqs.Message] = {}  # handed out, not yet settled
         self._room = threading.Condition()  # notified when a handed-out message is settled
         self._closed = threading.Event()
+        self._trouble: str | None = None  # why the queue cannot be read now (said once)
+
+    @property
+    def keeper(self) -> LeaseKeeper:
+        """The broker's lease keeper now (a new one after :meth:`VsqsBroker.close`)."""
+        return self.broker.lease_keeper()
 
     @property
     def outstanding(self) -> int:
@@ -261,29 +324,62 @@ class _VsqsConsumer(Consumer):
                     return None
                 self._buffer.extend(received)
             message = self._buffer.popleft()
-            try:
-                decoded = dramatiq.Message.decode(message.body)
-            except DecodeError as exc:
-                log.error("message %s of %s is not a Dramatiq message (%s): %r", message.id, self.queue.path,
-                          exc.__cause__ or exc, message.body[:120])
-                _reject(self.keeper, message, self.queue)
+            decoded = self._decoded(message)
+            if decoded is None:
                 continue
-            if decoded.queue_name != self.queue_name:  # moved here by hand, or by redrive elsewhere
-                decoded = decoded.copy(queue_name=self.queue_name)
             with self._room:
                 self._handed[id(message)] = message
             return _VsqsMessageProxy(decoded, message)
 
+    def _decoded(self, message: vsqs.Message) -> dramatiq.Message[Any] | None:
+        """The Dramatiq message a claimed one holds; None for one set aside (a body that is no
+        Dramatiq message, dead-lettered) or published again (one carrying an ``eta``)."""
+        try:
+            decoded = dramatiq.Message.decode(message.body)
+            problem = _shape_problem(decoded)
+        except DecodeError as exc:
+            decoded, problem = None, str(exc.__cause__ or exc)
+        if decoded is None or problem is not None:
+            log.error("message %s of %s is not a Dramatiq message (%s): %r", message.id, self.queue.path,
+                      problem, message.body[:120])
+            self._settle_quietly(message, _set_aside)
+            return None
+        if decoded.queue_name != self.queue_name:  # moved here by hand, or by redrive elsewhere
+            decoded = decoded.copy(queue_name=self.queue_name)
+        if "eta" in decoded.options:  # (from a broker that delays in memory): delayed here instead
+            def publish_delayed(held: vsqs.Message) -> None:
+                self.broker.enqueue(decoded)
+                held.delete()
+
+            self._settle_quietly(message, publish_delayed)
+            return None
+        return decoded
+
+    def _settle_quietly(self, message: vsqs.Message, action: Callable[[vsqs.Message], None]) -> None:
+        """Settle a message never handed out; a failure leaves it to come back with its lease."""
+        try:
+            self.keeper.settle(message, lambda: action(message))
+        except VsqsError as exc:
+            log.warning("message %s of %s: %s; it comes back when its lease runs out", message.id,
+                        self.queue.path, exc)
+
     def _receive(self, count: int, wait: float) -> list[vsqs.Message]:
         try:
             received = self.queue.receive_batch(count, visibility_timeout=self.broker.visibility_timeout, wait=wait)
-        except QueueSuspended:
-            self._closed.wait(wait)  # nothing to take meanwhile; close() ends the wait
+        except (QueueSuspended, QueueNotFound) as exc:  # nothing to take meanwhile; close() ends the wait
+            if self._trouble != str(exc):
+                self._trouble = str(exc)
+                log.warning("cannot receive from %s now (%s): waiting", self.queue.path, exc)
+            if isinstance(exc, QueueNotFound):
+                self.queue = self.broker.redeclare(self.queue_name)
+            self._closed.wait(max(wait, _PAUSE))
             return []
         except StorageError as exc:  # Dramatiq restarts the consumer after a pause
             raise ConnectionClosed(exc) from exc
+        self._trouble = None
+        keeper = self.keeper
         for message in received:
-            self.keeper.hold(message)
+            keeper.hold(message)
         return received
 
     def _settled(self, proxy: MessageProxy) -> vsqs.Message:
@@ -294,16 +390,29 @@ class _VsqsConsumer(Consumer):
                 self._room.notify()
         return received
 
-    def ack(self, message: MessageProxy) -> None:
-        """Delete the message. A lost lease (the message went to another consumer) is logged."""
-        received = self._settled(message)
+    def _not_now(self, received: vsqs.Message, exc: VsqsError) -> ConnectionClosed:
+        """A settle that cannot be done now (a passing I/O error, a suspended queue): the message
+        stays held, its lease extended at once, and Dramatiq tries the settle again later."""
         try:
-            if not self.keeper.settle(received, received.delete):
+            received.change_visibility(self.broker.visibility_timeout)
+        except VsqsError:
+            pass  # (the next round of the keeper tries again)
+        self.keeper.hold(received)
+        return ConnectionClosed(exc)
+
+    def ack(self, message: MessageProxy) -> None:
+        """Delete the message (or, if a publish made while it was processed failed, make it
+        visible again, so that its work is done again). A lost lease is logged."""
+        received = self._settled(message)
+        keep = self.broker._must_keep(message.message_id)
+        try:
+            if not self.keeper.settle(received, received.release if keep else received.delete):
                 log.warning("message %s (%s) of %s was done, but its lease had run out: it is delivered again",
                             received.id, message.message_id, self.queue.path)
-        except StorageError as exc:
-            self.keeper.hold(received)  # still ours: Dramatiq retries the ack
-            raise ConnectionClosed(exc) from exc
+        except (StorageError, QueueSuspended) as exc:
+            if keep:
+                self.broker._follow_up_failed_for(message.message_id)
+            raise self._not_now(received, exc) from exc
         except VsqsError as exc:
             log.error("cannot delete message %s of %s (%s): it is delivered again", received.id, self.queue.path, exc)
 
@@ -312,9 +421,8 @@ class _VsqsConsumer(Consumer):
         received = self._settled(message)
         try:
             _reject(self.keeper, received, self.queue)
-        except StorageError as exc:
-            self.keeper.hold(received)
-            raise ConnectionClosed(exc) from exc
+        except (StorageError, QueueSuspended) as exc:
+            raise self._not_now(received, exc) from exc
         except VsqsError as exc:
             log.error("cannot dead-letter message %s of %s (%s)", received.id, self.queue.path, exc)
 
@@ -328,6 +436,26 @@ class _VsqsConsumer(Consumer):
         self._closed.set()
         while self._buffer:
             _release(self.keeper, self._buffer.popleft())
+
+
+def _shape_problem(message: dramatiq.Message[Any]) -> str | None:
+    """What is wrong with the fields of a decoded message (a body planted in the spool
+    may be JSON of Dramatiq's keys with any values), or None."""
+    for field, kinds in (("queue_name", str), ("actor_name", str), ("message_id", str), ("args", (list, tuple)),
+                         ("kwargs", dict), ("options", dict), ("message_timestamp", int)):
+        value = getattr(message, field, None)
+        if not isinstance(value, kinds) or isinstance(value, bool):
+            return f"its {field} is {type(value).__name__}"
+    return None
+
+
+def _set_aside(message: vsqs.Message) -> None:
+    """A body that is no Dramatiq message: dead-lettered, or hidden for 12 h where the queue has
+    no dead-letter queue (never deleted: it may be another program's)."""
+    try:
+        message.dead_letter()
+    except InvalidArgument:
+        message.change_visibility(MAX_VISIBILITY_TIMEOUT)
 
 
 def _has_dead_letter_queue(queue: vsqs.Queue) -> bool:

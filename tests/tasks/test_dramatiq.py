@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -216,11 +217,11 @@ def message(key: object, queue_name: str = "q") -> dramatiq.Message:  # type: ig
 
 
 def test_each_task_runs_exactly_once_also_one_that_outlives_its_lease(run: Run) -> None:
-    run.visibility_timeout = 1.0  # the slow task runs 3 s: its lease is extended twice or more
+    run.visibility_timeout = 3.0  # the slow task runs 7 s: its lease is extended twice or more
     actors = run.actors()
     for i in range(20):
         actors.task.send(str(i))  # type: ignore[attr-defined]
-    actors.slow.send("slow", 3.0)  # type: ignore[attr-defined]
+    actors.slow.send("slow", 7.0)  # type: ignore[attr-defined]
     run.worker(threads=2)  # a thread stays free: a lapsed lease would start the slow task again
     expected = {str(i) for i in range(20)} | {"slow"}
     run.wait_for(lambda: set(run.count("ran")) == expected, "every task ran")
@@ -460,3 +461,121 @@ def test_no_delay_queues_and_join_waits_for_an_empty_queue(broker: VsqsBroker) -
     broker.flush("q")
     broker.join("q", timeout=10_000)
     assert broker.queue("q").stats().total == 0
+
+
+# -- what a review found ------------------------------------------------------------
+
+
+def test_a_message_whose_follow_up_publish_failed_is_not_deleted_by_its_ack(broker: VsqsBroker) -> None:
+    """Dramatiq only logs what its middleware raises: a retry (or a pipeline's next step) that could
+    not be published must not be lost with the message that the ack would delete."""
+    broker.enqueue(message(1))
+    consumer = broker.consume("q", prefetch=1, timeout=100)
+    proxy = next(consumer)
+    assert proxy is not None
+    queue = broker.queue("q")
+    broker.emit_before("process_message", proxy)
+    queue.suspend("publish")
+    with pytest.raises(vsqs.QueueSuspended):
+        broker.enqueue(proxy.copy())  # the retry, as Retries' after_process_message sends it
+    broker.emit_after("process_message", proxy)
+    queue.resume("publish")
+    consumer.ack(proxy)
+    stats = queue.stats()
+    assert (stats.ready, stats.in_flight) == (1, 0)  # visible again: its work is done again
+    again = next(consumer)
+    assert again is not None and again.message_id == proxy.message_id
+    consumer.ack(again)  # this time an ack deletes
+    assert queue.stats().total == 0
+
+
+def test_an_ack_that_cannot_delete_now_keeps_the_message_held(broker: VsqsBroker) -> None:
+    broker.enqueue(message(1))
+    consumer = broker.consume("q", prefetch=1, timeout=100)
+    proxy = next(consumer)
+    assert proxy is not None
+    queue = broker.queue("q")
+    queue.suspend("delete")
+    with pytest.raises(dramatiq.errors.ConnectionClosed):
+        consumer.ack(proxy)  # Dramatiq tries the ack again later
+    assert proxy.received in broker.lease_keeper()  # its lease still kept
+    assert queue.stats().in_flight == 1
+    queue.resume("delete")
+    consumer.ack(proxy)
+    assert queue.stats().total == 0
+
+
+def test_a_body_of_dramatiqs_keys_with_wrong_types_is_set_aside(broker: VsqsBroker) -> None:
+    queue = broker.queue("q")
+    fields = {"queue_name": "q", "actor_name": "a", "args": [], "kwargs": {}, "options": {},
+              "message_id": "m", "message_timestamp": 1}
+    for wrong in ({"options": 5}, {"actor_name": ["a"]}, {"kwargs": []}, {"message_timestamp": "soon"}):
+        queue.publish(json.dumps({**fields, **wrong}).encode())
+    broker.enqueue(message("fine"))
+    consumer = broker.consume("q", prefetch=5, timeout=100)
+    proxy = next(consumer)
+    assert proxy is not None and proxy.args == ("fine",)
+    consumer.ack(proxy)
+    assert next(consumer) is None
+    assert queue.stats().total == 0
+    assert queue.dead_letter_queue().stats().total == 4
+
+
+def test_a_message_with_an_eta_is_delayed_in_the_queue_not_in_the_worker(broker: VsqsBroker) -> None:
+    late = message("late")
+    late.options["eta"] = int(time.time() * 1000) + 30 * 86_400_000  # from a broker that delays in memory
+    broker.queue("q").publish(late.encode())
+    broker.enqueue(message("now"))
+    consumer = broker.consume("q", prefetch=1, timeout=100)
+    proxy = next(consumer)
+    assert proxy is not None and proxy.args == ("now",)  # the delayed one holds no prefetch slot
+    consumer.ack(proxy)
+    stats = broker.queue("q").stats()
+    assert (stats.ready, stats.in_flight, stats.delayed) == (0, 0, 1)
+    [info] = broker.queue("q").messages(bodies=True)
+    assert b'"eta"' not in info.body
+
+
+def test_a_queue_that_cannot_be_read_now_is_waited_out(broker: VsqsBroker, caplog: pytest.LogCaptureFixture) -> None:
+    broker.enqueue(message(1))
+    queue = broker.queue("q")
+    queue.suspend("receive")
+    consumer = broker.consume("q", prefetch=1, timeout=300)
+    with caplog.at_level(logging.WARNING, logger="vsqs.dramatiq"):
+        assert next(consumer) is None
+        assert next(consumer) is None
+    assert sum("cannot receive from" in r.getMessage() for r in caplog.records) == 1  # said once
+    queue.resume("receive")
+    proxy = next(consumer)
+    assert proxy is not None
+    consumer.ack(proxy)
+
+
+def test_a_removed_queue_directory_is_made_again(broker: VsqsBroker) -> None:
+    consumer = broker.consume("q", prefetch=1, timeout=200)
+    shutil.rmtree(broker.queue("q").path)
+    assert next(consumer) is None  # no exception into Dramatiq's consumer thread
+    broker.enqueue(message(1))
+    proxy = next(consumer)
+    assert proxy is not None and proxy.args == (1,)
+    consumer.ack(proxy)
+
+
+def test_a_visibility_timeout_the_keeper_cannot_keep_is_refused(tmp_path: Path) -> None:
+    for short in (0, 0.02, 0.5):
+        with pytest.raises(vsqs.InvalidArgument, match="visibility_timeout must be >= 1"):
+            VsqsBroker(str(tmp_path / "spool"), visibility_timeout=short)
+
+
+def test_a_consumer_keeps_leases_after_the_broker_was_closed_and_used_again(tmp_path: Path) -> None:
+    broker = VsqsBroker(str(tmp_path / "spool"), middleware=[], visibility_timeout=1.0)
+    try:
+        broker.declare_queue("q")
+        consumer = broker.consume("q", prefetch=1, timeout=100)
+        broker.close()  # (a test's tear-down, a worker's restart)
+        broker.enqueue(message(1))
+        proxy = next(consumer)
+        assert proxy is not None and proxy.received in broker.lease_keeper()
+        consumer.ack(proxy)
+    finally:
+        broker.close()

@@ -29,6 +29,9 @@ from vsqs._core.errors import InvalidArgument, StaleReceipt, StorageError, VsqsE
 log = logging.getLogger("vsqs.worker")
 
 _MIN_PERIOD = 0.05  # seconds between rounds, at the least
+# The shortest visibility timeout an adapter that keeps leases for long tasks accepts:
+# a keeper extends at half of it, and a round may come late on a loaded machine.
+MIN_KEPT_VISIBILITY = 1.0
 
 
 class Leased(Protocol):

@@ -12,7 +12,7 @@ from typing import Any, cast
 from kombu.transport import virtual
 
 from vsqs import InvalidArgument, Queue, QueueNotFound, Spool, StorageError, VsqsError
-from vsqs._core.leases import LeaseKeeper
+from vsqs._core.leases import MIN_KEPT_VISIBILITY, LeaseKeeper
 from vsqs._core.limits import MAX_VISIBILITY_TIMEOUT
 from vsqs._core.rules import check_queue_name, check_seconds
 from vsqs._kombu.channel import Channel, can_consume
@@ -40,8 +40,11 @@ class Transport(virtual.Transport):
         self.visibility_timeout = check_seconds(
             options.get("visibility_timeout", DEFAULT_VISIBILITY_TIMEOUT), "visibility_timeout", MAX_VISIBILITY_TIMEOUT
         )
-        if not self.visibility_timeout > 0:
-            raise InvalidArgument("visibility_timeout must be > 0 seconds: a worker holds each message that long")
+        if self.visibility_timeout < MIN_KEPT_VISIBILITY:
+            raise InvalidArgument(
+                f"visibility_timeout must be >= {MIN_KEPT_VISIBILITY:g} s: a worker keeps the leases of the "
+                "messages it holds, and a shorter one could run out between two of its rounds"
+            )
         self.wait = check_seconds(options.get("wait", DEFAULT_WAIT), "wait", 60)
         self.native_delays = bool(options.get("native_delays", True))
         self.durable = bool(options.get("durable", True))
