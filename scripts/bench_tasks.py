@@ -535,7 +535,7 @@ class Project:
 
     def check_workers(self) -> None:
         """Raise, with its log, if a worker this run did not kill has exited."""
-        for n, process in enumerate(self.workers):
+        for process in self.workers:
             if process.poll() is not None:
                 raise RuntimeError(f"a worker exited with {process.returncode}: {self.worker_logs()}")
 
@@ -735,7 +735,8 @@ def ratio(x: float | None, reference: float | None) -> str:
 
 def failed(results: list[Result]) -> str | None:
     """Why a broker has no figures: the first failure (or skip) of its rounds, else None."""
-    errors = [f"failed: {r.error}" for r in results if r.error] + [f"skipped: {r.skipped}" for r in results if r.skipped]
+    errors = ([f"failed: {r.error}" for r in results if r.error]
+              + [f"skipped: {r.skipped}" for r in results if r.skipped])
     return errors[0] if errors else None
 
 
@@ -791,7 +792,7 @@ def throughput_table(results: dict[str, list[Result]], opts: Options,
     mine = group.mine
     if mine in rate:
         goals = []
-        for ref, label in refs:
+        for ref, _label in refs:
             if ref not in rate:
                 continue
             need = 0.5 if ref == group.redis else 1.0
@@ -925,8 +926,9 @@ def main() -> int:
     os.makedirs(args.dir, exist_ok=True)
     root = tempfile.mkdtemp(prefix="bench-tasks-", dir=args.dir)
     began = time.monotonic()
+    # (the commit at the start of the run: others may commit during it)
     provenance = _report.provenance(REPO, args.dir, f"{opts.tasks:,} tasks, {opts.samples} dispatch samples, "
-                                                    f"{args.repeat} round(s), killer seed {seed}")  # (the commit at the start)
+                                                    f"{args.repeat} round(s), killer seed {seed}")
     redis: Redis | None = None
     results: dict[str, dict[str, list[Result]]] = {c: {b: [] for b in brokers} for c in cases}
     try:
