@@ -103,12 +103,28 @@ class Run:
     """A spool, the actors module over it, and the Dramatiq workers started on it."""
 
     def __init__(self, tmp_path: Path) -> None:
+        self.saved_environ = dict(os.environ)  # (actors() sets this run's environment)
         self.dir = tmp_path
         self.spool = tmp_path / "spool"
         (tmp_path / "actors.py").write_text(ACTORS)
         (tmp_path / "log").write_text("")
         self.processes: list[subprocess.Popen[bytes]] = []
         self.visibility_timeout = 30.0
+
+    def __enter__(self) -> Run:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        """Kill the workers; forget the actors module, this run's environment and its broker."""
+        for process in self.processes:
+            self.kill(process)
+        sys.modules.pop("actors", None)
+        os.environ.clear()
+        os.environ.update(self.saved_environ)
+        broker = dramatiq.broker.global_broker
+        if isinstance(broker, VsqsBroker):
+            broker.close()
+        dramatiq.broker.global_broker = None
 
     def actors(self) -> object:
         """The actors module, imported here (to send) with this run's environment."""
@@ -182,20 +198,8 @@ class Run:
 
 @pytest.fixture
 def run(tmp_path: Path) -> Iterator[Run]:
-    saved = dict(os.environ)
-    run = Run(tmp_path)
-    try:
+    with Run(tmp_path) as run:
         yield run
-    finally:
-        for process in run.processes:
-            run.kill(process)
-        sys.modules.pop("actors", None)
-        os.environ.clear()
-        os.environ.update(saved)
-        broker = dramatiq.broker.global_broker
-        if isinstance(broker, VsqsBroker):
-            broker.close()
-        dramatiq.broker.global_broker = None
 
 
 @pytest.fixture

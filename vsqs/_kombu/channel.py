@@ -21,6 +21,7 @@ from vsqs._kombu.rules import BATCH, NO_CROSS_PROCESS, PAUSE, Claimed, eta_delay
 if TYPE_CHECKING:
     from vsqs._kombu.transport import Transport
 
+
 class QoS(virtual.QoS):
     """Prefetch as kombu counts it; a requeue is a release of the message, in place."""
 

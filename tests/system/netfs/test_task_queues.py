@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import sys
 import uuid
 
 import pytest
@@ -34,16 +33,12 @@ def test_celery_workers_on_two_hosts_share_one_spool(shared_fs, tmp_path):
 
 def test_dramatiq_workers_on_two_hosts_share_one_spool(shared_fs, tmp_path):
     pytest.importorskip("dramatiq")
-    import dramatiq
-
     from tests.tasks.test_dramatiq import Run
 
     name = f"dramatiq-{uuid.uuid4().hex[:8]}"
     spool_a, spool_b = (os.path.join(host, name) for host in (shared_fs.host_a, shared_fs.host_b))
-    saved = dict(os.environ)
-    run = Run(tmp_path)
-    run.spool = spool_a
-    try:
+    with Run(tmp_path) as run:
+        run.spool = spool_a
         actors = run.actors()
         run.worker(VSQS_TEST_SPOOL=spool_b)  # tasks sent through host A, run on host B
         for n in range(20):
@@ -55,12 +50,3 @@ def test_dramatiq_workers_on_two_hosts_share_one_spool(shared_fs, tmp_path):
         run.wait_for(lambda: len(run.lines("ran")) >= 80, "every task ran")
         run.wait_for(lambda: run.queue().stats().total == 0, "every message deleted")
         assert sorted(int(key) for key, _, _ in run.lines("ran")) == list(range(80))  # each once
-    finally:
-        for process in run.processes:
-            run.kill(process)
-        sys.modules.pop("actors", None)
-        os.environ.clear()
-        os.environ.update(saved)
-        if dramatiq.broker.global_broker is not None:
-            dramatiq.broker.global_broker.close()
-        dramatiq.broker.global_broker = None
