@@ -74,10 +74,11 @@ def test_workers_sweep_and_their_metrics_add_up(tmp_path: Path) -> None:
         assert _metric(server.url, "vsqs_gateway_gc_last_run_timestamp_seconds") > 0
 
 
-def test_a_failing_queue_does_not_stop_the_sweep(tmp_path: Path) -> None:
+@pytest.mark.parametrize("damage", [b"{not json", b"[" * 5000 + b"]" * 5000], ids=["torn", "nested"])
+def test_a_failing_queue_does_not_stop_the_sweep(tmp_path: Path, damage: bytes) -> None:
     spool = _spool(tmp_path)
     spool.create_queue("a-broken")
-    (Path(spool.path("a-broken")) / _format.METADATA_NAME).write_bytes(b"{not json")
+    (Path(spool.path("a-broken")) / _format.METADATA_NAME).write_bytes(damage)
     with pytest.raises(vsqs.VsqsError):
         spool.queue("a-broken").collect_garbage()
     good = spool.create_queue("b-good", retention=0.5)
@@ -87,6 +88,8 @@ def test_a_failing_queue_does_not_stop_the_sweep(tmp_path: Path) -> None:
         _wait_for("the good queue collected past the broken one", lambda: not _message_files(good_dir))
         _wait_for("the broken queue counted", lambda: _metric(server.url, "vsqs_gateway_gc_errors_total") >= 1)
         assert "a-broken" in server.log()
+        for page in ("/metrics", "/ui", "/ui/queues/b-good"):  # the other queues are shown as ever
+            assert httpx.get(server.url + page, timeout=30, follow_redirects=True).status_code == 200, page
 
 
 def test_two_gateways_on_one_spool_sweep_each_period_once(tmp_path: Path) -> None:

@@ -270,6 +270,27 @@ def test_get_queue_attributes_refuses_unknown_names(sqs: Any) -> None:
 # -- messages ---------------------------------------------------------------------
 
 
+def test_a_nested_policy_is_refused_not_a_server_error(sqs: Any, server: Server) -> None:
+    url = sqs.create_queue(QueueName=new_name("policy"))["QueueUrl"]
+    with pytest.raises(sqs.exceptions.InvalidAttributeValue):
+        sqs.set_queue_attributes(QueueUrl=url, Attributes={"Policy": "[" * 5000 + "]" * 5000})
+
+
+def test_a_message_whose_attribute_types_are_hostile_is_delivered_with_its_batch(sqs: Any, server: Server) -> None:
+    """Attribute types planted by another program (sqs.types nested thousands deep): the message's
+    attributes are answered as Strings, and its batch mates are delivered with it."""
+    name = new_name("poison")
+    url = sqs.create_queue(QueueName=name)["QueueUrl"]
+    sqs.send_message(QueueUrl=url, MessageBody="before")
+    library_queue(server, name).publish(b"poison", attributes={"sqs.types": "[" * 5000 + "]" * 5000, "a": "b"})
+    sqs.send_message(QueueUrl=url, MessageBody="after")
+    got = sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10, MessageAttributeNames=["All"],
+                              VisibilityTimeout=60)["Messages"]
+    assert sorted(m["Body"] for m in got) == ["after", "before", "poison"]
+    [poison] = [m for m in got if m["Body"] == "poison"]
+    assert poison["MessageAttributes"] == {"a": {"DataType": "String", "StringValue": "b"}}
+
+
 def test_send_receive_delete_with_attributes_and_digests(sqs: Any, server: Server) -> None:
     name = new_name("msg")
     url = sqs.create_queue(QueueName=name)["QueueUrl"]

@@ -10,6 +10,7 @@ from typing import Any
 
 from vsqs._core.errors import StorageError
 from vsqs._core.format import Name
+from vsqs._core.rules import load_json
 
 
 def encode_envelope(header: dict[str, Any], body: bytes) -> bytes:
@@ -22,12 +23,17 @@ def decode_envelope(data: bytes) -> tuple[dict[str, Any], bytes]:
     end = data.find(b"\n")
     if end < 0:
         raise ValueError("no header line")
-    try:
-        header = json.loads(data[:end])
-    except RecursionError:  # a hostile header nested thousands deep: as corrupt as any other
-        raise ValueError("header nested too deep") from None
+    header = load_json(data[:end])  # (ValueError if not JSON, or nested too deep)
     if not isinstance(header, dict):
         raise ValueError("header is not a JSON object")
+    attributes = header.get("attributes", {})
+    if not isinstance(attributes, dict) or not all(
+        isinstance(key, str) and isinstance(value, str) for key, value in attributes.items()
+    ):
+        raise ValueError("its attributes are not a mapping of strings to strings")
+    for field in ("group", "dedup"):
+        if field in header and not isinstance(header[field], str):
+            raise ValueError(f"its {field} is not a string")
     return header, data[end + 1 :]
 
 

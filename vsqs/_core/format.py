@@ -40,7 +40,7 @@ from typing import Any, NamedTuple
 
 from vsqs._core import limits
 from vsqs._core.errors import IncompatibleFormat, InvalidArgument, InvalidReceipt
-from vsqs._core.rules import check_group
+from vsqs._core.rules import check_group, load_json
 
 FORMAT_VERSION = 3  # the newest format this vsqs reads, and the one of the queues it creates
 UNSHARDED_FORMAT = 1  # format 1: no shards (what vsqs before format 3 created for a queue without shards)
@@ -622,7 +622,7 @@ def decode_metadata(data: bytes, where: str) -> Metadata:
     """Check the format version; return the queue id, its shard count and
     whether its receives record the first one (format 3)."""
     try:
-        doc = json.loads(data)
+        doc = load_json(data)
         version, queue_id = doc["format"], doc["queue_id"]
         if version not in (UNSHARDED_FORMAT, SHARDED_FORMAT, FORMAT_VERSION) or isinstance(version, bool):
             raise IncompatibleFormat(

@@ -38,6 +38,7 @@ MAX_HEADER_BYTES = 6 * MAX_ATTRIBUTE_BYTES + 64 * 1024
 MAX_MESSAGE_FILE = MAX_BODY_BYTES + MAX_HEADER_BYTES
 MAX_RECEIVE_BYTES = 16 * 1024 * 1024  # a receive_batch stops claiming once its bodies reach this
 MAX_CONTROL_FILE = 64 * 1024  # a file of vsqs's own: metadata, a settings version, a lease, a source
+MAX_JSON_DEPTH = 32  # nesting of a JSON document read from the spool (vsqs writes at most 4)
 
 # -- names of things on disk --
 MAX_QUEUE_NAME = 80  # characters of a queue's name in a spool

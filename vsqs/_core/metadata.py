@@ -4,7 +4,6 @@ written (with the shard directories) to create one so that it appears whole."""
 from __future__ import annotations
 
 import errno
-import json
 import os
 import time
 
@@ -18,6 +17,7 @@ from vsqs._core.errors import (
 )
 from vsqs._core.layout import Layout, layout_for
 from vsqs._core.limits import MAX_CONTROL_FILE
+from vsqs._core.rules import load_json
 
 # how long to wait for a racing creator to write the metadata; a metadata file
 # found empty is waited for only while it is this young (its mtime), else it
@@ -106,7 +106,7 @@ def created_at(path: str) -> float | None:
     if data is None:
         raise QueueNotFound(f"no queue at {path} (create it first)")
     try:
-        created = json.loads(data).get("created")
+        created = load_json(data).get("created")
     except (ValueError, AttributeError):
         return None  # (a creator still writing it, or torn: opening the queue says more)
     return None if isinstance(created, bool) or not isinstance(created, (int, float)) else float(created)

@@ -28,6 +28,7 @@ from vsqs._core import format as _format
 from vsqs._core import fs as _fs
 from vsqs._core.dead_letters import DeadLetters
 from vsqs._core.errors import InvalidArgument
+from vsqs._core.rules import load_json
 
 MOVES_DIR = ".moves"
 STEP = 1000  # messages moved per step without a rate
@@ -155,7 +156,7 @@ class MoveTasks:
     def _read(self, task_id: str, cancel_asked: bool) -> dict[str, Any] | None:
         data = _fs.read(self._file(task_id, ".json"))
         try:
-            task = json.loads(data) if data else None
+            task = load_json(data) if data else None
         except ValueError:
             return None
         if not isinstance(task, dict) or task.get("id") != task_id:

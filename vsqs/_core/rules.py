@@ -8,15 +8,39 @@ the pattern, never a copy of it. Pure: no I/O.
 
 from __future__ import annotations
 
+import json
 import math
 import re
 from collections.abc import Mapping
+from typing import Any
 
 from vsqs._core import limits
 from vsqs._core.errors import InvalidArgument
 
 ATTRIBUTE_NAME_RE = re.compile(rf"[A-Za-z0-9_.-]{{1,{limits.MAX_ATTRIBUTE_NAME}}}")
 QUEUE_NAME_RE = re.compile(rf"[A-Za-z0-9][A-Za-z0-9_.-]{{0,{limits.MAX_QUEUE_NAME - 1}}}")
+
+
+def load_json(data: bytes | str) -> Any:
+    """A JSON document read from the spool (or from a client): hostile until checked.
+    :class:`ValueError` if it is not JSON, or nested deeper than ``MAX_JSON_DEPTH``
+    (the parser's own recursion limit otherwise escapes as :class:`RecursionError`).
+    The caller bounds its size (``fs.read_control``: 64 KiB) and checks its shape."""
+    try:
+        document = json.loads(data)
+    except RecursionError:
+        raise ValueError("JSON nested too deep") from None
+    except UnicodeDecodeError as exc:
+        raise ValueError(f"JSON not in UTF-8: {exc.reason}") from None
+    level = [document]
+    for _ in range(limits.MAX_JSON_DEPTH):
+        level = [inner for value in level if isinstance(value, (dict, list))
+                 for inner in (value.values() if isinstance(value, dict) else value)]
+        if not level:
+            return document
+    if any(isinstance(value, (dict, list)) for value in level):
+        raise ValueError(f"JSON nested deeper than {limits.MAX_JSON_DEPTH}")
+    return document
 
 
 def check_seconds(value: object, name: str, maximum: float) -> float:

@@ -17,7 +17,8 @@ from typing import Any
 
 from vsqs._core import limits
 from vsqs._core.errors import IncompatibleFormat, InvalidArgument, QueueSuspended
-from vsqs._core.rules import is_queue_name
+from vsqs._core.limits import MAX_JSON_DEPTH
+from vsqs._core.rules import is_queue_name, load_json
 
 SETTINGS_DIR = ".settings"
 _VERSION_RE = re.compile(r"([0-9]{9})\.json")
@@ -146,7 +147,7 @@ def _tags(name: str, value: object) -> dict[str, str]:
     """A queue's tags: at most 50, keys 1-128 characters, values 0-256 (Amazon's limits)."""
     if isinstance(value, str):
         try:
-            value = json.loads(value)
+            value = load_json(value)
         except ValueError:
             raise InvalidArgument(f"{name} must be a JSON object of strings, not {value[:40]!r}") from None
     if not isinstance(value, Mapping) or not all(isinstance(k, str) and isinstance(v, str) for k, v in value.items()):
@@ -170,9 +171,9 @@ def _policy(name: str, value: object) -> str:
     if len(value.encode("utf-8", "surrogatepass")) > MAX_POLICY_BYTES:
         raise InvalidArgument(f"{name} is over {MAX_POLICY_BYTES} bytes")
     try:
-        doc = json.loads(value)
-    except ValueError:
-        raise InvalidArgument(f"{name} is not JSON") from None
+        doc = load_json(value)
+    except ValueError as exc:
+        raise InvalidArgument(f"{name} is not JSON of at most {MAX_JSON_DEPTH} levels ({exc})") from None
     if not isinstance(doc, dict):
         raise InvalidArgument(f"{name} must be a JSON object")
     return value
@@ -265,7 +266,7 @@ def encode(settings: Mapping[str, Any], format_version: int) -> bytes:
 def decode(data: bytes, format_version: int) -> dict[str, Any] | None:
     """The settings in a version file; ``None`` if it is unreadable (being written, or torn)."""
     try:
-        doc = json.loads(data)
+        doc = load_json(data)
         if isinstance(doc.get("format"), int) and doc["format"] > format_version:
             raise IncompatibleFormat(
                 f"queue settings of format {doc['format']}, this vsqs reads format {format_version}"

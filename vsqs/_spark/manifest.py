@@ -36,6 +36,7 @@ import stat
 from dataclasses import dataclass, field
 
 from vsqs._core.limits import ADAPTER_WRITING_PREFIX, MAX_ADAPTER_FILE, SPARK_AREA
+from vsqs._core.rules import load_json
 from vsqs._spark.options import MAX_PARTITIONS
 
 MANIFEST_VERSION = 2  # 1: written by link (complete by construction, no seal); still read
@@ -262,8 +263,8 @@ def _read_json(path: str) -> dict | None:
     if sealed is not None and hashlib.sha256(data[: sealed.start()]).hexdigest().encode() != sealed.group(1):
         return None  # torn, or still being written (or damaged)
     try:
-        content = json.loads(data)
-    except (ValueError, UnicodeDecodeError):
+        content = load_json(data)
+    except ValueError:
         return None
     if not isinstance(content, dict) or content.get("v") not in _READABLE:
         return None

@@ -30,7 +30,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 from vsqs import QueueNotFound, QueueStats, Spool, VsqsError
-from vsqs._core.rules import is_queue_name
+from vsqs._core.rules import is_queue_name, load_json
 
 log = logging.getLogger("vsqs.gateway.console")
 
@@ -59,8 +59,8 @@ def decode(data: bytes) -> Sample | None:
     Entries that are not a queue name and five finite numbers are left out
     (so a hostile record of 1 MiB costs no more memory than a true one)."""
     try:
-        doc = json.loads(data)
-    except (ValueError, RecursionError):  # (RecursionError: nested thousands deep)
+        doc = load_json(data)
+    except ValueError:
         return None
     if not isinstance(doc, dict) or not isinstance(doc.get("queues"), dict):
         return None

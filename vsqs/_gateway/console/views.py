@@ -100,6 +100,9 @@ def dead_letter_name(name: str, settings: dict[str, Any]) -> str | None:
     return str(target) if target else f"{name}.dlq"
 
 
+_COUNTS = ("ready", "in_flight", "delayed", "dead_lettered", "oldest_ready_age")
+
+
 @dataclass
 class Row:
     """One queue of the overview."""
@@ -116,10 +119,12 @@ class Row:
     def numbers(self) -> dict[str, Any]:
         """What the live refresh updates: raw numbers and their text."""
         s = self.stats
-        raw = {"ready": s.ready, "in_flight": s.in_flight, "delayed": s.delayed,
-               "dead_lettered": s.dead_lettered, "oldest_ready_age": s.oldest_ready_age} if s else {}
-        text = {key: humane.count(value) for key, value in raw.items()}
-        if s:
+        if s is None:  # a queue that cannot be read: its row says so, its counts are blank
+            raw: dict[str, Any] = dict.fromkeys(_COUNTS)
+            text = dict.fromkeys(_COUNTS, "–")
+        else:
+            raw = {key: getattr(s, key) for key in _COUNTS}
+            text = {key: humane.count(value) for key, value in raw.items()}
             text["oldest_ready_age"] = humane.duration(s.oldest_ready_age) if s.ready else "–"
         text["rate"] = humane.rate(self.rate)
         text["suspended"] = ", ".join(self.settings.get("suspended") or []) or "no"

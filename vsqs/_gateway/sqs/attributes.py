@@ -14,7 +14,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from vsqs import InvalidArgument, Queue
-from vsqs._core.rules import ATTRIBUTE_NAME_RE, check_queue_name
+from vsqs._core.rules import ATTRIBUTE_NAME_RE, check_queue_name, load_json
 from vsqs._gateway.json_body import BodyRefused, parse_json
 from vsqs._gateway.limits import (
     MAX_ATTRIBUTE_NAME,
@@ -339,8 +339,8 @@ def stored_attributes(attributes: Mapping[str, Mapping[str, str]]) -> dict[str, 
 def sqs_attributes(stored: Mapping[str, str]) -> dict[str, dict[str, str]]:
     """vsqs attributes as SQS ones (hidden sqs.* ones left out)."""
     try:
-        types = json.loads(stored.get(TYPES_ATTRIBUTE) or "{}")
-    except ValueError:
+        types = load_json(stored.get(TYPES_ATTRIBUTE) or "{}")
+    except ValueError:  # (a message published by another client: its values are Strings)
         types = {}
     if not isinstance(types, dict):
         types = {}

@@ -11,7 +11,7 @@ import os
 from typing import Any
 
 from vsqs import InvalidArgument, Queue, QueueNotFound
-from vsqs._core.rules import check_queue_name
+from vsqs._core.rules import check_queue_name, load_json
 from vsqs._core.settings import MAX_TAG_KEY, MAX_TAG_VALUE, MAX_TAGS
 from vsqs._gateway.limits import MAX_LIST_RESULTS
 from vsqs._gateway.sqs.call import Call
@@ -83,8 +83,11 @@ async def list_queue_tags(call: Call) -> dict[str, Any]:
 
 
 def _policy_doc(text: str | None, arn: str) -> dict[str, Any]:
-    doc = json.loads(text) if text else {}
-    if not isinstance(doc.get("Statement"), list):
+    try:
+        doc = load_json(text) if text else {}
+    except ValueError:  # (a policy stored by another program): replaced, as one that is not ours
+        doc = {}
+    if not isinstance(doc, dict) or not isinstance(doc.get("Statement"), list):
         doc = {"Version": "2012-10-17", "Id": f"{arn}/SQSDefaultPolicy", "Statement": []}
     return doc
 
@@ -243,7 +246,7 @@ async def list_message_move_tasks(call: Call) -> dict[str, Any]:
 async def cancel_message_move_task(call: Call) -> dict[str, Any]:
     handle = required_string(call.params, "TaskHandle")
     try:
-        doc = json.loads(base64.urlsafe_b64decode(handle.encode("ascii")))
+        doc = load_json(base64.urlsafe_b64decode(handle.encode("ascii")))
         task_id, source_arn = doc["taskId"], doc["sourceArn"]
         assert isinstance(task_id, str) and isinstance(source_arn, str)
     except (ValueError, UnicodeError, KeyError, TypeError, AssertionError):
