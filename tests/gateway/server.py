@@ -7,7 +7,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 
@@ -29,6 +29,18 @@ class Server:
 # what a running gateway writes in the spool's root on its own, at any time: its
 # periodic claims (housekeeping, the console's sampling) and the console's samples
 _BOOKKEEPING = (".claims", ".records")
+
+
+def refused_status(send: Callable[[], httpx.Response]) -> int | None:
+    """The status of a request the server may refuse before reading all of it: a server
+    that answers and closes while the body is still coming makes the kernel reset the
+    connection, which the client may meet before it reads the answer. None for such a
+    reset (a refusal too: a server that read the body on without bound would have read it
+    all and answered), else the status."""
+    try:
+        return send().status_code
+    except (httpx.WriteError, httpx.ReadError, httpx.RemoteProtocolError):
+        return None
 
 
 def tree_around(spool: str) -> list[str]:

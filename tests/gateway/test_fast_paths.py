@@ -255,7 +255,14 @@ def test_request_heads_are_bounded_in_size_and_time(spool: str, protocol: str) -
                     sock.sendall(b"X-Padding-%d: %s\r\n" % (i, b"p" * 1000))
                 except (BrokenPipeError, ConnectionResetError):
                     break
-            answer = _until_closed(sock)
+            try:
+                answer = _until_closed(sock)
+            except ConnectionResetError:
+                # the server refused and closed while our head was still coming: the kernel
+                # answers the unread bytes with a reset, which may come before its 4xx is read.
+                # A server that read the head on without bound would have read it all and
+                # closed cleanly (a 408 at its deadline): a reset is a refusal.
+                answer = b"HTTP/1.1 431 (reset)"
         assert answer.split(b" ")[1] in (b"400", b"431")
         with socket.create_connection(("127.0.0.1", port), timeout=WAIT) as sock:
             sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: localhost\r\n")

@@ -32,7 +32,7 @@ from botocore.credentials import Credentials
 from botocore.exceptions import ClientError
 
 import vsqs
-from tests.gateway.server import Server, running_gateway, tree_around
+from tests.gateway.server import Server, refused_status, running_gateway, tree_around
 from vsqs._gateway.sqs import attributes as _attributes
 from vsqs._gateway.sqs import protocol as _protocol
 
@@ -972,8 +972,9 @@ def test_a_request_over_the_size_cap_writes_nothing(sqs: Any, server: Server) ->
     body = json.dumps({"QueueUrl": url, "MessageBody": "x" * (4 * 1024 * 1024)}).encode()
     response = signed_post(server, "AmazonSQS.SendMessage", body)
     assert (response.status_code, response.json()["__type"]) == (413, "com.amazonaws.sqs#InvalidParameterValue")
-    unsigned = httpx.post(server.url, content=body, headers={"X-Amz-Target": "AmazonSQS.SendMessage"})
-    assert unsigned.status_code == 413  # refused before the body is read or the signature checked
+    unsigned = refused_status(lambda: httpx.post(server.url, content=body,
+                                                 headers={"X-Amz-Target": "AmazonSQS.SendMessage"}))
+    assert unsigned in (413, None)  # refused before the body is read or the signature checked
     assert sorted(os.listdir(library_queue(server, name).path)) == [".vsqs.json"]
 
 
