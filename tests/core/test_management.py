@@ -201,3 +201,29 @@ def test_of_two_starts_that_race_the_older_task_runs(tmp_path: Path, monkeypatch
     with pytest.raises(vsqs.InvalidArgument, match="already active"):
         queue.start_redrive()
     assert sorted(os.listdir(directory)) == ["0000000000001-0000abcd.json"]
+
+
+def test_a_moves_directory_swapped_for_a_link_is_never_followed(tmp_path: Path):
+    _, dlq = dead_letters(tmp_path, 2)
+    _, theirs = dead_letters(tmp_path / "other", 3)  # another spool's dead-letter queue
+    their_task = theirs.start_redrive(per_second=1)
+    moves = os.path.join(dlq.path, ".moves")
+    assert not os.path.exists(moves)
+    os.symlink(os.path.join(theirs.path, ".moves"), moves)
+    assert dlq.redrive_tasks() == []  # another spool's tasks are not ours to list...
+    assert dlq.cancel_redrive(their_task["id"]) is None  # ...nor to cancel
+    with pytest.raises(vsqs.StorageError, match="not followed"):
+        dlq.start_redrive()  # nor a place to keep ours (or to prune theirs)
+    assert [t["id"] for t in theirs.redrive_tasks()] == [their_task["id"]]
+    assert not os.path.exists(os.path.join(theirs.path, ".moves", their_task["id"] + ".cancel"))
+
+
+def test_a_failed_task_names_no_path_of_the_spool(tmp_path: Path):
+    from vsqs._core.move_tasks import failure_reason
+
+    for error in (vsqs.QueueNotFound(f"queue directory is gone: {tmp_path}/spool/gone"),
+                  vsqs.StorageError(5, "cannot rename", f"{tmp_path}/spool/q/x"),
+                  RuntimeError(f"failed at {tmp_path}/spool")):
+        assert str(tmp_path) not in failure_reason(error)
+    assert failure_reason(vsqs.QueueNotFound("x")).startswith("QueueNotFound")
+    assert failure_reason(ValueError("plain words")) == "ValueError: plain words"

@@ -27,7 +27,7 @@ from typing import Any
 from vsqs._core import format as _format
 from vsqs._core import fs as _fs
 from vsqs._core.dead_letters import DeadLetters
-from vsqs._core.errors import InvalidArgument
+from vsqs._core.errors import InvalidArgument, QueueNotFound
 from vsqs._core.rules import load_json
 
 MOVES_DIR = ".moves"
@@ -93,7 +93,7 @@ class MoveTasks:
 
     def list(self) -> list[dict[str, Any]]:
         """Every task kept, newest first, as every process sees it."""
-        if not _fs.is_dir(self._dir):
+        if not _fs.is_private_dir(self._dir):  # (none yet; a symbolic link is never followed)
             return []
         names = _fs.list_names(self._dir)
         cancelled = {name[:-7] for name in names if name.endswith(".cancel")}
@@ -106,7 +106,7 @@ class MoveTasks:
         return tasks
 
     def get(self, task_id: str) -> dict[str, Any] | None:
-        if not _ID_RE.fullmatch(task_id):
+        if not _ID_RE.fullmatch(task_id) or not _fs.is_private_dir(self._dir):
             return None
         return self._read(task_id, _fs.exists(self._file(task_id, ".cancel")))
 
@@ -140,7 +140,7 @@ class MoveTasks:
                 if task["per_second"]:
                     time.sleep(max(0.0, 1.0 - (time.monotonic() - began)))
         except Exception as exc:  # noqa: BLE001 - any failure ends the task, reported as Amazon does
-            task["status"], task["failure"] = "FAILED", f"{type(exc).__name__}: {exc}"
+            task["status"], task["failure"] = "FAILED", failure_reason(exc)
         self._write(task)
 
     def _write(self, task: dict[str, Any]) -> None:
@@ -174,3 +174,13 @@ class MoveTasks:
 
     def _file(self, task_id: str, suffix: str) -> str:
         return os.path.join(self._dir, task_id + suffix)
+
+
+def failure_reason(exc: Exception) -> str:
+    """Why a task failed, in words that name no path of the spool (a client reads them)."""
+    if isinstance(exc, QueueNotFound):
+        return "QueueNotFound: the destination queue does not exist"
+    if isinstance(exc, OSError):
+        return f"{type(exc).__name__}: {exc.strerror or 'input/output error'}"
+    text = str(exc)
+    return type(exc).__name__ if os.sep in text else f"{type(exc).__name__}: {text}"

@@ -237,8 +237,9 @@ async def list_message_move_tasks(call: Call) -> dict[str, Any]:
             entry["DestinationArn"] = call.arn_of(os.path.basename(destination))
         if task["per_second"]:
             entry["MaxNumberOfMessagesPerSecond"] = task["per_second"]
-        if task["failure"]:
-            entry["FailureReason"] = task["failure"]
+        if task["failure"]:  # (Amazon's words for a destination that is gone)
+            gone = task["failure"].startswith("QueueNotFound")
+            entry["FailureReason"] = "AWS.SimpleQueueService.NonExistentQueue" if gone else task["failure"]
         results.append(entry)
     return {"Results": results}
 
