@@ -169,12 +169,15 @@ def test_a_presigned_url_is_a_key_presented_too(tmp_path):
     from botocore.awsrequest import AWSRequest
     from botocore.credentials import Credentials
 
-    def presigned(url: str, secret: str) -> httpx.Response:
+    def presigned(url: str, secret: str, encoded: bool = False) -> httpx.Response:
         request = AWSRequest(method="GET", url=url + "/?Action=ListQueues&Version=2012-11-05")
         SigV4QueryAuth(Credentials("AKIDANY", secret), "sqs", "us-east-1", expires=300).add_auth(request)
+        if encoded:  # the same name, percent-encoded: still the signature, still counted
+            return httpx.get(request.url.replace("X-Amz-Signature=", "X-Amz-Signatur%65="), timeout=30)
         return httpx.get(request.url, timeout=30)
 
-    with running_gateway(str(tmp_path), env={"VSQS_API_KEY": KEY}) as server:
-        assert presigned(server.url, KEY).status_code == 200
-        assert [presigned(server.url, "guess").status_code for _ in range(11)] == [403] * 10 + [429]
-        assert presigned(server.url, KEY).status_code == 429
+    for encoded in (False, True):
+        with running_gateway(str(tmp_path), env={"VSQS_API_KEY": KEY}) as server:
+            assert presigned(server.url, KEY, encoded).status_code == 200
+            assert [presigned(server.url, "guess", encoded).status_code for _ in range(11)] == [403] * 10 + [429]
+            assert presigned(server.url, KEY, encoded).status_code == 429  # a right guess is refused too

@@ -184,6 +184,13 @@ class Presigned:
     raw_query: str  # the query string without X-Amz-Signature: what was signed
 
 
+def has_presigned_signature(raw_query: str) -> bool:
+    """Whether a query string carries ``X-Amz-Signature``, its names decoded as
+    :func:`parse_presigned` decodes them (``X-Amz-Signatur%65`` is one too)."""
+    return any(unquote(pair.partition("=")[0]) == "X-Amz-Signature"
+               for pair in raw_query.split("&")) if raw_query else False
+
+
 def parse_presigned(raw_query: str) -> Presigned | None:
     """The signature in a query string (None: it has no ``X-Amz-Signature``);
     ``IncompleteSignature`` if it is not a whole SigV4 one."""

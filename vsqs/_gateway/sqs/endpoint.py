@@ -129,7 +129,7 @@ async def _authenticate(request: Request, gateway: Gateway, body: bytes, action:
 def _presents_signature(scope: Scope) -> bool:
     """Whether the request carries a signature (an ``Authorization`` header, or a presigned query)."""
     return any(key == b"authorization" for key, _ in scope["headers"]) \
-        or b"x-amz-signature=" in scope.get("query_string", b"").lower()
+        or _sigv4.has_presigned_signature(scope.get("query_string", b"").decode("latin-1"))
 
 
 def _request_id() -> str:
