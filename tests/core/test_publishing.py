@@ -367,3 +367,48 @@ def test_without_limits_nothing_is_counted(layout):
     counting = Counting(layout)
     Capacity(counting).check([b"x" * 1000] * 100, SETTINGS, "q")  # type: ignore[arg-type]
     assert counting.listings == 0
+
+
+# -- a publish whose rename was answered with an error after it took effect ----------
+
+
+@pytest.mark.parametrize("shards", [1, 4])
+def test_a_publish_claimed_before_its_retransmitted_rename_came_back_is_a_publish(tmp_path, shards, monkeypatch):
+    """NFS answers a retransmitted, successful rename with ENOENT; a consumer may have claimed
+    the new name meanwhile, so the destination is gone too. The publisher's own .new file was
+    moved by no one else: the message is in the queue, and the publish succeeded."""
+    import errno
+
+    from vsqs import Queue
+
+    queue = Queue(tmp_path / "q", create=True, shards=shards)
+    consumer = Queue(queue.path)
+    real_rename = os.rename
+
+    def renamed_then_claimed(src, dst, *args, **kwargs):
+        real_rename(src, dst, *args, **kwargs)
+        if str(src).endswith(".new"):
+            monkeypatch.setattr(os, "rename", real_rename)
+            assert consumer.receive() is not None  # claimed before the answer came back
+            raise OSError(errno.ENOENT, "No such file or directory", src)
+
+    monkeypatch.setattr(os, "rename", renamed_then_claimed)
+    sent = queue.publish(b"x", attributes={"a": "b"})
+    assert consumer.stats().in_flight == 1
+    assert [info.id for info in consumer.messages()] == [sent]
+
+
+def test_a_publish_whose_new_file_vanished_says_so(tmp_path, monkeypatch):
+    import errno
+
+    from vsqs import Queue, StorageError
+
+    queue = Queue(tmp_path / "q", create=True)
+
+    def collected(src, dst, *args, **kwargs):  # garbage collection took the .new file first
+        os.unlink(src)
+        raise OSError(errno.ENOENT, "No such file or directory", src)
+
+    monkeypatch.setattr(os, "rename", collected)
+    with pytest.raises(StorageError, match="vanished before it was published"):
+        queue.publish(b"x")

@@ -109,6 +109,21 @@ def final_name(stem: str, delay: float) -> str:
     return _format.ready_name(stem)
 
 
+def move_in(layout: Layout, temp: str, name: str) -> None:
+    """Rename a publisher's ``.new`` file ``temp`` to the message name ``name``.
+
+    The rename's own rule (a destination that exists is ours) fails a publish on a
+    network filesystem: NFS answers a retransmitted, successful rename with ENOENT, and
+    a consumer may have claimed the new name by then. No one else moves ``temp``, so a
+    source gone with no destination is looked for under any name of its key (claimed,
+    or moved on); only if none is there did it vanish (garbage collected)."""
+    if _fs.rename(temp, layout.message_file(name)):
+        return
+    key = name[: _format.KEY_LENGTH]
+    if not any(other.key == key for other in layout.names(beside=name)):
+        raise StorageError(2, "message file vanished before it was published", temp)
+
+
 def write_new(
     layout: Layout,
     entry: Prepared,

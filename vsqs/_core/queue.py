@@ -323,8 +323,7 @@ class Queue:
         names: list[str] = []
         for entry, stem, temp in written.files:
             name = publishing.final_name(stem, entry.delay)
-            if not _fs.rename(temp, layout.message_file(name)):
-                raise StorageError(2, "message file vanished before it was published", temp)
+            publishing.move_in(layout, temp, name)
             ids.append(stem[:_KEY_LENGTH])
             names.append(name)
         if _hub.watching:  # this process's waiters learn of them at once, on any filesystem
@@ -358,8 +357,7 @@ class Queue:
         entry = publishing.Prepared(data, {}, priority, "", delay, "")
         stem, temp = publishing.write_new(layout, entry, durable, self._settings.mode)
         name = publishing.final_name(stem, delay)
-        if not _fs.rename(temp, layout.message_file(name)):
-            raise StorageError(2, "message file vanished before it was published", temp)
+        publishing.move_in(layout, temp, name)
         if _hub.watching:
             _hub.published(self._path, (name,))
         if durable:
