@@ -35,7 +35,6 @@ from vsqs._core.errors import (
     InvalidArgument,
     InvalidReceipt,
     StaleReceipt,
-    StorageError,
     VsqsError,
 )
 from vsqs._core.groups import GroupLeases
