@@ -380,3 +380,63 @@ def test_slow_storage_holds_up_no_other_request(monkeypatch: pytest.MonkeyPatch,
     assert waited == [True], "the publish held the event loop until /healthz gave up"
     assert answers[0].status_code in (200, 201)
     assert vsqs.Spool(spool).queue("q").stats().total == 1
+
+
+# -- a Query form is decoded after authentication, off the event loop when large ------------------
+
+
+def _query_form(size: int) -> bytes:
+    return b"Action=SendMessage&Version=2012-11-05&QueueUrl=q&MessageBody=" + b"%41" * (size // 3)
+
+
+def _form_headers(length: int) -> list[tuple[bytes, bytes]]:
+    return [(b"host", b"localhost"), (b"content-type", b"application/x-www-form-urlencoded"),
+            (b"content-length", str(length).encode())]
+
+
+def test_an_unauthenticated_query_form_is_never_decoded(monkeypatch: pytest.MonkeyPatch, spool: str) -> None:
+    decoded = []
+    monkeypatch.setattr(endpoint, "split_form", lambda data: decoded.append(len(data)) or {})
+    app = create_app(GatewayConfig(spool=spool, api_key="k" * 24))
+    form = _query_form(2 * 1024 * 1024)
+    status, _, body = call(app, "POST", "/", _form_headers(len(form)), [form])
+    assert status == 403 and b"MissingAuthenticationToken" in body
+    assert decoded == []  # refused on its action and its signature alone
+
+
+def test_a_large_query_form_is_decoded_on_a_thread(monkeypatch: pytest.MonkeyPatch, spool: str) -> None:
+    vsqs.Queue(f"{spool}/q", create=True)
+    threads = []
+    real = endpoint.split_form
+
+    def split_form(data: bytes) -> dict[str, str]:
+        threads.append(threading.current_thread() is threading.main_thread())
+        return real(data)
+
+    monkeypatch.setattr(endpoint, "split_form", split_form)
+    config = GatewayConfig(spool=spool)
+    app = create_app(config)
+    for size in (300, 200 * 1024):
+        url = f"http%3A%2F%2Flocalhost%2F{config.account_id}%2Fq".encode()
+        form = _query_form(size).replace(b"QueueUrl=q", b"QueueUrl=" + url)
+        status, _, body = call(app, "POST", "/", _form_headers(len(form)), [form])
+        assert status == 200, body
+    assert threads == [True, False]  # a small form in place, a large one off the event loop
+
+
+def test_a_console_form_without_a_session_is_never_parsed(monkeypatch: pytest.MonkeyPatch, spool: str) -> None:
+    from vsqs._gateway.console import forms
+
+    parsed = []
+
+    async def read_form(request: Any) -> dict[str, str]:
+        parsed.append(request.url.path)
+        return {}
+
+    monkeypatch.setattr(forms, "read_form", read_form)
+    app = create_app(GatewayConfig(spool=spool, api_key="k" * 24))
+    form = b"key=" + b"%41" * 60_000
+    for path in ("/ui/login", "/ui/logout", "/ui/queues/q/purge"):
+        status, _, _ = call(app, "POST", path, _form_headers(len(form)) + [(b"origin", b"http://localhost")], [form])
+        assert status in (401, 403), path
+    assert parsed == []  # refused on the cookie alone: no session, no token to match

@@ -128,6 +128,14 @@ class Console:
     def csrf_ok(self, request: Request, form: dict[str, str]) -> bool:
         return self.sessions.csrf_ok(self.sessions.read(request.cookies.get(COOKIE)), form.get("csrf"))
 
+    async def form_of(self, request: Request) -> dict[str, str] | None:
+        """A form POST's fields; None, unread, without a session its CSRF token could be of
+        (every form of the console carries one: a request without the session cookie is refused
+        before its body is parsed)."""
+        if self.sessions.read(request.cookies.get(COOKIE)) is None:
+            return None
+        return await forms.read_form(request)
+
 
 def _is_https(request: Request, gateway: Gateway) -> bool:
     public = gateway.config.public_url or ""
@@ -199,10 +207,10 @@ def router(console: Console) -> APIRouter:
 
     @routes.post("/login")
     async def login(request: Request) -> Response:
-        form = await forms.read_form(request)
-        target = form.get("next", PREFIX)
+        form = await console.form_of(request)
+        target = form.get("next", PREFIX) if form is not None else PREFIX
         target = target if _SAFE_NEXT.fullmatch(target) else PREFIX
-        if not console.csrf_ok(request, form):
+        if form is None or not console.csrf_ok(request, form):
             return console.page(request, "login.html", 403, next=target,
                                 error="This form is stale or came from elsewhere: please try again.")
         address, guesses = client_address(request.scope), gateway.key_guesses
@@ -221,8 +229,8 @@ def router(console: Console) -> APIRouter:
 
     @routes.post("/logout")
     async def logout(request: Request) -> Response:
-        form = await forms.read_form(request)
-        if not console.csrf_ok(request, form):
+        form = await console.form_of(request)
+        if form is None or not console.csrf_ok(request, form):
             return console.page(request, "refused.html", 403, reason="This form is stale: reload the page.")
         console.start_session(request, signed_in=False)
         return console.redirect(request, f"{PREFIX}/login" if console.sessions.needs_key else PREFIX)
@@ -279,10 +287,10 @@ def router(console: Console) -> APIRouter:
         """Run ``action(queue, form)`` for a signed-in session whose form holds
         its CSRF token; redirect to the queue's page with the notice it names,
         or show the page again with the error."""
-        form = await forms.read_form(request)
-        if not console.may_act(request):
+        if not console.may_act(request):  # (before the form is read: an anonymous body is never parsed)
             return console.page(request, "refused.html", 401, reason="Sign in to the console first.")
-        if not console.csrf_ok(request, form):
+        form = await console.form_of(request)
+        if form is None or not console.csrf_ok(request, form):
             return console.page(request, "refused.html", 403,
                                 reason="This form is stale or came from elsewhere (its token does not match): "
                                        "reload the page and try again.")

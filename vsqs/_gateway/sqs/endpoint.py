@@ -37,8 +37,7 @@ from vsqs._gateway.sqs.actions import (
 from vsqs._gateway.sqs.call import Call
 from vsqs._gateway.sqs.parameters import no_such_queue
 from vsqs._gateway.sqs.protocol import SqsError, action_of, sqs_error_of, too_large
-from vsqs._gateway.sqs.query import action_of as form_action
-from vsqs._gateway.sqs.query import is_query_request, split_form
+from vsqs._gateway.sqs.query import is_query_request, named_action, split_form
 from vsqs._gateway.sqs.receipts import ReceiptAliases
 from vsqs._gateway.sqs.wire import JSON, Incoming, wire_of
 from vsqs._gateway.state import Gateway
@@ -182,11 +181,21 @@ async def _read(request: Request, json: bool, cap: int) -> Incoming:
     if body is None:
         raise too_large(cap)
     form = body if request.method == "POST" else request.scope.get("query_string", b"")
-    fields = split_form(form)
-    named = form_action(fields)
+    named = named_action(form)  # (its fields are decoded once it is authenticated: see _fields)
     if named not in MESSAGE_ACTIONS and len(form) > MAX_SMALL_BODY_BYTES:
         raise too_large(MAX_SMALL_BODY_BYTES)
-    return Incoming(named if named in ACTIONS else "", named, body, fields)
+    return Incoming(named if named in ACTIONS else "", named, body, form=form)
+
+
+async def _fields(gateway: Gateway, incoming: Incoming) -> None:
+    """Decode a Query form's fields (after the request was authenticated): in place when
+    small, on the thread pool when large (3 MiB of escapes take a second or more)."""
+    if incoming.form is None or incoming.fields is not None:
+        return
+    if len(incoming.form) <= INLINE_SIGNATURE_BYTES:
+        incoming.fields = split_form(incoming.form)
+    else:
+        incoming.fields = await gateway.call(split_form, incoming.form)
 
 
 class SqsFace:
@@ -237,6 +246,7 @@ class SqsFace:
         scope["vsqs.operation"] = f"sqs.{action}" if handler else "sqs.unknown"
         try:
             await _authenticate(request, gateway, incoming.body, action)
+            await _fields(gateway, incoming)
             if handler is None:
                 if action in UNSUPPORTED_ACTIONS:
                     raise SqsError("UnsupportedOperation", f"vsqs does not support {action}.")

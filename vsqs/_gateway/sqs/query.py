@@ -109,6 +109,19 @@ def action_of(fields: dict[str, str]) -> str:
     return fields.get("Action", "")
 
 
+def named_action(data: bytes) -> str:
+    """The action a form names, read before the rest of it is decoded (only the names,
+    each bounded, and the Action's value): what the request may carry, and whether it
+    is authentic, are decided before its values cost anything."""
+    for pair in data.split(b"&", MAX_QUERY_FIELDS):
+        raw_key, _, raw_value = pair.partition(b"=")
+        if len(raw_key) > 3 * _MAX_KEY:  # (%XX for each character, at most)
+            raise SqsError("InvalidParameterValue", f"A parameter name is over {_MAX_KEY} characters.")
+        if raw_value and len(raw_value) <= 3 * _MAX_KEY and _decoded(raw_key, None) == "Action":
+            return _decoded(raw_value, "Action")
+    return ""
+
+
 # -- the form's fields as the action's parameters ---------------------------------
 
 

@@ -33,6 +33,7 @@ class Incoming:
     named: str
     body: bytes
     fields: dict[str, str] | None = None
+    form: bytes | None = None  # Query: the form, its fields decoded once the request is authenticated
 
 
 class Wire:
@@ -77,7 +78,7 @@ class QueryWire(Wire):
     name = "query"
 
     async def params(self, incoming: Incoming, path: str) -> dict[str, Any]:
-        assert incoming.fields is not None
+        assert incoming.fields is not None  # (decoded after authentication: see SqsFace.answer)
         return _query.params_of(incoming.action, incoming.fields, path)
 
     def unknown_operation(self, incoming: Incoming) -> SqsError:
