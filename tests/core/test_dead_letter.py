@@ -259,3 +259,16 @@ def test_a_batch_that_dead_letters_a_groups_head_is_not_empty(spool):
     q.publish(b"2", group="g")
     q.receive(visibility_timeout=0)
     assert [m.body for m in vsqs.Queue(q.path).receive_batch(10, visibility_timeout=60)] == [b"2"]
+
+
+def test_a_group_whose_first_messages_are_all_dead_goes_on_at_once(spool):
+    q = spool.create_queue("jobs", max_receives=100)
+    for n in range(12):
+        q.publish(b"dead %d" % n, group="g")
+    q.publish(b"live", group="g")
+    for m in q.receive_batch(12, group_runs=True):  # received once each...
+        m.release()
+    q.configure(max_receives=1)  # ...and now dead, all twelve before the live one
+    fresh = vsqs.Queue(q.path)
+    assert [m.body for m in fresh.receive_batch(10, visibility_timeout=60)] == [b"live"]
+    assert q.dead_letter_queue().stats().total == 12

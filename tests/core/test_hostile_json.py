@@ -72,3 +72,26 @@ def test_a_header_of_the_wrong_types_is_a_damaged_message(flat_queue, header):
     assert [m.body for m in got] == [b"fine"]  # the damaged one stays, hidden, and goes on to the DLQ
     assert got[0].attributes == {}
     assert flat_queue.stats().in_flight == 2
+
+
+def test_a_header_line_over_its_bound_is_a_damaged_message_not_parsed(flat_queue):
+    from vsqs._core.limits import MAX_HEADER_BYTES
+
+    planted = flat_queue.publish(b"planted", attributes={"k": "v"}, priority=9)
+    [name] = [n for n in message_names(flat_queue.path) if n.startswith(planted[:_format.KEY_LENGTH])]
+    with open(message_path(flat_queue, name), "wb") as f:
+        f.write(b'{"attributes": {"k": "' + b"v" * MAX_HEADER_BYTES + b'"}}\nplanted')
+    flat_queue.publish(b"fine")
+    assert [m.body for m in flat_queue.receive_batch(10)] == [b"fine"]
+
+
+@pytest.mark.parametrize("document", [b"[1]", b'"settings"', b"5", b"null"])
+def test_a_settings_version_that_is_no_object_is_skipped(queue, document):
+    queue.configure(visibility_timeout=7)
+    directory = os.path.join(queue.path, _settings.SETTINGS_DIR)
+    newest = max(v for v in map(_settings.parse_version, os.listdir(directory)) if v is not None)
+    with open(os.path.join(directory, _settings.version_name(newest + 1)), "wb") as f:
+        f.write(document)
+    fresh = vsqs.Queue(queue.path)
+    assert fresh.settings["visibility_timeout"] == 7
+    fresh.publish(b"x")

@@ -412,3 +412,20 @@ def test_a_publish_whose_new_file_vanished_says_so(tmp_path, monkeypatch):
     monkeypatch.setattr(os, "rename", collected)
     with pytest.raises(StorageError, match="vanished before it was published"):
         queue.publish(b"x")
+
+
+def test_a_rename_answered_gone_that_did_not_happen_is_no_publish(tmp_path, monkeypatch):
+    import errno
+
+    from vsqs import Queue, StorageError
+
+    queue = Queue(tmp_path / "q", create=True)
+
+    def stale(src, dst, *args, **kwargs):  # (ESTALE: the server says gone; the file is still there)
+        raise OSError(errno.ESTALE, "Stale file handle", src)
+
+    monkeypatch.setattr(os, "rename", stale)
+    with pytest.raises(StorageError, match="not published"):
+        queue.publish(b"x")
+    monkeypatch.undo()
+    assert queue.receive() is None

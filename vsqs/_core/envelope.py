@@ -10,6 +10,7 @@ from typing import Any
 
 from vsqs._core.errors import StorageError
 from vsqs._core.format import Name
+from vsqs._core.limits import MAX_HEADER_BYTES
 from vsqs._core.rules import load_json
 
 
@@ -20,9 +21,9 @@ def encode_envelope(header: dict[str, Any], body: bytes) -> bytes:
 
 def decode_envelope(data: bytes) -> tuple[dict[str, Any], bytes]:
     """(header, body) of an envelope; ValueError if it is not one."""
-    end = data.find(b"\n")
+    end = data.find(b"\n", 0, MAX_HEADER_BYTES + 1)
     if end < 0:
-        raise ValueError("no header line")
+        raise ValueError(f"no header line within {MAX_HEADER_BYTES} bytes")
     header = load_json(data[:end])  # (ValueError if not JSON, or nested too deep)
     if not isinstance(header, dict):
         raise ValueError("header is not a JSON object")

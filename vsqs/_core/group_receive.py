@@ -139,14 +139,16 @@ class GroupReceiver:
         """Move a message received ``max_receives`` times to the dead-letter queue;
         the error if it could not (e.g. a dead-letter queue on another filesystem).
         A group's candidate buried: the next message of its run is its candidate,
-        or, if the listing kept none, True: list again before the next candidate."""
+        or, if the listing kept none and this call moved it, True: list again before
+        the next candidate."""
         try:
-            self._dead_letters.bury(parsed)
+            moved = self._dead_letters.bury(parsed)
         except StorageError as exc:
             return exc
         if parsed.group_hash:
             with self._lock:
-                return self._listing.skip_buried(parsed.group_hash)
+                # (a listing again is paid for by a message moved out: bounded by the queue's depth)
+                return self._listing.skip_buried(parsed.group_hash) and bool(moved)
         return False
 
     def _move(self, name: str, parsed: _format.Name, until: int, members: list[_Member]) -> bool:

@@ -115,12 +115,15 @@ def move_in(layout: Layout, temp: str, name: str) -> None:
     The rename's own rule (a destination that exists is ours) fails a publish on a
     network filesystem: NFS answers a retransmitted, successful rename with ENOENT, and
     a consumer may have claimed the new name by then. No one else moves ``temp``, so a
-    source gone with no destination is looked for under any name of its key (claimed,
-    or moved on); only if none is there did it vanish (garbage collected)."""
+    source gone with no destination is looked for under any message name of its key
+    (claimed, or moved on); none there means it vanished (garbage collected) or was
+    consumed already, which cannot be told apart: the publish is reported as failed."""
     if _fs.rename(temp, layout.message_file(name)):
         return
+    if _fs.exists(temp):  # (answered "gone", still there: the rename did not happen)
+        raise StorageError(2, "message file not published: its rename failed", temp)
     key = name[: _format.KEY_LENGTH]
-    if not any(other.key == key for other in layout.names(beside=name)):
+    if not any(other.key == key and other.state is not State.WRITING for other in layout.names(beside=name)):
         raise StorageError(2, "message file vanished before it was published", temp)
 
 

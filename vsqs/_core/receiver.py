@@ -54,7 +54,6 @@ Offload = Callable[[Callable[[], list[Message]]], Awaitable[list[Message]]]
 
 _KEY_LENGTH = _format.KEY_LENGTH
 _SKIPS_PER_CALL = 3  # skips ahead after lost races per receive call (see Listing.skip_ahead)
-_RELISTS_PER_CALL = 3  # listings a receive call makes for groups whose dead head left no next in the listing
 
 
 class Receiver:
@@ -290,7 +289,6 @@ class Receiver:
         fruitless = layout.shards
         lists_left = fruitless
         skips = _SKIPS_PER_CALL
-        relists = _RELISTS_PER_CALL
         held = 0  # bytes of the bodies read so far (see MAX_RECEIVE_BYTES)
         answered: set[str] | None = None  # ids of ``got[:len(answered)]``, once a lease that ran out is met
         while len(got) < limit:
@@ -319,8 +317,7 @@ class Receiver:
                 buried = self._group_receiver.bury(parsed)  # (its group, if any, goes on with its next)
                 if isinstance(buried, StorageError):
                     failure = failure or buried
-                elif buried and relists:  # its group's next is not in the listing: list again
-                    relists -= 1
+                elif buried:  # its group's next is not in the listing: list again
                     lists_left = max(lists_left, 1)
                 continue
             if throttle is not None:

@@ -267,6 +267,8 @@ def decode(data: bytes, format_version: int) -> dict[str, Any] | None:
     """The settings in a version file; ``None`` if it is unreadable (being written, or torn)."""
     try:
         doc = load_json(data)
+        if not isinstance(doc, dict):
+            return None
         if isinstance(doc.get("format"), int) and doc["format"] > format_version:
             raise IncompatibleFormat(
                 f"queue settings of format {doc['format']}, this vsqs reads format {format_version}"
