@@ -109,8 +109,9 @@ def final_name(stem: str, delay: float) -> str:
     return _format.ready_name(stem)
 
 
-def move_in(layout: Layout, temp: str, name: str) -> None:
-    """Rename a publisher's ``.new`` file ``temp`` to the message name ``name``.
+def check_moved(layout: Layout, temp: str, name: str) -> None:
+    """After the rename of a publisher's ``.new`` file ``temp`` to the message name
+    ``name`` answered "lost" (``fs.rename`` False): raise unless it took effect.
 
     The rename's own rule (a destination that exists is ours) fails a publish on a
     network filesystem: NFS answers a retransmitted, successful rename with ENOENT, and
@@ -118,8 +119,6 @@ def move_in(layout: Layout, temp: str, name: str) -> None:
     source gone with no destination is looked for under any message name of its key
     (claimed, or moved on); none there means it vanished (garbage collected) or was
     consumed already, which cannot be told apart: the publish is reported as failed."""
-    if _fs.rename(temp, layout.message_file(name)):
-        return
     if _fs.exists(temp):  # (answered "gone", still there: the rename did not happen)
         raise StorageError(2, "message file not published: its rename failed", temp)
     key = name[: _format.KEY_LENGTH]

@@ -322,7 +322,8 @@ class Queue:
         names: list[str] = []
         for entry, stem, temp in written.files:
             name = publishing.final_name(stem, entry.delay)
-            publishing.move_in(layout, temp, name)
+            if not _fs.rename(temp, layout.message_file(name)):
+                publishing.check_moved(layout, temp, name)
             ids.append(stem[:_KEY_LENGTH])
             names.append(name)
         if _hub.watching:  # this process's waiters learn of them at once, on any filesystem
@@ -356,7 +357,8 @@ class Queue:
         entry = publishing.Prepared(data, {}, priority, "", delay, "")
         stem, temp = publishing.write_new(layout, entry, durable, self._settings.mode)
         name = publishing.final_name(stem, delay)
-        publishing.move_in(layout, temp, name)
+        if not _fs.rename(temp, layout.message_file(name)):
+            publishing.check_moved(layout, temp, name)
         if _hub.watching:
             _hub.published(self._path, (name,))
         if durable:
