@@ -121,7 +121,7 @@ def test_the_dead_letter_queue_is_made_once_and_knows_its_source(source, tmp_pat
     assert source.opened == [(dlq, True, 0o640)]
     assert open_store(dlq).id != source.store.id
     with open(os.path.join(dlq, _format.SOURCES_DIR, source.store.id)) as file:
-        assert file.read() == source.store.layout.path
+        assert file.read() == source.store.layout.shown
 
 
 def test_a_new_dead_letter_setting_is_followed(source, tmp_path):
@@ -212,7 +212,7 @@ def graveyard(tmp_path) -> Source:
 
 
 def bury_from(tmp_path, graveyard: Source, name: str, count: int = 2, shards: int = 1) -> Source:
-    source = Source(queue(tmp_path, name, shards), max_receives=count, dead_letter=graveyard.store.layout.path)
+    source = Source(queue(tmp_path, name, shards), max_receives=count, dead_letter=graveyard.store.layout.shown)
     source.dead.bury(source.put(count, body=name.encode()))
     return source
 
@@ -224,7 +224,7 @@ def test_sources_maps_origin_ids_to_paths(graveyard, tmp_path):
     for junk, data in (("not-an-id", b"/x"), ("0badcafe", b"")):
         with open(os.path.join(directory, junk), "wb") as file:
             file.write(data)
-    assert graveyard.dead.sources() == {a.store.id: a.store.layout.path, b.store.id: b.store.layout.path}
+    assert graveyard.dead.sources() == {a.store.id: a.store.layout.shown, b.store.id: b.store.layout.shown}
 
 
 def test_register_source_never_rewrites_an_entry(graveyard):
@@ -245,12 +245,12 @@ def test_redrive_sends_each_message_home_as_new(graveyard, tmp_path):
     for home in (a, b):
         (back,) = names(home.store)
         assert (back.state, back.receive_count, back.origin) == (State.READY, 0, "")
-        assert read(home.store, back) == os.path.basename(home.store.layout.path).encode()
+        assert read(home.store, back) == os.path.basename(home.store.layout.shown).encode()
 
 
 def test_redrive_leaves_messages_with_no_home(graveyard, tmp_path):
     gone = bury_from(tmp_path, graveyard, "gone")
-    shutil.rmtree(gone.store.layout.path)
+    shutil.rmtree(gone.store.layout.shown)
     stranger = graveyard.put(1)  # not a dead letter at all: no origin
     assert graveyard.dead.redrive(None, None, NOW_US, 0) == 0
     assert len(names(graveyard.store)) == 2 and stranger in names(graveyard.store)

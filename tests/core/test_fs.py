@@ -2,7 +2,7 @@
 
 Network filesystems answer a lost race with ENOENT, ESTALE, EIO, EACCES or
 EPERM; the primitives must look before deciding. Errors are injected with
-mock.patch; the full-disk and read-only cases run on pyfakefs.
+mock.patch.
 """
 
 from __future__ import annotations
@@ -78,11 +78,11 @@ def test_lost_exclusive_create_behind_a_stale_negative_cache(tmp_path):
     real_open = os.open
     calls = []
 
-    def first_fails(path, flags, mode=0o777):
+    def first_fails(path, flags, mode=0o777, *, dir_fd=None):
         if not calls:
             calls.append(path)
             raise OSError(errno.EPERM, "Operation not permitted", path)
-        return real_open(path, flags, mode)
+        return real_open(path, flags, mode, dir_fd=dir_fd)
 
     with mock.patch("os.open", first_fails):
         assert _fs.create_exclusive(str(tmp_path / "taken"), b"", durable=False) is False
@@ -159,12 +159,12 @@ def test_receive_race_lost_with_estale_moves_on(queue):
     queue.publish_batch([b"1", b"2"])
     calls = []
 
-    def rename(src, dst):
+    def rename(src, dst, *, src_dir_fd=None, dst_dir_fd=None):
         if not calls:  # first claim: another host took it, NFS says ESTALE
-            calls.append(src)
-            real_rename(src, src + ".taken-elsewhere")
+            calls.append(f"/proc/self/fd/{src_dir_fd}/{src}")  # (the queue's directory is held open: see fs.Pin)
+            real_rename(src, src + ".taken-elsewhere", src_dir_fd=src_dir_fd, dst_dir_fd=src_dir_fd)
             raise OSError(errno.ESTALE, "Stale file handle", src)
-        return real_rename(src, dst)
+        return real_rename(src, dst, src_dir_fd=src_dir_fd, dst_dir_fd=dst_dir_fd)
 
     with mock.patch("os.rename", rename):
         got = queue.receive()
@@ -182,39 +182,48 @@ def test_receive_with_ambiguous_success_is_not_lost(queue):
     assert queue.stats().total == 0
 
 
-# -- pyfakefs: a full disk and a read-only spool --------------------------------
+# -- a full disk and a read-only spool ----------------------------------------------
 
 
-def test_full_disk_on_publish_costs_nothing(fs):
-    q = vsqs.Queue("/spool/q", create=True)
+def _disk_full_past(limit):
+    """os.write that fails with ENOSPC for a write of more than ``limit`` bytes."""
+    write = os.write
+
+    def full(fd, data):
+        if len(data) > limit:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return write(fd, data)
+
+    return full
+
+
+def test_full_disk_on_publish_costs_nothing(tmp_path):
+    q = vsqs.Queue(tmp_path / "q", create=True)
     q.publish(b"before")
-    fs.set_disk_usage(fs.get_disk_usage("/spool").used + 500, path="/spool")
-    with pytest.raises(vsqs.StorageError) as info:
-        q.publish(b"x" * 1000)
-    assert info.value.errno == errno.ENOSPC
-    with pytest.raises(vsqs.StorageError):
-        q.publish_batch([b"small", b"y" * 1000])
-    assert [n for n in os.listdir("/spool/q") if n.endswith(".new")] == []  # no debris
+    with mock.patch("os.write", _disk_full_past(500)):
+        with pytest.raises(vsqs.StorageError) as info:
+            q.publish(b"x" * 1000)
+        assert info.value.errno == errno.ENOSPC
+        with pytest.raises(vsqs.StorageError):
+            q.publish_batch([b"small", b"y" * 1000])
+    assert [n for n in os.listdir(tmp_path / "q") if n.endswith(".new")] == []  # no debris
     assert [m.body for m in q.receive_batch(10)] == [b"before"]  # nothing lost
 
 
-def test_read_only_queue_on_publish(fs):
-    q = vsqs.Queue("/spool/q", create=True)
+def test_read_only_queue_on_publish(tmp_path):
+    q = vsqs.Queue(tmp_path / "q", create=True)
     q.publish(b"before")
-    os.chmod("/spool/q", 0o555)
-    fs.is_windows_fs = False
     with mock.patch("os.open", _fail(errno.EROFS)):
         with pytest.raises(vsqs.StorageError, match="cannot create message file"):
             q.publish(b"x")
-    os.chmod("/spool/q", 0o755)
     assert q.receive().body == b"before"
 
 
-def test_queue_on_fake_fs_round_trip(fs):
-    q = vsqs.Queue("/spool/q", create=True)
+def test_a_round_trip_names_each_message_by_the_grammar(tmp_path):
+    q = vsqs.Queue(tmp_path / "q", create=True)
     ids = q.publish_batch([b"a", b"b"], delay=0)
     assert [m.id for m in q.receive_batch(5, visibility_timeout=60)] == ids
-    assert sorted(n.count(".") for n in os.listdir("/spool/q") if n != _format.METADATA_NAME) == [3, 3]
+    assert sorted(n.count(".") for n in os.listdir(tmp_path / "q") if n != _format.METADATA_NAME) == [3, 3]
 
 
 def test_enoent_on_rename_is_a_lost_race_even_if_a_stale_cache_still_shows_the_source(tmp_path):
@@ -307,9 +316,9 @@ def test_read_and_exists_through_a_file_find_nothing(tmp_path):
 def test_create_exclusive_never_asks_for_a_bit_beyond_its_mode(tmp_path):
     asked = []
 
-    def watched_open(path, flags, mode=0o777):
+    def watched_open(path, flags, mode=0o777, *, dir_fd=None):
         asked.append(mode)
-        return real_open(path, flags, mode)
+        return real_open(path, flags, mode, dir_fd=dir_fd)
 
     old_umask = os.umask(0)
     try:
@@ -325,10 +334,10 @@ def test_make_dirs_never_asks_for_a_bit_beyond_its_mode(tmp_path):
     asked = []
     real_mkdir = os.mkdir
 
-    def watched_mkdir(path, mode=0o777):
+    def watched_mkdir(path, mode=0o777, *, dir_fd=None):
         if os.path.dirname(path) == str(tmp_path):  # (not makedirs' try of the parent)
             asked.append(mode)
-        real_mkdir(path, mode)
+        real_mkdir(path, mode, dir_fd=dir_fd)
 
     with mock.patch("os.mkdir", watched_mkdir):
         _fs.make_dirs(str(tmp_path / "d"), 0o600)

@@ -158,21 +158,21 @@ def test_remove_orphan_goes_by_the_cutoff(tmp_path, shards):
 def test_sharded_message_file_is_in_the_shard_its_name_maps_to(sharded):
     for shard in range(SHARDS):
         for name in (key_in(shard), _format.hidden_name(key_in(shard), 7, 2), _format.writing_name(key_in(shard))):
-            expected = os.path.join(sharded.path, _format.shard_dir_name(shard), name)
-            assert sharded.message_file(name) == expected
-            assert sharded.locate is not None and sharded.locate(name) + name == expected
+            expected = os.path.join(sharded.shown, _format.shard_dir_name(shard), name)
+            assert _fs.shown(sharded.message_file(name)) == expected
+            assert sharded.locate is not None and _fs.shown(sharded.locate(name) + name) == expected
 
 
 def test_a_group_lives_in_the_shard_of_its_group_hash(sharded):
     group = _format.group_hash("orders")
     names = [_format.make_stem(key_in(shard), group_hash=group) for shard in range(SHARDS)]
-    homes = {os.path.dirname(sharded.message_file(name)) for name in names}
-    assert homes == {os.path.join(sharded.path, _format.shard_dir_name(_format.shard_of(names[0], SHARDS)))}
+    homes = {_fs.shown(os.path.dirname(sharded.message_file(name))) for name in names}
+    assert homes == {os.path.join(sharded.shown, _format.shard_dir_name(_format.shard_of(names[0], SHARDS)))}
 
 
 def test_sharded_message_dirs(sharded):
-    assert sharded.message_dirs() == [
-        os.path.join(sharded.path, _format.shard_dir_name(index)) for index in range(SHARDS)
+    assert [_fs.shown(directory) for directory in sharded.message_dirs()] == [
+        os.path.join(sharded.shown, _format.shard_dir_name(index)) for index in range(SHARDS)
     ]
 
 
@@ -280,7 +280,7 @@ def test_after_a_fork_the_round_starts_at_a_new_random_shard(sharded, monkeypatc
 
 def test_a_missing_shard_is_passed_over_with_a_warning(sharded, caplog):
     marks = mark_shards(sharded)
-    shutil.rmtree(sharded.message_dirs()[1])
+    shutil.rmtree(_fs.shown(sharded.message_dirs()[1]))
     sharded.cursor = 0
     with caplog.at_level(logging.WARNING, logger="vsqs"):
         listings = [names for names, _ in sharded.receive_round()]
@@ -290,7 +290,7 @@ def test_a_missing_shard_is_passed_over_with_a_warning(sharded, caplog):
 
 
 def test_a_gone_queue_is_not_a_missing_shard(sharded):
-    shutil.rmtree(sharded.path)
+    shutil.rmtree(sharded.shown)
     with pytest.raises(QueueNotFound):
         sharded.list_shard(0)
     with pytest.raises(QueueNotFound):
@@ -302,7 +302,7 @@ def test_a_symlinked_shard_is_refused(tmp_path):
     outside = tmp_path / "outside"
     outside.mkdir()
     touch(str(outside / key_in(2)))
-    shard = layout.message_dirs()[2]
+    shard = _fs.shown(layout.message_dirs()[2])
     os.rmdir(shard)
     os.symlink(outside, shard)
     with pytest.raises(StorageError, match="not a directory of the queue") as caught:
@@ -316,8 +316,8 @@ def test_a_symlinked_shard_is_refused(tmp_path):
 
 def test_a_shard_that_is_a_file_is_refused(tmp_path):
     layout = make_queue(tmp_path / "q", SHARDS)
-    os.rmdir(layout.message_dirs()[0])
-    touch(layout.message_dirs()[0])
+    os.rmdir(_fs.shown(layout.message_dirs()[0]))
+    touch(_fs.shown(layout.message_dirs()[0]))
     with pytest.raises(StorageError, match="not a directory of the queue"):
         ShardedLayout(layout.path, SHARDS)
 
@@ -343,7 +343,7 @@ def test_rehome_strays_moves_them_into_their_shards(sharded):
 
 
 def test_rehome_strays_makes_a_missing_shard_again(sharded):
-    shutil.rmtree(sharded.message_dirs()[2])
+    shutil.rmtree(_fs.shown(sharded.message_dirs()[2]))
     stray = key_in(2)
     touch(sharded.file(stray))
     assert sharded.rehome_strays(None) == 1
@@ -351,10 +351,10 @@ def test_rehome_strays_makes_a_missing_shard_again(sharded):
 
 
 def test_rehome_strays_of_a_deleted_queue_makes_nothing(sharded):
-    shutil.rmtree(sharded.path)
+    shutil.rmtree(sharded.shown)
     with pytest.raises(QueueNotFound):
         sharded.rehome_strays(None)
-    assert not os.path.exists(sharded.path)
+    assert not os.path.exists(sharded.shown)
 
 
 # -- move_into --------------------------------------------------------------------

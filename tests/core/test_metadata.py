@@ -177,7 +177,7 @@ def test_create_gives_the_new_files_the_mode(tmp_path):
 def test_open_store_is_the_id_and_the_layout(tmp_path):
     flat = open_store(str(tmp_path / "a"), create=True)
     sharded = open_store(str(tmp_path / "b"), create=True, shards=4)
-    assert isinstance(flat, Store) and type(flat.layout) is Layout and flat.layout.path == str(tmp_path / "a")
+    assert isinstance(flat, Store) and type(flat.layout) is Layout and flat.layout.shown == str(tmp_path / "a")
     assert isinstance(sharded.layout, ShardedLayout) and sharded.layout.shards == 4
     queue_id, layout = sharded.id, sharded.layout
     with open(os.path.join(layout.path, _format.METADATA_NAME)) as file:

@@ -405,8 +405,8 @@ def test_a_publish_whose_new_file_vanished_says_so(tmp_path, monkeypatch):
 
     queue = Queue(tmp_path / "q", create=True)
 
-    def collected(src, dst, *args, **kwargs):  # garbage collection took the .new file first
-        os.unlink(src)
+    def collected(src, dst, *args, src_dir_fd=None, **kwargs):  # garbage collection took the .new file first
+        os.unlink(src, dir_fd=src_dir_fd)
         raise OSError(errno.ENOENT, "No such file or directory", src)
 
     monkeypatch.setattr(os, "rename", collected)

@@ -50,16 +50,25 @@ def hubs() -> Iterator[Callable[..., _hub.Hub]]:
         _hub.install(old)
 
 
-def _publish_elsewhere(path: str, bodies: list[bytes], pause: float = 0.0, **options: object) -> subprocess.Popen:
-    """Publish from another process (no hint of this process's publishes reaches the waiter)."""
+def _publish_elsewhere(path: str, bodies: list[bytes], pause: float = 0.0, *, on_cue: bool = False,
+                       **options: object) -> subprocess.Popen:
+    """Publish from another process (no hint of this process's publishes reaches the waiter).
+    ``on_cue``: the process says "ready" once started, and publishes when a line is written to it."""
     code = (
         "import sys, time, vsqs\n"
         f"q = vsqs.Queue({path!r})\n"
+        f"if {on_cue!r}:\n"
+        "    print('ready', flush=True)\n"
+        "    sys.stdin.readline()\n"
         f"for body in {bodies!r}:\n"
         f"    time.sleep({pause!r})\n"
         f"    q.publish(body, durable=False, **{options!r})\n"
     )
-    return subprocess.Popen([sys.executable, "-c", code])
+    if not on_cue:
+        return subprocess.Popen([sys.executable, "-c", code])
+    producer = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    assert producer.stdout is not None and producer.stdout.readline() == "ready\n"
+    return producer
 
 
 # -- the watch, through its interface -------------------------------------------------
@@ -249,6 +258,7 @@ def test_one_message_wakes_one_of_many_waiters_in_a_process(hubs, flat_queue):
     def wait() -> None:
         results.append(flat_queue.receive(wait=3))
 
+    producer = _publish_elsewhere(flat_queue.path, [b"one"], on_cue=True)  # (started before the waits begin)
     with mock.patch.object(_fs, "rename", counting_rename), mock.patch.object(_fs, "list_names", counting_list):
         threads = [threading.Thread(target=wait) for _ in range(20)]
         for thread in threads:
@@ -256,8 +266,7 @@ def test_one_message_wakes_one_of_many_waiters_in_a_process(hubs, flat_queue):
         time.sleep(0.5)  # (all asleep by now on an idle machine; if not, they find the message themselves)
         renames.clear()
         listings.clear()
-        producer = _publish_elsewhere(flat_queue.path, [b"one"])
-        producer.wait()
+        producer.communicate("go\n")
         _until(lambda: any(results))
         woken_listings = len(listings)
         for thread in threads:

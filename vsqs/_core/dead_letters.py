@@ -55,7 +55,7 @@ class DeadLetters(Generic[QueueT]):
 
     def path(self, settings: Mapping[str, Any] | None = None) -> str | None:
         """The dead-letter queue's path; None without ``max_receives`` nor ``dead_letter``."""
-        return dead_letter_path(self._layout.path, settings or self._settings.current())
+        return dead_letter_path(self._layout.shown, settings or self._settings.current())
 
     def live_sources(self) -> list[str]:
         """Paths of the queues whose dead-letter queue this one is now: the
@@ -65,8 +65,8 @@ class DeadLetters(Generic[QueueT]):
             try:
                 store = open_store(path)
                 settings = SettingsStore(store.layout.file(SETTINGS_DIR), lambda settings: None).current()
-                if dead_letter_path(store.layout.path, settings) == self._layout.path:
-                    found.add(store.layout.path)
+                if dead_letter_path(store.layout.shown, settings) == self._layout.shown:
+                    found.add(store.layout.shown)
             except (QueueNotFound, InvalidArgument):
                 continue  # gone, or no longer a queue that names this one
         return sorted(found)
@@ -83,7 +83,7 @@ class DeadLetters(Generic[QueueT]):
             return None
         with self._lock:
             cached = self._cached
-        if cached is not None and cached[1].layout.path == path:
+        if cached is not None and cached[1].layout.shown == path:
             return cached
         mode = self._settings.mode  # a dead-letter queue made here takes this queue's mode
         if create:  # made first by the store: at this queue's format family (see __init__), then opened
@@ -92,7 +92,7 @@ class DeadLetters(Generic[QueueT]):
         store = open_store(path, create=create, mode=mode)
         # .sources belongs to the dead-letter queue: its files take that queue's mode
         own_mode = SettingsStore(store.layout.file(SETTINGS_DIR), lambda settings: None).current_mode()
-        register_source(store.layout, self._queue_id, self._layout.path, own_mode)
+        register_source(store.layout, self._queue_id, self._layout.shown, own_mode)
         with self._lock:
             self._cached = (handle, store)
         return handle, store
@@ -108,7 +108,7 @@ class DeadLetters(Generic[QueueT]):
         except QueueNotFound:
             return  # made (and registered) on demand, at the first dead letter
         own_mode = SettingsStore(store.layout.file(SETTINGS_DIR), lambda settings: None).current_mode()
-        register_source(store.layout, self._queue_id, self._layout.path, own_mode)
+        register_source(store.layout, self._queue_id, self._layout.shown, own_mode)
 
     def bury(self, name: _format.Name) -> int:
         """Move a message that used up its receives into the dead-letter queue,
@@ -124,8 +124,8 @@ class DeadLetters(Generic[QueueT]):
             if exc.errno == errno.EXDEV:
                 raise StorageError(
                     exc.errno,
-                    f"dead-letter queue {store.layout.path} must be on the same filesystem as {self._layout.path}",
-                    store.layout.path,
+                    f"dead-letter queue {store.layout.shown} must be on the same filesystem as {self._layout.shown}",
+                    store.layout.shown,
                 ) from exc
             raise
 
@@ -193,12 +193,12 @@ class DeadLetters(Generic[QueueT]):
         stay (the operator may name the queue with ``to``)."""
         if not source:
             return None
-        spool = os.path.dirname(self._layout.path)
+        spool = os.path.dirname(self._layout.shown)
         path = _fs.inside(source, spool)
-        if path is None or path == _fs.inside(self._layout.path, spool):  # (itself: no home either)
+        if path is None or path == _fs.inside(self._layout.shown, spool):  # (itself: no home either)
             log.warning(
                 "dead-letter queue %s: source %r is not a queue of the spool %s: not followed "
-                "(redrive to= moves its messages)", self._layout.path, source, spool,
+                "(redrive to= moves its messages)", self._layout.shown, source, spool,
             )
             return None
         return _store_or_none(path)

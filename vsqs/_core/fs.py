@@ -22,7 +22,9 @@ import errno
 import os
 import shutil
 import stat
+import threading
 import time
+import weakref
 
 from vsqs._core.errors import DamagedEntry, QueueNotFound, StorageError
 from vsqs._core.limits import MAX_CONTROL_FILE, MAX_MESSAGE_FILE
@@ -44,47 +46,91 @@ _READ_FLAGS = os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_
 _FILE_TYPE, _REGULAR = 0o170000, stat.S_IFREG  # the S_IFMT bits of st_mode, and a regular file's
 # what open(O_NOFOLLOW) answers for a symlink: Linux ELOOP, FreeBSD EMLINK, NetBSD EFTYPE
 _LINK_ERRNOS = frozenset({errno.ELOOP, errno.EMLINK, getattr(errno, "EFTYPE", errno.ELOOP)})
+# nothing there: gone, or a directory of the path that is not one (below a pin, a link is not one)
+_NOT_THERE = _GONE | {errno.ENOTDIR} | _LINK_ERRNOS
 
 
-def storage_error(exc: OSError, what: str) -> StorageError:
-    """Translate an OSError, keeping errno and file name; ``what`` says what failed."""
-    err = StorageError(exc.errno or 0, f"{what}: {exc.strerror or exc}", exc.filename)
+def storage_error(exc: OSError, what: str, path: str | None = None) -> StorageError:
+    """Translate an OSError, keeping errno and the file's name (``path``, as
+    a person knows it: see :func:`shown`); ``what`` says what failed."""
+    name = path if path is not None else exc.filename
+    err = StorageError(exc.errno or 0, f"{what}: {exc.strerror or exc}", shown(name) if isinstance(name, str) else name)
     err.__cause__ = exc
     return err
 
 
 def exists(path: str) -> bool:
     """Whether ``path`` exists; errors other than absence count as existing.
-    A path through something that is not a directory (ENOTDIR) does not exist."""
+    A path through something that is not a directory (ENOTDIR, or a link
+    below a pin) does not exist, nor does a pinned directory since removed."""
     try:
-        os.stat(path, follow_symlinks=False)
-    except (FileNotFoundError, NotADirectoryError):
-        return False
+        status = _lstat(path)
     except OSError as exc:
         return exc.errno != errno.ESTALE
-    return True
+    return status is not None and (status.st_nlink > 0 or path not in _PINS)
+
+
+def _lstat(path: str) -> os.stat_result | None:
+    """``lstat`` of ``path``; None if it is not there (see :data:`_NOT_THERE`)."""
+    try:
+        name, fd, owned = _at(path)
+    except OSError as exc:
+        if exc.errno in _NOT_THERE:
+            return None
+        raise
+    try:
+        return os.stat(name, dir_fd=fd, follow_symlinks=False)
+    except OSError as exc:
+        if exc.errno in _NOT_THERE:
+            return None
+        raise
+    finally:
+        if owned:
+            os.close(fd)  # type: ignore[arg-type]
 
 
 def mtime(path: str) -> float | None:
     """Modification time, or ``None`` if the file is gone."""
     try:
-        return os.stat(path, follow_symlinks=False).st_mtime
+        name, fd, owned = _at(path)
+    except OSError as exc:
+        if exc.errno in _NOT_THERE:
+            return None
+        raise storage_error(exc, "cannot stat file", path) from exc
+    try:
+        return os.stat(name, dir_fd=fd, follow_symlinks=False).st_mtime
     except (FileNotFoundError, NotADirectoryError):
         return None
     except OSError as exc:
         if exc.errno == errno.ESTALE:
             return None
-        raise storage_error(exc, "cannot stat file") from exc
+        raise storage_error(exc, "cannot stat file", path) from exc
+    finally:
+        if owned:
+            os.close(fd)  # type: ignore[arg-type]
 
 
 def list_names(directory: str) -> list[str]:
     """One listing of a queue directory: names only, no stat."""
     try:
-        return os.listdir(directory)
+        if not directory.startswith(PINNED):
+            return os.listdir(directory)
+        fd = _open_dir(directory)  # (a descriptor of its own: listdir rewinds the one it is given)
+        try:
+            names = os.listdir(fd)
+            if not names:
+                _check_alive(fd)
+            return names
+        finally:
+            os.close(fd)
     except (FileNotFoundError, NotADirectoryError) as exc:
-        raise QueueNotFound(f"queue directory is gone: {directory}") from exc
+        raise QueueNotFound(f"queue directory is gone: {shown(directory)}") from exc
     except OSError as exc:
-        raise storage_error(exc, "cannot list queue directory") from exc
+        if exc.errno in _LINK_ERRNOS:
+            raise QueueNotFound(f"not a directory (a symbolic link?): {shown(directory)}") from exc
+        if exc.errno == errno.ESTALE and _pin_removed(directory):  # held open, removed on the server
+            raise QueueNotFound(f"queue directory is gone: {shown(directory)}") from exc
+        raise storage_error(exc, "cannot list queue directory", directory) from exc
 
 
 def list_files(directory: str) -> tuple[list[str], list[str]]:
@@ -95,18 +141,29 @@ def list_files(directory: str) -> tuple[list[str], list[str]]:
     An entry gone in between is left out."""
     files: list[str] = []
     others: list[str] = []
+    fd = None
     try:
-        with os.scandir(directory) as listing:
+        fd = _open_dir(directory) if directory.startswith(PINNED) else None
+        with os.scandir(directory if fd is None else fd) as listing:
             for entry in listing:
                 try:
                     regular = entry.is_file(follow_symlinks=False)
                 except OSError:
                     continue  # gone since the listing (or unreadable: not a file of ours)
                 (files if regular else others).append(entry.name)
+        if fd is not None and not files and not others:
+            _check_alive(fd)
     except (FileNotFoundError, NotADirectoryError) as exc:
-        raise QueueNotFound(f"queue directory is gone: {directory}") from exc
+        raise QueueNotFound(f"queue directory is gone: {shown(directory)}") from exc
     except OSError as exc:
-        raise storage_error(exc, "cannot list queue directory") from exc
+        if exc.errno in _LINK_ERRNOS:
+            raise QueueNotFound(f"not a directory (a symbolic link?): {shown(directory)}") from exc
+        if exc.errno == errno.ESTALE and _pin_removed(directory):  # held open, removed on the server
+            raise QueueNotFound(f"queue directory is gone: {shown(directory)}") from exc
+        raise storage_error(exc, "cannot list queue directory", directory) from exc
+    finally:
+        if fd is not None:
+            os.close(fd)
     return files, others
 
 
@@ -124,7 +181,12 @@ def create_exclusive(path: str, data: bytes, *, durable: bool, mode: int | None 
     # _CREATE_FLAGS: O_CREAT|O_EXCL, see above; the creation mode: 0o666 less the
     # umask, or only bits of ``mode`` (we never touch the process-wide umask)
     try:
-        fd = os.open(path, _CREATE_FLAGS, 0o666 if mode is None else mode & 0o777)
+        name, at, owned = _at(path)
+        try:
+            fd = os.open(name, _CREATE_FLAGS, 0o666 if mode is None else mode & 0o777, dir_fd=at)
+        finally:
+            if owned:
+                os.close(at)  # type: ignore[arg-type]
     except OSError as exc:
         _create_failed(exc, path)
         return False  # taken
@@ -141,12 +203,12 @@ def create_exclusive(path: str, data: bytes, *, durable: bool, mode: int | None 
     except OSError as exc:
         os.close(fd)
         _unlink_quietly(path)
-        raise storage_error(exc, "cannot write message file") from exc
+        raise storage_error(exc, "cannot write message file", path) from exc
     try:
         os.close(fd)  # NFS reports deferred write errors at close
     except OSError as exc:
         _unlink_quietly(path)
-        raise storage_error(exc, "cannot write message file") from exc
+        raise storage_error(exc, "cannot write message file", path) from exc
     return True
 
 
@@ -154,7 +216,12 @@ def create_open(path: str, data: bytes, mode: int | None = None) -> int | None:
     """:func:`create_exclusive` (a hot path: not shared) less fsync and close: the
     open descriptor, for :func:`sync_and_close`; ``None`` if the name was taken."""
     try:
-        fd = os.open(path, _CREATE_FLAGS, 0o666 if mode is None else mode & 0o777)
+        name, at, owned = _at(path)
+        try:
+            fd = os.open(name, _CREATE_FLAGS, 0o666 if mode is None else mode & 0o777, dir_fd=at)
+        finally:
+            if owned:
+                os.close(at)  # type: ignore[arg-type]
     except OSError as exc:
         _create_failed(exc, path)
         return None
@@ -167,7 +234,7 @@ def create_open(path: str, data: bytes, mode: int | None = None) -> int | None:
     except OSError as exc:
         os.close(fd)
         _unlink_quietly(path)
-        raise storage_error(exc, "cannot write message file") from exc
+        raise storage_error(exc, "cannot write message file", path) from exc
     return fd
 
 
@@ -177,11 +244,11 @@ def _create_failed(exc: OSError, path: str) -> None:
         return  # taken (even if gone again since: someone else's race)
     if exc.errno in (errno.EPERM, errno.EIO) and _can_create_beside(path):
         return  # sshfs (EPERM), the HDFS gateway (EIO), a stale cache: a name beside works: lost
-    if exc.errno == errno.ENOENT and not exists(os.path.dirname(path)):
-        raise QueueNotFound(f"queue directory is gone: {os.path.dirname(path)}") from exc
+    if exc.errno in _NOT_THERE and not exists(os.path.dirname(path)):
+        raise QueueNotFound(f"queue directory is gone: {shown(os.path.dirname(path))}") from exc
     if exc.errno in (errno.ENOSPC, errno.EDQUOT):
         _unlink_quietly(path)  # some filesystems leave the entry behind; only then is it ours
-    raise storage_error(exc, "cannot create message file") from exc
+    raise storage_error(exc, "cannot create message file", path) from exc
 
 
 def sync_and_close(fd: int, path: str) -> None:
@@ -194,7 +261,7 @@ def sync_and_close(fd: int, path: str) -> None:
             os.close(fd)  # NFS reports deferred write errors at close
     except OSError as exc:
         _unlink_quietly(path)
-        raise storage_error(exc, "cannot write message file") from exc
+        raise storage_error(exc, "cannot write message file", path) from exc
 
 
 def rename(src: str, dst: str) -> bool:
@@ -204,29 +271,49 @@ def rename(src: str, dst: str) -> bool:
     would move the same file to the same end state.
     """
     try:
-        os.rename(src, dst)
+        _rename_at(src, dst)
         return True
     except OSError as exc:
-        if exc.errno in _AMBIGUOUS:
+        if exc.errno in _AMBIGUOUS or exc.errno in _NOT_THERE:
             if exists(dst):
                 return True  # ours: a retransmitted rename that had succeeded
-            if exc.errno in _GONE or not exists(src):
+            if exc.errno in _NOT_THERE or not exists(src):
                 # lost the race. After ENOENT/ESTALE the server has said the source
                 # is gone; a stat that still finds it reads a stale client cache
                 # (seen on sshfs), so it is not asked
                 return False
-        raise storage_error(exc, "cannot rename message file") from exc
+        raise storage_error(exc, "cannot rename message file", src) from exc
+
+
+def _rename_at(src: str, dst: str) -> None:
+    """``rename(2)`` of two paths, each relative to its pinned directory if it has one."""
+    src_name, src_at, src_owned = _at(src)
+    try:
+        dst_name, dst_at, dst_owned = _at(dst)
+        try:
+            os.rename(src_name, dst_name, src_dir_fd=src_at, dst_dir_fd=dst_at)
+        finally:
+            if dst_owned:
+                os.close(dst_at)  # type: ignore[arg-type]
+    finally:
+        if src_owned:
+            os.close(src_at)  # type: ignore[arg-type]
 
 
 def unlink(path: str) -> bool:
     """Remove ``path``; ``False`` if it was already gone."""
     try:
-        os.unlink(path)
+        name, at, owned = _at(path)
+        try:
+            os.unlink(name, dir_fd=at)
+        finally:
+            if owned:
+                os.close(at)  # type: ignore[arg-type]
         return True
     except OSError as exc:
-        if exc.errno in _GONE or (exc.errno in _AMBIGUOUS and not exists(path)):
+        if exc.errno in _NOT_THERE or (exc.errno in _AMBIGUOUS and not exists(path)):
             return False
-        raise storage_error(exc, "cannot delete message file") from exc
+        raise storage_error(exc, "cannot delete message file", path) from exc
 
 
 def read(path: str, limit: int = MAX_MESSAGE_FILE) -> bytes | None:
@@ -246,15 +333,10 @@ def read(path: str, limit: int = MAX_MESSAGE_FILE) -> bytes | None:
     CPython five times a read on this hot path and is left off it.
     """
     try:
-        fd = os.open(path, _READ_FLAGS)  # see _READ_FLAGS: never follows, never blocks
+        fd = _open_file(path)
     except OSError as exc:
-        if exc.errno in (errno.ENOENT, errno.ESTALE, errno.ENOTDIR):
-            return None  # gone (ENOTDIR: a directory of the path is not one: nothing there)
-        if exc.errno in _LINK_ERRNOS:
-            raise DamagedEntry(exc.errno, "not a regular file (a symbolic link): not followed", path) from None
-        if exc.errno == errno.ENXIO:  # a socket (or a device with nothing behind it)
-            raise DamagedEntry(exc.errno, "not a regular file (a socket or device)", path) from None
-        raise storage_error(exc, "cannot open message file") from exc
+        _open_failed(exc, path)
+        return None
     try:
         first = min(_READ_SIZE, limit + 1)
         data = os.read(fd, first)
@@ -267,7 +349,7 @@ def read(path: str, limit: int = MAX_MESSAGE_FILE) -> bytes | None:
             size = _regular_size(fd, path)
             if size > limit or len(data) > limit:
                 raise DamagedEntry(errno.EFBIG, f"file of {max(size, len(data))} bytes, over the {limit} "
-                                   "a file here can have", path)
+                                   "a file here can have", shown(path))
             if not data:
                 return data
             chunks, total = [data], len(data)
@@ -278,14 +360,14 @@ def read(path: str, limit: int = MAX_MESSAGE_FILE) -> bytes | None:
             chunks.append(chunk)
             total += len(chunk)
         if total > limit:
-            raise DamagedEntry(errno.EFBIG, f"file grew over the {limit} bytes a file here can have", path)
+            raise DamagedEntry(errno.EFBIG, f"file grew over the {limit} bytes a file here can have", shown(path))
         return b"".join(chunks)
     except OSError as exc:
         if isinstance(exc, StorageError):
             raise
         if exc.errno in (errno.EISDIR, errno.EAGAIN, errno.EINVAL):  # a directory, a FIFO with a writer...
             _regular_size(fd, path)
-        raise storage_error(exc, "cannot read message file") from exc
+        raise storage_error(exc, "cannot read message file", path) from exc
     finally:
         os.close(fd)
 
@@ -296,15 +378,10 @@ def read_head(path: str, limit: int) -> tuple[bytes, int] | None:
     all of a large body (the gateway's console peeks this way). Anything but
     a regular file is a :class:`DamagedEntry`, as for :func:`read`."""
     try:
-        fd = os.open(path, _READ_FLAGS)  # see _READ_FLAGS: never follows, never blocks
+        fd = _open_file(path)
     except OSError as exc:
-        if exc.errno in (errno.ENOENT, errno.ESTALE, errno.ENOTDIR):
-            return None
-        if exc.errno in _LINK_ERRNOS:
-            raise DamagedEntry(exc.errno, "not a regular file (a symbolic link): not followed", path) from None
-        if exc.errno == errno.ENXIO:
-            raise DamagedEntry(exc.errno, "not a regular file (a socket or device)", path) from None
-        raise storage_error(exc, "cannot open message file") from exc
+        _open_failed(exc, path)
+        return None
     try:
         size = _regular_size(fd, path)  # before any read: a FIFO is never read
         chunks, total = [], 0
@@ -318,9 +395,31 @@ def read_head(path: str, limit: int) -> tuple[bytes, int] | None:
     except OSError as exc:
         if isinstance(exc, StorageError):
             raise
-        raise storage_error(exc, "cannot read message file") from exc
+        raise storage_error(exc, "cannot read message file", path) from exc
     finally:
         os.close(fd)
+
+
+def _open_file(path: str) -> int:
+    """Open ``path`` to read it: see _READ_FLAGS (never follows, never blocks)."""
+    name, at, owned = _at(path)
+    try:
+        return os.open(name, _READ_FLAGS, dir_fd=at)
+    finally:
+        if owned:
+            os.close(at)  # type: ignore[arg-type]
+
+
+def _open_failed(exc: OSError, path: str) -> None:
+    """Return if the file is gone (or a directory of its path is not one:
+    nothing there), else raise what the failed open of ``path`` means."""
+    if exc.errno in (errno.ENOENT, errno.ESTALE, errno.ENOTDIR):
+        return
+    if exc.errno in _LINK_ERRNOS:
+        raise DamagedEntry(exc.errno, "not a regular file (a symbolic link): not followed", shown(path)) from None
+    if exc.errno == errno.ENXIO:  # a socket (or a device with nothing behind it)
+        raise DamagedEntry(exc.errno, "not a regular file (a socket or device)", shown(path)) from None
+    raise storage_error(exc, "cannot open message file", path) from exc
 
 
 def _regular_size(fd: int, path: str) -> int:
@@ -328,7 +427,7 @@ def _regular_size(fd: int, path: str) -> int:
     anything else (off the hot path: fstat)."""
     status = os.fstat(fd)
     if status.st_mode & _FILE_TYPE != _REGULAR:
-        raise DamagedEntry(errno.EINVAL, f"not a regular file ({_kind(status.st_mode)})", path)
+        raise DamagedEntry(errno.EINVAL, f"not a regular file ({_kind(status.st_mode)})", shown(path))
     return status.st_size
 
 
@@ -356,20 +455,22 @@ def _kind(mode: int) -> str:
 
 def fsync_dir(directory: str) -> None:
     """Make the directory's entries durable (new names after create/rename)."""
+    pinned = _PINS.get(directory)  # (a pinned directory's own descriptor does)
     try:
         # O_RDONLY|O_DIRECTORY: a descriptor good only for fsync; O_CLOEXEC as above.
-        fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        fd = pinned if pinned is not None else _open_dir(directory)
     except OSError as exc:
-        raise storage_error(exc, "cannot open queue directory") from exc
+        raise storage_error(exc, "cannot open queue directory", directory) from exc
     try:
         os.fsync(fd)
     except OSError as exc:
         # some FUSE and network filesystems cannot fsync a directory; their
         # servers commit metadata synchronously anyway
         if exc.errno not in (errno.EINVAL, errno.ENOTSUP, errno.EBADF):
-            raise storage_error(exc, "cannot fsync queue directory") from exc
+            raise storage_error(exc, "cannot fsync queue directory", directory) from exc
     finally:
-        os.close(fd)
+        if pinned is None:
+            os.close(fd)
 
 
 def make_dirs(directory: str, mode: int | None = None) -> None:
@@ -380,17 +481,44 @@ def make_dirs(directory: str, mode: int | None = None) -> None:
     (a symlink, even to a directory) is refused: vsqs never follows one out
     of the queue."""
     try:
-        os.makedirs(os.path.dirname(directory) or ".", exist_ok=True)
-        os.mkdir(directory, _creation_dir_mode(mode))
-    except FileExistsError as exc:
+        parent = os.path.dirname(directory) or "."
+        if parent.startswith(PINNED):
+            _make_pinned_parents(parent)
+        else:
+            os.makedirs(parent, exist_ok=True)
+        _mkdir_at(directory, _creation_dir_mode(mode))
+    except FileExistsError:
         if not is_private_dir(directory):
             raise StorageError(
-                errno.ENOTDIR, f"not a directory of the queue (a symlink?): not followed: {exc.filename}", directory
-            ) from exc
+                errno.ENOTDIR, "not a directory of the queue (a symlink?): not followed", shown(directory)
+            ) from None
         return
     except OSError as exc:
-        raise storage_error(exc, "cannot create directory") from exc
+        if exc.errno == errno.ENOTDIR:
+            raise StorageError(
+                errno.ENOTDIR, "not a directory of the queue (a symlink?): not followed", shown(directory)
+            ) from None
+        raise storage_error(exc, "cannot create directory", directory) from exc
     _set_dir_mode(directory, mode)
+
+
+def _make_pinned_parents(directory: str) -> None:
+    """The directories of ``directory`` below its pin, made where missing with
+    the umask's modes (a link among them is ENOTDIR: never followed)."""
+    if len(directory.rpartition("/")[0]) < _PINNED_LENGTH:
+        return  # the pin itself
+    _make_pinned_parents(os.path.dirname(directory))
+    with contextlib.suppress(FileExistsError):
+        _mkdir_at(directory, 0o777)
+
+
+def _mkdir_at(directory: str, mode: int) -> None:
+    name, at, owned = _at(directory)
+    try:
+        os.mkdir(name, mode, dir_fd=at)
+    finally:
+        if owned:
+            os.close(at)  # type: ignore[arg-type]
 
 
 def make_root(directory: str) -> None:
@@ -410,9 +538,9 @@ def make_dir(directory: str, mode: int | None = None) -> None:
     gives it :func:`dir_mode`: it is created with no bit that mode lacks,
     then set to it exactly, keeping a setgid bit it inherited."""
     try:
-        os.mkdir(directory, _creation_dir_mode(mode))
+        _mkdir_at(directory, _creation_dir_mode(mode))
     except OSError as exc:
-        raise storage_error(exc, "cannot create directory") from exc
+        raise storage_error(exc, "cannot create directory", directory) from exc
     _set_dir_mode(directory, mode)
 
 
@@ -433,14 +561,14 @@ def _set_dir_mode(directory: str, mode: int | None) -> None:
     try:
         # O_DIRECTORY|O_NOFOLLOW: the directory just made, never what a symlink
         # put in its place since would point to; O_CLOEXEC as above
-        fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        fd = _open_dir(directory)
     except OSError as exc:
-        raise storage_error(exc, "cannot set the mode of a new directory") from exc
+        raise storage_error(exc, "cannot set the mode of a new directory", directory) from exc
     try:
         inherited = os.fstat(fd).st_mode & stat.S_ISGID  # a setgid spool passes it down
         os.fchmod(fd, dir_mode(mode) | inherited)
     except OSError as exc:
-        raise storage_error(exc, "cannot set the mode of a new directory") from exc
+        raise storage_error(exc, "cannot set the mode of a new directory", directory) from exc
     finally:
         os.close(fd)
 
@@ -449,14 +577,14 @@ def rename_dir(src: str, dst: str) -> bool:
     """Move the directory ``src`` (ours alone) to ``dst``; ``False`` if ``dst``
     is already a non-empty directory. POSIX never replaces a non-empty one."""
     try:
-        os.rename(src, dst)
+        _rename_at(src, dst)
         return True
     except OSError as exc:
         if exc.errno in (errno.EEXIST, errno.ENOTEMPTY):
             return False
         if exc.errno in _AMBIGUOUS and not exists(src):
             return True  # no one else renames our private directory: it moved
-        raise storage_error(exc, "cannot move new queue directory into place") from exc
+        raise storage_error(exc, "cannot move new queue directory into place", src) from exc
 
 
 def remove_tree_quietly(directory: str, names: list[str]) -> None:
@@ -464,25 +592,52 @@ def remove_tree_quietly(directory: str, names: list[str]) -> None:
     for name in names:
         _unlink_quietly(os.path.join(directory, name))
     with contextlib.suppress(OSError):
-        os.rmdir(directory)
+        name, at, owned = _at(directory)
+        try:
+            os.rmdir(name, dir_fd=at)
+        finally:
+            if owned:
+                os.close(at)  # type: ignore[arg-type]
 
 
 def remove_tree(directory: str) -> None:
     """Remove a private directory and everything in it (symlinks are not followed)."""
-    shutil.rmtree(directory, ignore_errors=True)
+    if not directory.startswith(PINNED):
+        shutil.rmtree(directory, ignore_errors=True)
+        return
+    with contextlib.suppress(OSError):
+        name, at, owned = _at(directory)
+        try:
+            for _, dirs, files, fd in os.fwalk(name, topdown=False, follow_symlinks=False, dir_fd=at):
+                for entry in files:
+                    with contextlib.suppress(OSError):
+                        os.unlink(entry, dir_fd=fd)
+                for entry in dirs:  # (a link to a directory is listed here, never entered: unlinked)
+                    with contextlib.suppress(OSError):
+                        try:
+                            os.rmdir(entry, dir_fd=fd)
+                        except NotADirectoryError:
+                            os.unlink(entry, dir_fd=fd)
+            os.rmdir(name, dir_fd=at)
+        finally:
+            if owned:
+                os.close(at)  # type: ignore[arg-type]
 
 
 def is_private_dir(path: str) -> bool:
     """Whether ``path`` is a directory itself, not a symlink to one: vsqs's own
     subdirectories are never followed out of the queue."""
     try:
-        return stat.S_ISDIR(os.lstat(path).st_mode)
+        status = _lstat(path)
     except OSError:
         return False
+    return status is not None and stat.S_ISDIR(status.st_mode) and (status.st_nlink > 0 or path not in _PINS)
 
 
 def is_dir(path: str) -> bool:
     """Whether ``path`` is a directory, or a symlink to one (for a spool's root)."""
+    if path.startswith(PINNED):
+        return is_private_dir(path)  # below a pin nothing is followed
     return os.path.isdir(path)
 
 
@@ -490,9 +645,10 @@ def is_link(path: str) -> bool:
     """Whether ``path`` itself is a symbolic link (``lstat``): a queue directory
     that is one is refused, whatever it points to."""
     try:
-        return stat.S_ISLNK(os.lstat(path).st_mode)
+        status = _lstat(path)
     except OSError:
         return False
+    return status is not None and stat.S_ISLNK(status.st_mode)
 
 
 def inside(path: str, root: str) -> str | None:
@@ -518,8 +674,13 @@ def _can_create_beside(path: str) -> bool:
     """Whether a fresh file can be created in ``path``'s directory (then removed)."""
     probe = f"{path}.probe-{os.getpid()}-{time.monotonic_ns()}"
     try:
-        # O_CREAT|O_EXCL on a name no one else uses; O_WRONLY, O_CLOEXEC as above
-        os.close(os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600))
+        name, at, owned = _at(probe)
+        try:
+            # O_CREAT|O_EXCL on a name no one else uses; O_WRONLY, O_CLOEXEC as above
+            os.close(os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600, dir_fd=at))
+        finally:
+            if owned:
+                os.close(at)  # type: ignore[arg-type]
     except OSError:
         return False
     _unlink_quietly(probe)
@@ -528,6 +689,185 @@ def _can_create_beside(path: str) -> bool:
 
 def _unlink_quietly(path: str) -> None:
     try:
-        os.unlink(path)
+        name, at, owned = _at(path)
+        try:
+            os.unlink(name, dir_fd=at)
+        finally:
+            if owned:
+                os.close(at)  # type: ignore[arg-type]
     except OSError:
         pass  # gc removes what is left
+
+
+# -- pinned directories ------------------------------------------------------
+#
+# A queue's directory is opened once, when a handle opens the queue, and every
+# later operation goes through that descriptor (the *at system calls), so it
+# stays inside the directory it opened whatever happens to the path: a queue
+# directory (or a shard) swapped for a symbolic link, or renamed, later is
+# never followed. Callers keep building paths as strings: a pinned directory's
+# path is ``/proc/self/fd/N`` (the descriptor's own name on Linux), and every
+# primitive here turns a path below it into a call relative to descriptor N
+# (no lookup through /proc happens, so it works where there is none). A
+# deeper path (``N/.groups/x``) is walked one ``O_NOFOLLOW`` open at a time.
+
+PINNED = "/proc/self/fd/"
+_PINNED_LENGTH = len(PINNED)
+# O_DIRECTORY|O_NOFOLLOW: a directory itself, never what a symlink points to;
+# O_RDONLY: good for listing and fsync; O_CLOEXEC as above; O_NONBLOCK: a FIFO
+# planted under the name never blocks the open (O_DIRECTORY refuses it)
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
+_pins_lock = threading.RLock()  # (re-entered by a pin let go of by the garbage collector while it is held)
+_PINS: dict[str, int] = {}  # pin path -> its descriptor (read without the lock: one dict lookup)
+_SHOWN: dict[str, str] = {}  # pin path -> the path it was opened at, for messages
+_BY_IDENTITY: weakref.WeakValueDictionary[tuple[int, int], Pin] = weakref.WeakValueDictionary()
+
+
+class Pin:
+    """A directory held open. ``path`` names the directory itself (its
+    descriptor), not what the path it was opened at (``shown``) leads to
+    later; the descriptor is closed when the last holder lets go. Handles
+    of one directory share a pin (one descriptor per directory)."""
+
+    __slots__ = ("__weakref__", "fd", "path", "shown")
+
+    def __init__(self, fd: int, shown: str) -> None:
+        self.fd, self.path, self.shown = fd, f"{PINNED}{fd}", shown
+
+    def __repr__(self) -> str:
+        return f"Pin({self.shown!r})"
+
+
+def pin(path: str) -> Pin:
+    """Open the directory at ``path`` and hold it. Its last component (and,
+    below a pin, every component) must be a directory itself: a symbolic
+    link there raises :class:`StorageError` (ENOTDIR), a missing one
+    :class:`QueueNotFound`."""
+    try:
+        fd = _open_dir(path)
+    except OSError as exc:
+        if exc.errno in _GONE:
+            raise QueueNotFound(f"no such directory: {shown(path)}") from None
+        if exc.errno in _LINK_ERRNOS or exc.errno == errno.ENOTDIR:
+            raise StorageError(errno.ENOTDIR, "not a directory (a symbolic link?): not followed", shown(path)) from None
+        raise storage_error(exc, "cannot open directory", path) from exc
+    try:
+        status = os.fstat(fd)
+    except OSError as exc:
+        os.close(fd)
+        raise storage_error(exc, "cannot open directory", path) from exc
+    identity = (status.st_dev, status.st_ino)
+    with _pins_lock:
+        held = _BY_IDENTITY.get(identity)
+        if held is not None and _identity(held.fd) == identity:
+            os.close(fd)
+            return held
+        made = Pin(fd, shown(path))
+        _PINS[made.path], _SHOWN[made.path], _OWNERS[made.path] = fd, made.shown, id(made)
+        _BY_IDENTITY[identity] = made
+    # (not at exit: the descriptor closes with the process, and until then exit handlers may use it)
+    weakref.finalize(made, _unpin, made.path, fd, id(made)).atexit = False
+    return made
+
+
+_OWNERS: dict[str, int] = {}  # pin path -> id() of the Pin that holds it
+
+
+def _identity(fd: int) -> tuple[int, int] | None:
+    """(device, inode) of the open ``fd``, None if it is not open (closed behind our back)."""
+    try:
+        status = os.fstat(fd)
+    except OSError:
+        return None
+    return status.st_dev, status.st_ino
+
+
+def _unpin(path: str, fd: int, owner: int) -> None:
+    """Let go of a pin nobody holds any more (its descriptor closed, unless its
+    number was found closed behind our back and is another pin's now)."""
+    with _pins_lock:
+        if _OWNERS.get(path) != owner:
+            return
+        del _OWNERS[path], _PINS[path], _SHOWN[path]
+        with contextlib.suppress(OSError):
+            os.close(fd)
+
+
+def is_pin(path: str) -> bool:
+    """Whether ``path`` is the path of a directory held open (a :class:`Pin`'s own)."""
+    return path in _PINS
+
+
+def shown(path: str) -> str:
+    """``path`` as a person knows it: a pinned directory's path replaced by the one it was opened at."""
+    if not path.startswith(PINNED):
+        return path
+    number, sep, rest = path[_PINNED_LENGTH:].partition("/")
+    base = _SHOWN.get(PINNED + number)
+    return path if base is None else base + sep + rest
+
+
+def _at(path: str) -> tuple[str, int | None, bool]:
+    """How to reach ``path``: (name, directory descriptor or None, whether the
+    caller must close that descriptor). A path directly in a pinned directory
+    costs one dict lookup; the pin itself is ``"."`` in it."""
+    head, _, name = path.rpartition("/")
+    fd = _PINS.get(head)
+    if fd is not None:
+        return name, fd, False
+    if not path.startswith(PINNED):
+        return path, None, False
+    if len(head) < _PINNED_LENGTH:  # the pin itself
+        fd = _PINS.get(path)
+        if fd is None:
+            raise StorageError(errno.EBADF, "not a directory vsqs holds open", path)
+        return ".", fd, False
+    return name, _open_dir(head), True
+
+
+def _pin_removed(directory: str) -> bool:
+    """Whether ``directory`` is a pinned directory (not one below it) that was removed."""
+    fd = _PINS.get(directory)
+    if fd is None:
+        return False
+    try:
+        _check_alive(fd)
+    except FileNotFoundError:
+        return True
+    return False
+
+
+def _check_alive(fd: int) -> None:
+    """Raise FileNotFoundError if the directory ``fd`` was removed: its listing
+    is empty then, not an error (glibc's readdir hides the kernel's ENOENT)."""
+    try:
+        removed = os.fstat(fd).st_nlink == 0
+    except OSError as exc:  # NFS: ESTALE for a directory removed on the server
+        removed = exc.errno in _GONE
+    if removed:
+        raise FileNotFoundError(errno.ENOENT, "directory removed")
+
+
+def _open_dir(path: str) -> int:
+    """A new descriptor of the directory ``path`` (below a pin: walked from it
+    one O_NOFOLLOW open at a time; ``..`` is refused). Raises OSError."""
+    if not path.startswith(PINNED):
+        return os.open(path, _DIR_FLAGS)
+    number, _, rest = path[_PINNED_LENGTH:].partition("/")
+    fd = _PINS.get(PINNED + number)
+    if fd is None:
+        raise StorageError(errno.EBADF, "not a directory vsqs holds open", path)
+    current = os.open(".", _DIR_FLAGS, dir_fd=fd)  # a descriptor of its own (listings must not share an offset)
+    try:
+        for part in rest.split("/") if rest else ():
+            if part in ("", ".", ".."):
+                raise OSError(errno.ENOENT, "not a name below the directory", path)
+            inner = os.open(part, _DIR_FLAGS, dir_fd=current)
+            os.close(current)
+            current = inner
+    except OSError as exc:
+        os.close(current)
+        if exc.errno in _LINK_ERRNOS:  # a directory of the path is a link: for the caller, no directory
+            raise OSError(errno.ENOTDIR, "a directory of the path is a symbolic link: not followed", path) from None
+        raise
+    return current

@@ -91,16 +91,19 @@ class Hub:
     # -- watches ---------------------------------------------------------------
 
     def acquire(
-        self, path: str, message_dirs: list[str], poll_interval: float | None, mode: int | None = None
+        self, path: str, message_dirs: list[str], poll_interval: float | None, mode: int | None = None,
+        keep: object = None,
     ) -> Watch:
         """The watch of the queue at ``path`` (made and started if new), counted as used
-        (``mode``: the queue's file mode, for this process's entry in its line)."""
+        (``mode``: the queue's file mode, for this process's entry in its line; ``keep``:
+        what holds the directories of the paths open, kept as long as the watch)."""
         with self._lock:
             watch = self.watches.get(path)
             if watch is None:
                 side_dirs = [os.path.join(path, name) for name in SIDE_DIRS]
                 watch = Watch(path, message_dirs, side_dirs, self._poll_interval(path, poll_interval))
                 watch.on_timer = self.timer_set
+                watch.keep = keep
                 watch.stamp = _stamp([*message_dirs, *side_dirs])  # (a change before the first look counts)
                 if watch.poll_interval is None and not self._watch_kernel(watch, mode):
                     watch.poll_interval = poll_interval or DEFAULT_POLL_INTERVAL
@@ -158,7 +161,9 @@ class Hub:
             return False
 
     def _add(self, notifier: Notifier, watch: Watch, directory: str, role: str) -> None:
-        mask = _MASKS[role]
+        # never through a symlink at the last component; but a directory held open (fs.Pin) is
+        # named by its descriptor's link in /proc, which leads to that directory itself
+        mask = _MASKS[role] | (0 if _fs.is_pin(directory) else _inotify.IN_DONT_FOLLOW)
         if directory == watch.path:  # (a flat queue's: messages, and the side directories made later)
             mask |= _inotify.IN_CREATE
         try:

@@ -80,10 +80,11 @@ class Inotify:
         self.fd = fd
 
     def add(self, directory: str, mask: int) -> int:
-        """Watch ``directory`` (never through a symlink) for ``mask``; the watch descriptor.
+        """Watch ``directory`` for ``mask`` (with IN_DONT_FOLLOW: never through a symlink
+        at its last component); the watch descriptor.
         Unavailable(limit=True) when the kernel's watch limit is reached; OSError if the
         directory cannot be watched (gone, not a directory)."""
-        wd = self._libc.inotify_add_watch(self.fd, os.fsencode(directory), mask | IN_ONLYDIR | IN_DONT_FOLLOW)
+        wd = self._libc.inotify_add_watch(self.fd, os.fsencode(directory), mask | IN_ONLYDIR)
         if wd < 0:
             code = ctypes.get_errno()
             if code == errno.ENOSPC:

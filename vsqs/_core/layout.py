@@ -8,6 +8,11 @@ an entry of the queue directory, the path of a message file, the listings
 of the message directories (all of them, one message's, or round the shards
 for receive), and the fsync of the directories that messages went into.
 :func:`layout_for` picks the strategy from the queue's metadata.
+
+A layout holds the queue's directory, and each shard's, open
+(:class:`vsqs._core.fs.Pin`): its paths name those directories themselves,
+so every operation stays inside the queue that was opened, whatever is done
+to its path later. ``shown`` is the path for people (logs, errors).
 """
 
 from __future__ import annotations
@@ -33,9 +38,12 @@ class Layout:
     ``locate(name) + name``.
     """
 
-    def __init__(self, path: str) -> None:
-        self.path = path
-        self.prefix = path.rstrip(os.sep) + os.sep
+    def __init__(self, directory: _fs.Pin | str) -> None:
+        pin = directory if isinstance(directory, _fs.Pin) else _fs.pin(directory)
+        self.pin = pin
+        self.path = pin.path
+        self.shown = pin.shown
+        self.prefix = self.path + os.sep
         # instance attributes, not class ones: the hot paths read them (faster so in CPython 3.11)
         self.shards = 1
         self.locate: Callable[[str], str] | None = None
@@ -96,7 +104,7 @@ class Layout:
         if len(self._reported) >= _REPORTED_MAX:  # a spool full of damage: report it again, in bounded memory
             self._reported.clear()
         self._reported.add(key)
-        log.warning("queue %s: %s is not a message (%s): skipped, left in place", self.path, entry, why)
+        log.warning("queue %s: %s is not a message (%s): skipped, left in place", self.shown, entry, why)
 
     def receive_round(self) -> Iterator[tuple[list[str], Callable[[str], bool] | None]]:
         """The listings a receive goes through, in order, each with a test of
@@ -134,15 +142,30 @@ class ShardedLayout(Layout):
     """A sharded queue (format 2): message files in ``shards/00`` .. ``shards/NN``,
     each in the shard the first hex digits of its GROUP (or else its RAND) map to."""
 
-    def __init__(self, path: str, shards: int) -> None:
-        super().__init__(path)
+    def __init__(self, directory: _fs.Pin | str, shards: int) -> None:
+        super().__init__(directory)
         self.shards = shards
-        self.shard_prefixes = [self.prefix + _format.shard_dir_name(index) + os.sep for index in range(shards)]
-        self.locate = _format.shard_locator(self.shard_prefixes)
-        for prefix in self.shard_prefixes:
-            _check_shard_dir(prefix[:-1])
+        self.shard_pins: list[_fs.Pin | None] = [None] * shards
+        self.shard_prefixes = [""] * shards
+        for index in range(shards):
+            self._pin_shard(index)
         self.cursor = random.randrange(shards)  # the shard the next receive round starts at: consumers start apart
         self._cursor_pid = os.getpid()
+
+    def _pin_shard(self, index: int) -> None:
+        """Hold shard ``index`` open (a missing one is reached by its name
+        until it is there again: gc makes it; a symlink there is refused)."""
+        directory = self.prefix + _format.shard_dir_name(index)
+        try:
+            shard: _fs.Pin | None = _fs.pin(directory)
+        except QueueNotFound:
+            shard = None
+        except StorageError as exc:
+            raise StorageError(errno.ENOTDIR, "shard directory is not a directory of the queue (a symlink?): "
+                               "not followed", _fs.shown(directory)) from exc
+        self.shard_pins[index] = shard
+        self.shard_prefixes[index] = (directory if shard is None else shard.path) + os.sep
+        self.locate = _format.shard_locator(self.shard_prefixes)
 
     def message_file(self, name: str) -> str:
         assert self.locate is not None
@@ -170,7 +193,8 @@ class ShardedLayout(Layout):
             try:
                 found += self._files(directory, index)
             except QueueNotFound:
-                self._missing_shard(index)
+                if self._missing_shard(index):
+                    found += self._files(self.shard_prefixes[index][:-1], index)
         return found
 
     def entries(self) -> Iterator[tuple[str, bool]]:
@@ -209,23 +233,34 @@ class ShardedLayout(Layout):
         try:
             return _fs.list_names(directory)
         except QueueNotFound:
-            self._missing_shard(index)
+            if self._missing_shard(index):
+                return self.list_shard(index)
             return []
 
-    def _missing_shard(self, index: int) -> None:
-        """Report shard ``index`` missing, unless the whole queue is gone (QueueNotFound then)."""
+    def _missing_shard(self, index: int) -> bool:
+        """Report shard ``index`` missing, unless the whole queue is gone
+        (QueueNotFound then); True if the shard held open was removed and
+        one is there again (made by gc): it is held from now on."""
         if not _fs.is_dir(self.path):
-            raise QueueNotFound(f"queue directory is gone: {self.path}")
+            raise QueueNotFound(f"queue directory is gone: {self.shown}")
+        if self.shard_pins[index] is not None:
+            self._pin_shard(index)
+            if self.shard_pins[index] is not None:
+                return True
         log.warning("queue %s: shard directory %s is missing (vsqs gc makes it again)",
-                    self.path, _format.shard_dir_name(index))
+                    self.shown, _format.shard_dir_name(index))
+        return False
 
     def rehome_strays(self, mode: int | None) -> int:
         """Move message files that lie outside their shard (in the queue
         directory, or in another shard: put there by hand or by a tool that
         ignored the shards) to where their name maps."""
         if not _fs.exists(self.file(_format.METADATA_NAME)):  # deleted: nothing to repair
-            raise QueueNotFound(f"no queue at {self.path}")
+            raise QueueNotFound(f"no queue at {self.shown}")
         self.make(self.path, self.shards, mode)  # any that went missing
+        for index, shard in enumerate(self.shard_pins):
+            if shard is None or not _fs.exists(shard.path):
+                self._pin_shard(index)
         moved = 0
         places = [self.path, *self.message_dirs()]
         for index, directory in enumerate(places):
@@ -234,7 +269,7 @@ class ShardedLayout(Layout):
                 if name is None or _format.shard_of(entry, self.shards) == index - 1:
                     continue
                 if move_into(os.path.join(directory, entry), self.message_file(entry)):
-                    log.warning("moved %s from %s into its shard", entry, directory)
+                    log.warning("moved %s from %s into its shard", entry, _fs.shown(directory))
                     moved += 1
         return moved
 
@@ -249,9 +284,9 @@ def _typed(directory: str) -> Iterator[tuple[str, bool]]:
     yield from ((entry, False) for entry in others)
 
 
-def layout_for(path: str, shards: int) -> Layout:
-    """The layout of the queue at ``path`` whose metadata says ``shards``."""
-    return Layout(path) if shards == 1 else ShardedLayout(path, shards)
+def layout_for(directory: _fs.Pin | str, shards: int) -> Layout:
+    """The layout of the queue ``directory`` (held open, or its path) whose metadata says ``shards``."""
+    return Layout(directory) if shards == 1 else ShardedLayout(directory, shards)
 
 
 def _check_shard_dir(directory: str) -> None:
@@ -259,7 +294,8 @@ def _check_shard_dir(directory: str) -> None:
     out of the queue. (A missing one is passed over, see list_shard.)"""
     if not _fs.is_private_dir(directory) and _fs.exists(directory):
         raise StorageError(
-            errno.ENOTDIR, "shard directory is not a directory of the queue (a symlink?): not followed", directory
+            errno.ENOTDIR, "shard directory is not a directory of the queue (a symlink?): not followed",
+            _fs.shown(directory),
         )
 
 
@@ -271,5 +307,5 @@ def move_into(source: str, destination: str) -> bool:
         return True
     directory = os.path.dirname(destination)
     if not _fs.is_dir(directory) and _fs.exists(source):
-        raise QueueNotFound(f"queue directory is gone: {directory}")
+        raise QueueNotFound(f"queue directory is gone: {_fs.shown(directory)}")
     return False

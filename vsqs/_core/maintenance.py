@@ -330,4 +330,4 @@ class Maintenance:
             if len(self._area_reported) >= 1000:  # bounded memory: report them all again
                 self._area_reported.clear()
             self._area_reported.add(path)
-            log.warning("queue %s: %s is %s: skipped, left in place", self._layout.path, path, why)
+            log.warning("queue %s: %s is %s: skipped, left in place", self._layout.shown, _fs.shown(path), why)

@@ -34,17 +34,23 @@ def open_queue(path: str, *, create: bool, shards: int = 1, mode: int | None = N
     A queue directory that is a symbolic link is refused (vsqs follows none:
     a link planted in a spool would take messages outside it), and so is
     metadata that is not a regular file."""
-    if _fs.is_link(path):
-        if create:
-            raise StorageError(errno.ELOOP, "cannot create a queue over a symbolic link (vsqs follows none)", path)
-        raise QueueNotFound(f"not a vsqs queue: {path} is a symbolic link (vsqs follows none)")
-    meta = os.path.join(path, _format.METADATA_NAME)
-    data = _read(meta)
+    return _open(path, create, shards, mode, first_receive)[1]
+
+
+def _open(path: str, create: bool, shards: int, mode: int | None,
+          first_receive: bool) -> tuple[_fs.Pin, _format.Metadata]:
+    """:func:`open_queue`, and the queue's directory held open (every later
+    operation goes through it, see :mod:`vsqs._core.layout`)."""
+    pin = _pin(path, create)
+    meta = os.path.join(pin.path if pin else path, _format.METADATA_NAME)
+    data = _read(meta) if pin else None
     if data is None and create:
         _create(path, shards, mode, first_receive)
-        data = _read(meta)
-    if data is None:
-        if _fs.is_dir(path):
+        pin = pin or _pin(path, create)
+        meta = os.path.join(pin.path if pin else path, _format.METADATA_NAME)
+        data = _read(meta) if pin else None
+    if data is None or pin is None:
+        if pin is not None:
             raise QueueNotFound(f"not a vsqs queue: {path} has no {_format.METADATA_NAME} (create it first)")
         raise QueueNotFound(f"no queue at {path} (create it first)")
     if not data and _young(meta):  # a creator is still writing it
@@ -52,7 +58,23 @@ def open_queue(path: str, *, create: bool, shards: int = 1, mode: int | None = N
         while not data and time.monotonic() < deadline:
             time.sleep(0.01)
             data = _read(meta) or b""
-    return _format.decode_metadata(data, meta)
+    return pin, _format.decode_metadata(data, _fs.shown(meta))
+
+
+def _pin(path: str, create: bool) -> _fs.Pin | None:
+    """The queue directory at ``path`` held open; None if there is none."""
+    if _fs.is_link(path):
+        if create:
+            raise StorageError(errno.ELOOP, "cannot create a queue over a symbolic link (vsqs follows none)", path)
+        raise QueueNotFound(f"not a vsqs queue: {path} is a symbolic link (vsqs follows none)")
+    try:
+        return _fs.pin(path)
+    except QueueNotFound:
+        return None
+    except StorageError as exc:  # a link put there since the look above, or no directory
+        if create:
+            raise
+        raise QueueNotFound(f"not a vsqs queue: {path} is not a directory (vsqs follows no link)") from exc
 
 
 def _read(meta: str) -> bytes | None:
@@ -61,7 +83,7 @@ def _read(meta: str) -> bytes | None:
     try:
         return _fs.read(meta, MAX_CONTROL_FILE)
     except DamagedEntry as exc:
-        raise IncompatibleFormat(f"{meta}: unreadable queue metadata ({exc.strerror})") from None
+        raise IncompatibleFormat(f"{_fs.shown(meta)}: unreadable queue metadata ({exc.strerror})") from None
 
 
 def _young(meta: str) -> bool:
@@ -104,7 +126,7 @@ def created_at(path: str) -> float | None:
     meta = os.path.join(path, _format.METADATA_NAME)
     data = _fs.read_control(meta)
     if data is None:
-        raise QueueNotFound(f"no queue at {path} (create it first)")
+        raise QueueNotFound(f"no queue at {_fs.shown(path)} (create it first)")
     try:
         created = load_json(data).get("created")
     except (ValueError, AttributeError):
@@ -130,5 +152,5 @@ def open_store(path: str, *, create: bool = False, shards: int = 1, mode: int | 
                first_receive: bool = True) -> Store:
     """The :class:`Store` of the queue at ``path`` (made if ``create``, with
     ``shards``, file ``mode`` and ``first_receive``: see :func:`open_queue`)."""
-    meta = open_queue(path, create=create, shards=shards, mode=mode, first_receive=first_receive)
-    return Store(meta.queue_id, layout_for(path, meta.shards), meta.first_receive)
+    pin, meta = _open(path, create, shards, mode, first_receive)
+    return Store(meta.queue_id, layout_for(pin, meta.shards), meta.first_receive)

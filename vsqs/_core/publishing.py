@@ -120,10 +120,10 @@ def check_moved(layout: Layout, temp: str, name: str) -> None:
     (claimed, or moved on); none there means it vanished (garbage collected) or was
     consumed already, which cannot be told apart: the publish is reported as failed."""
     if _fs.exists(temp):  # (answered "gone", still there: the rename did not happen)
-        raise StorageError(2, "message file not published: its rename failed", temp)
+        raise StorageError(2, "message file not published: its rename failed", _fs.shown(temp))
     key = name[: _format.KEY_LENGTH]
     if not any(other.key == key and other.state is not State.WRITING for other in layout.names(beside=name)):
-        raise StorageError(2, "message file vanished before it was published", temp)
+        raise StorageError(2, "message file vanished before it was published", _fs.shown(temp))
 
 
 def write_new(
@@ -148,7 +148,7 @@ def write_new(
                 return stem, temp
         elif _fs.create_exclusive(temp, content, durable=durable, mode=mode):
             return stem, temp
-    raise StorageError(17, "no free message name after 8 tries", stage or layout.path)
+    raise StorageError(17, "no free message name after 8 tries", _fs.shown(stage or layout.path))
 
 
 class Written(NamedTuple):

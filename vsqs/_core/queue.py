@@ -22,7 +22,7 @@ import time
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
 from datetime import datetime
 from types import MappingProxyType
-from typing import Any
+from typing import Any, TypeVar
 
 from vsqs._core import format as _format
 from vsqs._core import fs as _fs
@@ -34,6 +34,7 @@ from vsqs._core.dedup import Reservations
 from vsqs._core.errors import (
     InvalidArgument,
     InvalidReceipt,
+    QueueNotFound,
     StaleReceipt,
     VsqsError,
 )
@@ -62,10 +63,12 @@ from vsqs._core.throttle import Throttle
 log = logging.getLogger("vsqs")
 
 _KEY_LENGTH = _format.KEY_LENGTH
+T = TypeVar("T")
 
 
 class Queue:
-    """A queue directory. Cheap to create; holds no open file between calls.
+    """A queue directory. Cheap to create; it holds the directory open (one descriptor per
+    directory and process, see fs.Pin): every operation stays in the queue it opened.
 
     ``clock_skew`` (seconds) is the allowance for clocks of hosts sharing the
     spool: a hidden message is taken for visible only that long after its
@@ -88,9 +91,8 @@ class Queue:
         self._path = os.path.abspath(os.fspath(path))
         self._skew_us = to_us(check_seconds(clock_skew, "clock_skew", MAX_CLOCK_SKEW))
         self._poll_interval = _poll_interval(poll_interval)
-        self._init_runtime()
-        if mode is not None:  # the queue's file_mode, needed before its settings exist
-            self._settings.mode = _settings.file_mode_of(_settings.validate({"file_mode": mode}))
+        # the queue's file_mode, needed before its settings exist
+        self._init_runtime(None if mode is None else _settings.file_mode_of(_settings.validate({"file_mode": mode})))
         if shards is not None:
             _format.check_shards(shards)
         store = self._open_store(create, shards or 1)
@@ -102,17 +104,11 @@ class Queue:
         if create and mode is not None and self.settings["file_mode"] is None:
             self.configure(file_mode=mode)
 
-    def _init_runtime(self) -> None:
+    def _init_runtime(self, mode: int | None = None) -> None:
         """The handle's parts that need no I/O (the rest come with the metadata, see _open_store)."""
         self._lock = threading.Lock()  # the opening; the receiver's listing, group leases, throttle tokens
         self._receipts = IssuedReceipts()
-        throttle, groups, reservations = Throttle(self._path), GroupLeases(self._path), Reservations(self._path)
-        self._throttle, self._groups, self._reservations = throttle, groups, reservations
-
-        def give_mode(settings: Mapping[str, Any]) -> None:  # the parts that make files take the queue's mode
-            groups.mode = reservations.mode = throttle.mode = _settings.file_mode_of(settings)
-
-        self._settings = SettingsStore(os.path.join(self._path, _settings.SETTINGS_DIR), give_mode)
+        self._asked_mode = mode
         self._store: Store | None = None  # until the metadata is read (an unpickled handle reads it lazily)
 
     def _open_store(self, create: bool = False, shards: int = 1) -> Store:
@@ -124,8 +120,17 @@ class Queue:
         with self._lock:  # two threads of an unpickled handle: one opens it
             if self._store is not None:
                 return self._store
-            store = open_store(self._path, create=create, shards=shards, mode=self._settings.mode)
-            layout, settings = store.layout, self._settings
+            store = open_store(self._path, create=create, shards=shards, mode=self._asked_mode)
+            layout = store.layout  # (every part works in the queue's directory as opened: layout.path)
+            throttle, groups, reservations = Throttle(layout.path), GroupLeases(layout.path), Reservations(layout.path)
+            self._throttle, self._groups, self._reservations = throttle, groups, reservations
+
+            def give_mode(settings: Mapping[str, Any]) -> None:  # the parts that make files take the queue's mode
+                groups.mode = reservations.mode = throttle.mode = _settings.file_mode_of(settings)
+
+            self._settings = settings = SettingsStore(os.path.join(layout.path, _settings.SETTINGS_DIR), give_mode)
+            if self._asked_mode is not None:
+                settings.mode = self._asked_mode
             self._capacity = publishing.Capacity(layout)
             self._stages = Stages(layout, settings, self._capacity, self._reservations)
             self._dead_letters: DeadLetters[Queue] = DeadLetters(
@@ -181,18 +186,20 @@ class Queue:
     @property
     def settings(self) -> Mapping[str, Any]:
         """The queue's settings (defaults filled in), read-only; at most a second old."""
+        self._open_parts()
         return MappingProxyType(dict(self._settings.current()))
 
     @property
     def created_at(self) -> float | None:
         """When the queue was created (epoch seconds, from its metadata; ``None``
         if the metadata does not say). Read from disk on each call."""
-        return created_at(self._path)
+        return created_at(self._open_parts().layout.path)
 
     @property
     def settings_changed_at(self) -> float | None:
         """When the queue's settings were last changed (the newest version's
         time, epoch seconds; ``None`` if they never were). Read from disk on each call."""
+        self._open_parts()
         return self._settings.changed_at()
 
     def configure(self, **changes: Any) -> Mapping[str, Any]:
@@ -203,13 +210,12 @@ class Queue:
         dedup_window, throttle; tags, policy and kms_* kept, not obeyed (FORMAT.md).
         """
         clean = _settings.validate(changes)
+        self._open_parts()
         if clean.get("dead_letter"):
-            self._open_parts()
             self._dead_letters.path({**self._settings.current(), **clean})  # refuses itself, ancestors
         mode = None if "file_mode" in clean else self._settings.mode  # (for settings that name no mode yet)
         result = self._settings.write(clean, mode)
         if clean.keys() & {"dead_letter", "max_receives"} and result["max_receives"] is not None:
-            self._open_parts()
             self._dead_letters.register()  # a source before its first dead letter (dead_letter_sources)
         return MappingProxyType(dict(result))
 
@@ -219,17 +225,20 @@ class Queue:
         if name not in _settings.SCHEMA or name in ("dead_letter", "file_mode"):
             raise InvalidArgument(f"update_setting cannot change {name!r}; use configure")
         edit = lambda current: _settings.validate({name: change(current[name])})  # noqa: E731
+        self._open_parts()
         return MappingProxyType(dict(self._settings.write({}, self._settings.mode, edit)))
 
     def suspend(self, *operations: str) -> None:
         """Suspend ``operations`` ("publish", "receive", "delete"; none given: all)
         in every process: they raise :class:`QueueSuspended` until resumed."""
+        self._open_parts()
         current = set(self._settings.current()["suspended"])
         self.configure(suspended=sorted(current | set(operations or _settings.OPERATIONS)))
 
     def resume(self, *operations: str) -> None:
         """Resume ``operations`` (none given: all)."""
         _settings.validate({"suspended": list(operations)})
+        self._open_parts()
         current = set(self._settings.current()["suspended"])
         self.configure(suspended=sorted(current - set(operations or _settings.OPERATIONS)))
 
@@ -241,6 +250,30 @@ class Queue:
 
     def _open_parts(self) -> Store:
         return self._store or self._open_store()
+
+    def _reopening(self, call: Callable[[], T]) -> T:
+        """``call()``, once more if it found the queue deleted and made again (see :meth:`_reopened`)."""
+        try:
+            return call()
+        except QueueNotFound:
+            if not self._reopened():
+                raise
+            return call()
+
+    def _reopened(self) -> bool:
+        """After QueueNotFound: whether the directory opened was removed and a queue is at its path
+        again; the handle then serves that one, opened as any is (its old receipts are stale)."""
+        store = self._store
+        if store is None or _fs.exists(store.layout.path):
+            return False
+        with self._lock:
+            if self._store is store:
+                self._store = None
+        try:
+            self._open_store()
+        except QueueNotFound:
+            return False
+        return True
 
     # -- publish -----------------------------------------------------------
 
@@ -271,7 +304,12 @@ class Queue:
         if dedup_id is not None and dedup is not None:
             raise InvalidArgument("give dedup_id or dedup, not both")
         if delay is at is attributes is group is dedup_id is dedup is None:  # every option unset
-            return self._publish_plain(body, priority, durable)
+            try:
+                return self._publish_plain(body, priority, durable)
+            except QueueNotFound:
+                if not self._reopened():
+                    raise
+                return self._publish_plain(body, priority, durable)
         return self.publish_batch(
             [body],
             delay=delay,
@@ -305,6 +343,13 @@ class Queue:
         visible (rare: an I/O error between renames), the earlier ones are
         published and the rest are left for gc.
         """
+        items = list(bodies)
+        return self._reopening(
+            lambda: self._publish_batch(items, delay, at, priority, attributes, group, dedup, durable, _dedup_id))
+
+    def _publish_batch(self, bodies: list[Body | Outgoing], delay: float | None, at: datetime | None, priority: int,
+                       attributes: Mapping[str, str] | None, group: str | None, dedup: str | None, durable: bool,
+                       _dedup_id: str | None) -> list[str]:
         layout = self._open_parts().layout
         settings = self._settings.current()
         if settings["suspended"]:  # (a cheap test first: this is on every publish)
@@ -327,7 +372,7 @@ class Queue:
             ids.append(stem[:_KEY_LENGTH])
             names.append(name)
         if _hub.watching:  # this process's waiters learn of them at once, on any filesystem
-            _hub.published(self._path, names)
+            _hub.published(layout.path, names)
         if durable and ids:
             layout.fsync(stem for _, stem, _ in written.files)
         for digest, (key, gen) in written.reserved.items():
@@ -360,7 +405,7 @@ class Queue:
         if not _fs.rename(temp, layout.message_file(name)):
             publishing.check_moved(layout, temp, name)
         if _hub.watching:
-            _hub.published(self._path, (name,))
+            _hub.published(layout.path, (name,))
         if durable:
             _fs.fsync_dir(os.path.dirname(temp))
         capacity = self._capacity
@@ -413,7 +458,12 @@ class Queue:
         default to the queue's settings (30 s and 0 s unless configured).
         """
         self._store or self._open_store()
-        got = self._receiver.receive(self, 1, visibility_timeout, wait, True, False)
+        try:
+            got = self._receiver.receive(self, 1, visibility_timeout, wait, True, False)
+        except QueueNotFound:
+            if not self._reopened():
+                raise
+            got = self._receiver.receive(self, 1, visibility_timeout, wait, True, False)
         return got[0] if got else None
 
     def receive_batch(
@@ -439,7 +489,12 @@ class Queue:
         if type(max_messages) is not int or not 1 <= max_messages <= MAX_BATCH:
             check_batch_size(max_messages)
         self._store or self._open_store()
-        return self._receiver.receive(self, max_messages, visibility_timeout, wait, read_bodies, bool(group_runs))
+        try:
+            return self._receiver.receive(self, max_messages, visibility_timeout, wait, read_bodies, bool(group_runs))
+        except QueueNotFound:
+            if not self._reopened():
+                raise
+            return self._receiver.receive(self, max_messages, visibility_timeout, wait, read_bodies, bool(group_runs))
 
     def _receive_unless(
         self, stopped: Callable[[], bool], visibility_timeout: float | None, wait: float
@@ -447,12 +502,14 @@ class Queue:
         """:meth:`receive`, which also returns (None) when woken with ``stopped()`` true:
         the worker's, whose :meth:`Worker.stop` calls :meth:`_interrupt_waits`."""
         self._store or self._open_store()
-        got = self._receiver.receive(self, 1, visibility_timeout, wait, True, False, stopped)
+        got = self._reopening(lambda: self._receiver.receive(self, 1, visibility_timeout, wait, True, False, stopped))
         return got[0] if got else None
 
     def _interrupt_waits(self) -> None:
         """Wake every receive of this process waiting on this queue (each tries again)."""
-        _hub.wake_all(self._path)
+        store = self._store  # (none open: no receive of this handle waits)
+        if store is not None:
+            _hub.wake_all(store.layout.path)
 
     async def areceive(
         self, *, visibility_timeout: float | None = None, wait: float | None = None,
@@ -479,12 +536,20 @@ class Queue:
         if type(max_messages) is not int or not 1 <= max_messages <= MAX_BATCH:
             check_batch_size(max_messages)
         self._store or self._open_store()
-        return await self._receiver.areceive(
-            self, max_messages, visibility_timeout, wait, read_bodies, bool(group_runs), offload
-        )
+        try:
+            return await self._receiver.areceive(
+                self, max_messages, visibility_timeout, wait, read_bodies, bool(group_runs), offload
+            )
+        except QueueNotFound:
+            if not self._reopened():
+                raise
+            return await self._receiver.areceive(
+                self, max_messages, visibility_timeout, wait, read_bodies, bool(group_runs), offload
+            )
 
     def throttled(self) -> bool:
         """Whether receives are throttled right now (every token of this window taken)."""
+        self._open_parts()
         throttle = self._settings.current()["throttle"]
         return throttle is not None and self._throttle.exhausted(throttle[0], throttle[1], time.time())
 
@@ -648,7 +713,7 @@ class Queue:
         listing; with ``groups=True`` also counts per message group (reading one
         message of each group for its name)."""
         self._open_parts()
-        return self._maintenance.stats(groups)
+        return self._reopening(lambda: self._maintenance.stats(groups))
 
     def purge(self, ids: Iterable[str] | None = None) -> int:
         """Delete every message (or those of ``ids``), in flight and delayed included; return how many."""
@@ -710,8 +775,7 @@ class Queue:
         return self._move_tasks().cancel(task_id)
 
     def _move_tasks(self) -> MoveTasks:
-        self._open_parts()
-        return MoveTasks(self._path, self._dead_letters, self._skew_us, lambda: self.stats().ready,
+        return MoveTasks(self._open_parts().layout.path, self._dead_letters, self._skew_us, lambda: self.stats().ready,
                          self._settings.current_mode)
 
     def collect_garbage(

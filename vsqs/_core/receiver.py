@@ -215,7 +215,8 @@ class Receiver:
     def watch(self) -> _wakeup.Watch:
         """The queue's watch in this process, used until :meth:`unwatch`."""
         layout = self._store.layout
-        watch = _hub.hub().acquire(layout.path, layout.message_dirs(), self._poll_interval, self._settings.mode)
+        watch = _hub.hub().acquire(layout.path, layout.message_dirs(), self._poll_interval, self._settings.mode,
+                                   keep=layout)
         with self._lock:
             self._listing.watch = watch
         return watch

@@ -45,9 +45,9 @@ class Stages:
         wait for their fsyncs: a publish started after it sorts after these."""
         directory = self._layout.file(_format.stage_dir_name(stage))
         settings = self._settings.current()
-        check_suspended("publish", settings, self._layout.path)
+        check_suspended("publish", settings, self._layout.shown)
         entries = [publishing.prepare(item, publishing.NO_DEFAULTS, settings) for item in bodies]
-        self._capacity.check([entry.body for entry in entries], settings, self._layout.path)
+        self._capacity.check([entry.body for entry in entries], settings, self._layout.shown)
         mode = self._settings.mode
         _fs.make_dirs(directory, mode)
         prefix = directory + os.sep

@@ -120,6 +120,7 @@ class Watch:
         self.prodded_at = time.monotonic()  # the last time a look made a sleeper list
         self.stamp: tuple[object, ...] | None = None  # the directories' stat at that look
         self.wds: dict[int, str] = {}  # the kernel's watches of this queue: wd -> directory
+        self.keep: object = None  # what holds the queue's directories open (see fs.Pin) while watched
 
     # -- news: from the hub's thread, or a publish in this process -----------
 
