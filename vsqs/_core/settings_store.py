@@ -5,6 +5,7 @@ process sees a change within that time."""
 
 from __future__ import annotations
 
+import logging
 import math
 import os
 import threading
@@ -15,11 +16,14 @@ from typing import Any
 from vsqs._core import format as _format
 from vsqs._core import fs as _fs
 from vsqs._core import settings as _settings
-from vsqs._core.errors import StorageError
+from vsqs._core.errors import InvalidArgument, StorageError
 from vsqs._core.message import to_us
 
 TTL = 1.0  # other processes' setting changes are seen within this many seconds
 WRITE_GRACE = 2.0  # seconds a new version may take to be whole before writers go past it
+_REPORTED_MAX = 64  # versions reported as skipped that a handle remembers
+
+log = logging.getLogger("vsqs")
 
 
 class SettingsStore:
@@ -41,6 +45,7 @@ class SettingsStore:
         self.read_at = -math.inf  # time.monotonic() of the last read
         self._on_change = on_change
         self._lock = threading.Lock()  # its own: settings are read while the queue's lock is held
+        self._reported: set[int] = set()  # versions reported as skipped
 
     def current(self) -> dict[str, Any]:
         """The settings, read again if the copy is older than TTL."""
@@ -109,10 +114,23 @@ class SettingsStore:
         )
         for version in versions:
             data = _fs.read_control(os.path.join(self.directory, _settings.version_name(version)))
-            settings = _settings.decode(data, _format.SETTINGS_FORMAT) if data else None
-            if settings is not None:
-                return versions[0], version, settings
+            if not data:
+                continue  # being written, or not a regular file of at most 64 KiB
+            try:
+                return versions[0], version, _settings.decode(data, _format.SETTINGS_FORMAT)
+            except InvalidArgument as exc:
+                self._report(version, str(exc))
         return (versions[0] if versions else 0), 0, _settings.defaults()
+
+    def _report(self, version: int, why: str) -> None:
+        """Report (a warning, once per version per handle) a version that does
+        not parse and is not being written: it is skipped (FORMAT.md, Settings)."""
+        if version in self._reported or self._being_written(version):
+            return
+        if len(self._reported) >= _REPORTED_MAX:
+            self._reported.clear()
+        self._reported.add(version)
+        log.warning("queue settings %s: version %d skipped: %s", self.directory, version, why)
 
     def changed_at(self) -> float | None:
         """When the newest version was written (its file's mtime); ``None`` if there is none."""
