@@ -84,6 +84,11 @@ OUTSIDE_THE_GRAMMAR = [
     ('{"suspended": {"receive": true}}', "operations as an object"),
     ('{"tags": "{\\"team\\": \\"a\\"}"}', "tags as JSON text"),
     ('{"policy": {"Version": "2012-10-17"}}', "a policy as an object, not its text"),
+    ('{"policy": "[]"}', "a policy that is not a JSON object's text"),
+    ('{"policy": "{\\"a\\": NaN}"}', "a policy holding NaN"),
+    ('{"dead_letter": "none"}', "the word none for a dead-letter queue"),
+    ('{"kms_master_key_id": " None "}', "the word none for a key id"),
+    ('{"kms_master_key_id": "  "}', "a blank key id"),
     ('{"delay": NaN}', "NaN, which JSON has not"),
     ('{"retention": Infinity}', "Infinity, which JSON has not"),
     ('{"suspended": ["receive"], "suspended": []}', "a key given twice"),
@@ -159,7 +164,6 @@ CANONICAL = [
     ('{"dead_letter": "/spool/dead"}', {"dead_letter": "/spool/dead"}),
     ('{"tags": {"b": "", "a": "x"}}', {"tags": {"a": "x", "b": ""}}),
     ('{"policy": "{\\"Version\\": \\"2012-10-17\\"}"}', {"policy": '{"Version": "2012-10-17"}'}),
-    ('{"policy": "{\\"a\\": NaN"}', {"policy": '{"a": NaN'}),  # a policy's text is not parsed on reading
     ('{"kms_master_key_id": "alias/k", "kms_data_key_reuse_period": 300}',
      {"kms_master_key_id": "alias/k", "kms_data_key_reuse_period": 300}),
     ('{"max_receives": null, "dead_letter": null, "suspended": null}', {}),  # null: the default
@@ -341,6 +345,12 @@ def taken(key: str, value: object) -> bool:
     return True
 
 
+def policy_of(size: int, letter: str) -> str:
+    """The text of a JSON object of ``size`` UTF-8 bytes, made of ``letter`` (of 1 or 2 bytes)."""
+    room = size - len('{"p":""}')
+    return '{"p":"' + letter * (room // len(letter.encode())) + '"}'
+
+
 @pytest.mark.parametrize("key", BOUNDS)
 def test_a_bounded_value_is_read_from_its_lowest_to_its_highest(key):
     low, high = BOUNDS[key]
@@ -359,7 +369,9 @@ def test_the_bounds_of_the_other_kinds():
     assert taken("tags", {f"k{i}": "" for i in range(50)}) and not taken("tags", {f"k{i}": "" for i in range(51)})
     assert taken("tags", {"k" * 128: "v" * 256}) and not taken("tags", {"k" * 129: ""})
     assert not taken("tags", {"k": "v" * 257}) and not taken("tags", {"": "v"}) and not taken("tags", {"k": 1})
-    assert taken("policy", "p" * 20480) and not taken("policy", "p" * 20481) and not taken("policy", "é" * 10241)
+    assert taken("policy", policy_of(20480, "p")) and not taken("policy", policy_of(20481, "p"))
+    assert taken("policy", policy_of(20480, "é")) and not taken("policy", policy_of(20482, "é"))
+    assert taken("policy", "{}") and not taken("policy", "[]") and not taken("policy", "p")
     assert taken("kms_master_key_id", "k" * 2048) and not taken("kms_master_key_id", "k" * 2049)
     assert not taken("kms_master_key_id", "") and not taken("kms_master_key_id", "a\x00b")
     assert taken("dead_letter", "/" + "d" * 4095) and not taken("dead_letter", "/" + "d" * 4096)

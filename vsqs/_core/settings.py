@@ -93,8 +93,17 @@ def _whole_input(name: str, value: object) -> object:
     return int(value) if isinstance(value, float) and value.is_integer() else value
 
 
+def means_unset(value: object) -> bool:
+    """Whether ``value`` is a word that unsets a setting on input: blank, or
+    "none" in any case (with white space around it or not). No stored value
+    is such a word: a reader refuses it where a string may hold it."""
+    return isinstance(value, str) and value.strip().lower() in ("", "none")
+
+
 def _queue_ref(name: str, value: Any) -> str:
-    """A queue beside this one (a plain name) or an absolute path."""
+    """A queue beside this one (a plain name) or an absolute path; not "none" in any case."""
+    if means_unset(value):
+        raise InvalidArgument(f"{name} {value!r} unsets {name} on input: it names no queue")
     if isinstance(value, str) and "\x00" not in value and len(value) <= MAX_DEAD_LETTER_PATH:
         if is_queue_name(value):
             return value
@@ -243,33 +252,36 @@ def _tags_input(name: str, value: object) -> object:
 
 
 def _policy(name: str, value: Any) -> str:
-    """An access policy, stored, never enforced nor parsed on reading: a string of at most MAX_POLICY_BYTES."""
+    """An access policy, stored, never enforced: the text of a JSON object (strict
+    JSON, nested at most MAX_JSON_DEPTH deep) of at most MAX_POLICY_BYTES."""
     if not isinstance(value, str):
         raise InvalidArgument(f"{name} must be a JSON object's text, not {value!r}")
     if len(value.encode("utf-8", "surrogatepass")) > MAX_POLICY_BYTES:
         raise InvalidArgument(f"{name} is over {MAX_POLICY_BYTES} bytes")
+    try:
+        doc = load_json(value, strict=True)
+    except ValueError as exc:
+        raise InvalidArgument(f"{name} is not JSON of at most {MAX_JSON_DEPTH} levels ({exc})") from None
+    if not isinstance(doc, dict):
+        raise InvalidArgument(f"{name} must be a JSON object")
     return value
 
 
 def _policy_input(name: str, value: object) -> object:
-    """The text of a JSON object, or a mapping (written as compact JSON)."""
+    """Also a mapping (written as compact JSON)."""
     if isinstance(value, Mapping):
         try:
             return json.dumps(value, separators=(",", ":"), allow_nan=False)
         except (TypeError, ValueError) as exc:
             raise InvalidArgument(f"{name} cannot be written as JSON ({exc})") from None
-    if isinstance(value, str):
-        try:
-            doc = load_json(value, strict=True)
-        except ValueError as exc:
-            raise InvalidArgument(f"{name} is not JSON of at most {MAX_JSON_DEPTH} levels ({exc})") from None
-        if not isinstance(doc, dict):
-            raise InvalidArgument(f"{name} must be a JSON object")
     return value
 
 
 def _kms_key(name: str, value: Any) -> str:
-    """A KMS key id, alias or ARN (stored and reported; the spool's filesystem protects the bodies)."""
+    """A KMS key id, alias or ARN, neither blank nor "none" in any case (stored
+    and reported; the spool's filesystem protects the bodies)."""
+    if means_unset(value):
+        raise InvalidArgument(f"{name} {value!r} unsets {name} on input: it names no key")
     if not isinstance(value, str) or not 1 <= len(value) <= MAX_KMS_KEY_ID or "\x00" in value:
         raise InvalidArgument(f"{name} must be a key id, alias or ARN of 1-{MAX_KMS_KEY_ID} characters, not {value!r}")
     return value
@@ -343,7 +355,7 @@ def validate(changes: Mapping[str, object]) -> dict[str, Any]:
         if key not in SCHEMA:
             known = ", ".join(sorted(SCHEMA))
             raise InvalidArgument(f"unknown queue setting {key!r} (known: {known})")
-        if value is None or (isinstance(value, str) and value.strip().lower() in ("", "none")):
+        if value is None or means_unset(value):
             clean[key] = _default(key)
         else:
             setting = SCHEMA[key]
