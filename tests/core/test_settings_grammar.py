@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 
 import vsqs
 from vsqs._core import settings as _settings
+from vsqs._core import settings_store as _settings_store
 from vsqs._core.errors import IncompatibleFormat, InvalidArgument
 from vsqs._core.format import SETTINGS_FORMAT
 from vsqs._core.settings_store import SettingsStore
@@ -123,17 +124,35 @@ def test_a_document_that_is_not_strict_json_in_utf8_is_skipped(tmp_path, documen
     assert settings_read(tmp_path, document) == {**_settings.DEFAULTS, **BASE}
 
 
-def test_a_skipped_version_is_reported_once_per_handle(tmp_path, caplog):
+def skipped_version(tmp_path) -> SettingsStore:
+    """A store whose version 2 is outside the grammar and old enough not to be being written."""
     store = versions(str(tmp_path / ".settings"), BASE_VERSION, stored('{"suspended": "receive"}'))
     path = os.path.join(store.directory, _settings.version_name(2))
-    os.utime(path, (os.path.getmtime(path) - 10,) * 2)  # not being written
+    os.utime(path, (os.path.getmtime(path) - 10,) * 2)
+    return store
+
+
+def test_a_skipped_version_is_reported_once_per_process_whichever_handle_reads_it(tmp_path, caplog):
+    store = skipped_version(tmp_path)
     with caplog.at_level("WARNING", logger="vsqs"):
         for _ in range(3):
             store.newest()
+            SettingsStore(store.directory, lambda settings: None).newest()  # as dead_letters makes one per call
     assert [r.getMessage() for r in caplog.records] == [
         f"queue settings {store.directory}: version 2 skipped: "
         "suspended must be a list of publish, receive, delete, not 'receive'"
     ]
+
+
+def test_the_process_forgets_the_oldest_version_it_reported_past_its_bound(tmp_path, caplog, monkeypatch):
+    monkeypatch.setattr(_settings_store, "_REPORTED_MAX", 2)
+    monkeypatch.setattr(_settings_store, "_reported", {})
+    first, second, third = (skipped_version(tmp_path / name) for name in ("a", "b", "c"))
+    with caplog.at_level("WARNING", logger="vsqs"):
+        for store in (first, second, first, third, second, first):
+            store.newest()
+    reported = [r.getMessage().split(":")[0].removeprefix("queue settings ") for r in caplog.records]
+    assert reported == [first.directory, second.directory, third.directory, first.directory]
 
 
 def test_a_version_being_written_is_skipped_unreported(tmp_path, caplog):

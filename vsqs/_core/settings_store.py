@@ -21,9 +21,25 @@ from vsqs._core.message import to_us
 
 TTL = 1.0  # other processes' setting changes are seen within this many seconds
 WRITE_GRACE = 2.0  # seconds a new version may take to be whole before writers go past it
-_REPORTED_MAX = 64  # versions reported as skipped that a handle remembers
+_REPORTED_MAX = 1024  # (settings directory, version) pairs reported as skipped that the process remembers
 
 log = logging.getLogger("vsqs")
+_reported: dict[tuple[str, int], None] = {}  # the pairs reported, oldest first (a dict keeps its order)
+_reported_lock = threading.Lock()
+
+
+def _first_report(directory: str, version: int) -> bool:
+    """Whether version ``version`` in ``directory`` is not yet reported by this
+    process (then remembered as reported, the oldest pair forgotten past
+    ``_REPORTED_MAX``): every handle of the queue shares one memory."""
+    key = (os.path.abspath(directory), version)
+    with _reported_lock:
+        if key in _reported:
+            return False
+        while len(_reported) >= _REPORTED_MAX:
+            del _reported[next(iter(_reported))]
+        _reported[key] = None
+        return True
 
 
 class SettingsStore:
@@ -45,7 +61,6 @@ class SettingsStore:
         self.read_at = -math.inf  # time.monotonic() of the last read
         self._on_change = on_change
         self._lock = threading.Lock()  # its own: settings are read while the queue's lock is held
-        self._reported: set[int] = set()  # versions reported as skipped
 
     def current(self) -> dict[str, Any]:
         """The settings, read again if the copy is older than TTL."""
@@ -123,13 +138,11 @@ class SettingsStore:
         return (versions[0] if versions else 0), 0, _settings.defaults()
 
     def _report(self, version: int, why: str) -> None:
-        """Report (a warning, once per version per handle) a version that does
-        not parse and is not being written: it is skipped (FORMAT.md, Settings)."""
-        if version in self._reported or self._being_written(version):
+        """Report (a warning, once per version per process, whichever handle
+        reads it) a version that does not parse and is not being written: it
+        is skipped (FORMAT.md, Settings)."""
+        if self._being_written(version) or not _first_report(self.directory, version):
             return
-        if len(self._reported) >= _REPORTED_MAX:
-            self._reported.clear()
-        self._reported.add(version)
         log.warning("queue settings %s: version %d skipped: %s", self.directory, version, why)
 
     def changed_at(self) -> float | None:
