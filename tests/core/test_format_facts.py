@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import os
 import stat
-import time
 
 import pytest
 
@@ -38,16 +37,22 @@ def test_max_messages_counts_neither_new_files_nor_staged_messages(flat_queue):
         vsqs.Queue(flat_queue.path).publish(b"4")
 
 
-def test_oldest_ready_age_is_from_the_send_time_of_the_oldest_ready_message(flat_queue):
-    flat_queue.publish(b"delayed first", delay=60)  # not ready: not counted
-    time.sleep(0.2)
-    sent = time.time()
+def lease_run_out(monkeypatch, message: vsqs.Message) -> _format.Name:
+    """Set the library's wall clock (``format.now_us``) to just after ``message``'s
+    lease runs out; the name it holds, whose times the clock is set by."""
+    name = _format.parse_receipt(message.queue.id, message.receipt)[0]
+    monkeypatch.setattr(_format, "now_us", lambda: name.until_us + 1)
+    return name
+
+
+def test_oldest_ready_age_is_from_the_send_time_of_the_oldest_ready_message(flat_queue, monkeypatch):
+    flat_queue.publish(b"delayed first", delay=3600)  # sent first, not ready: not counted
     flat_queue.publish(b"received", delay=0)
     flat_queue.publish(b"later")
-    assert flat_queue.receive(visibility_timeout=0.01).body == b"received"
-    time.sleep(0.05)  # its lease ran out: ready again, its send time kept
-    age = flat_queue.stats().oldest_ready_age
-    assert 0.05 <= age <= time.time() - sent  # (the delayed message's would be 0.2 s more)
+    held = flat_queue.receive(visibility_timeout=1)
+    assert held.body == b"received"
+    name = lease_run_out(monkeypatch, held)  # ready again, its send time kept
+    assert flat_queue.stats().oldest_ready_age == (name.until_us + 1 - name.sent_us) / 1e6
     flat_queue.purge()
     assert flat_queue.stats().oldest_ready_age == 0.0
 
@@ -67,12 +72,11 @@ def test_dead_lettered_counts_this_queues_messages_in_its_dead_letter_queue_in_a
     assert source.stats().dead_lettered == 1
 
 
-def test_a_due_dead_letter_counts_as_ready_until_it_moves(tmp_path):
+def test_a_due_dead_letter_counts_as_ready_until_it_moves(tmp_path, monkeypatch):
     source = vsqs.Queue(tmp_path / "jobs", create=True)
     source.configure(max_receives=1)
     source.publish(b"x")
-    source.receive(visibility_timeout=0.01)
-    time.sleep(0.05)
+    lease_run_out(monkeypatch, source.receive(visibility_timeout=1))
     stats = source.stats()
     assert (stats.ready, stats.dead_lettered) == (1, 0)  # lazy: moved by the next receive
     assert source.receive() is None
