@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import time
 
@@ -83,6 +84,12 @@ def test_bad_setting_creates_nothing(spool):
         ({"content_dedup": "maybe"}, "content_dedup must be true or false"),
         ({"content_dedup": 1}, "content_dedup must be true or false"),
         ({"receive_wait": 21}, "receive_wait must be at most 20"),
+        ({"file_mode": "2660"}, "setuid, setgid and sticky bits are not kept"),
+        ({"file_mode": 0o1770}, "setuid, setgid and sticky bits are not kept"),
+        ({"file_mode": "440"}, "must let the owner read and write"),
+        ({"policy": '{"Version": NaN}'}, "policy is not JSON"),
+        ({"policy": '{"Sid": "a", "Sid": "b"}'}, "policy is not JSON"),
+        ({"policy": "[]"}, "policy must be a JSON object"),
     ],
 )
 def test_setting_validation(queue, changes, match):
@@ -110,6 +117,22 @@ def test_receive_wait_setting_is_the_default_long_poll(queue):
     started = time.monotonic()
     assert queue.receive(wait=0) is None  # the caller's wait wins
     assert time.monotonic() - started < 0.3
+
+
+def test_friendly_input_is_written_in_the_stored_form(queue):
+    queue.configure(
+        visibility_timeout="2.5", max_receives="4", throttle="100/2", content_dedup="yes",
+        dedup_scope=" Queue ", suspended="receive, publish", file_mode="0o660", tags='{"b": "2", "a": "1"}',
+        policy={"Version": "2012-10-17"},
+    )
+    with open(os.path.join(queue.path, _settings.SETTINGS_DIR, _settings.version_name(1)), "rb") as file:
+        stored = json.load(file)["settings"]
+    assert {key: stored[key] for key in ("visibility_timeout", "max_receives", "throttle", "content_dedup")} == {
+        "visibility_timeout": 2.5, "max_receives": 4, "throttle": [100, 2.0], "content_dedup": True
+    }
+    assert (stored["dedup_scope"], stored["suspended"]) == ("queue", ["publish", "receive"])
+    assert stored["file_mode"] == "0660"
+    assert stored["tags"] == {"a": "1", "b": "2"} and stored["policy"] == '{"Version":"2012-10-17"}'
 
 
 def test_configure_merges_and_unsets(queue):

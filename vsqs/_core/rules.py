@@ -21,13 +21,30 @@ ATTRIBUTE_NAME_RE = re.compile(rf"[A-Za-z0-9_.-]{{1,{limits.MAX_ATTRIBUTE_NAME}}
 QUEUE_NAME_RE = re.compile(rf"[A-Za-z0-9][A-Za-z0-9_.-]{{0,{limits.MAX_QUEUE_NAME - 1}}}")
 
 
-def load_json(data: bytes | str) -> Any:
+def _refuse_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
+def _object_once(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    document = dict(pairs)
+    if len(document) != len(pairs):
+        raise ValueError("a name repeated in an object")
+    return document
+
+
+def load_json(data: bytes | str, *, strict: bool = False) -> Any:
     """A JSON document read from the spool (or from a client): hostile until checked.
     :class:`ValueError` if it is not JSON, or nested deeper than ``MAX_JSON_DEPTH``
     (the parser's own recursion limit otherwise escapes as :class:`RecursionError`).
+    ``strict``: also if it holds NaN or Infinity (Python's, not JSON's) or an
+    object that repeats a name (which other parsers read differently).
     The caller bounds its size (``fs.read_control``: 64 KiB) and checks its shape."""
     try:
-        document = json.loads(data)
+        if strict:  # and in UTF-8 only (RFC 8259), where json.loads guesses UTF-16 and UTF-32 too
+            text = data.decode("utf-8") if isinstance(data, bytes) else data
+            document = json.loads(text, parse_constant=_refuse_constant, object_pairs_hook=_object_once)
+        else:
+            document = json.loads(data)
     except RecursionError:
         raise ValueError("JSON nested too deep") from None
     except UnicodeDecodeError as exc:

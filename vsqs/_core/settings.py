@@ -5,6 +5,12 @@ Settings live in the queue directory as numbered versions,
 version that parses wins. A change writes the next number with an exclusive
 create, so two writers never overwrite each other and a writer that dies
 half-way leaves a version that readers skip.
+
+Each setting has one stored form, FORMAT.md's grammar (``Setting.read``), which
+a reader checks strictly: a version holding a value outside it is skipped as a
+whole. Input (the API, the CLI, the gateway) may be friendlier ("100/2" for a
+throttle, "yes" for a flag): ``Setting.parse`` turns it into the stored form,
+which ``read`` then checks, so what is written is always what is read.
 """
 
 from __future__ import annotations
@@ -12,8 +18,8 @@ from __future__ import annotations
 import json
 import math
 import re
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Callable, Mapping
+from typing import Any, NamedTuple
 
 from vsqs._core import limits
 from vsqs._core.errors import IncompatibleFormat, InvalidArgument, QueueSuspended
@@ -27,11 +33,28 @@ MAX_VISIBILITY_TIMEOUT = limits.MAX_VISIBILITY_TIMEOUT
 MAX_DELAY = limits.MAX_DELAY
 
 
-def _seconds(maximum: float, *, positive: bool = False) -> Any:
-    def check(name: str, value: object) -> float:
-        if isinstance(value, str):
-            value = _parse_number(name, value)
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or math.isnan(value):
+Check = Callable[[str, Any], Any]
+
+
+class Setting(NamedTuple):
+    """One setting: its default, the check of its stored form (FORMAT.md's
+    grammar, where its limits are written once) and the parser that turns
+    friendlier input (the API, the CLI, the gateway) into that form."""
+
+    default: Any
+    read: Check  # the stored JSON value -> the value; InvalidArgument outside the grammar
+    parse: Check = lambda name, value: value  # an input -> a stored JSON value, which ``read`` then checks
+
+
+def _is_number(value: object) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _seconds(maximum: float, *, positive: bool = False) -> Check:
+    """A JSON number of seconds, 0 (or above 0) up to ``maximum``."""
+
+    def read(name: str, value: Any) -> float:
+        if not _is_number(value) or (isinstance(value, float) and math.isnan(value)):
             raise InvalidArgument(f"{name} must be a number of seconds, not {value!r}")
         if value < 0 or (positive and value == 0):
             raise InvalidArgument(f"{name} must be {'>' if positive else '>='} 0 seconds, not {value!r}")
@@ -39,27 +62,49 @@ def _seconds(maximum: float, *, positive: bool = False) -> Any:
             raise InvalidArgument(f"{name} must be at most {maximum:g} seconds, not {value!r}")
         return float(value)
 
-    return check
+    return read
 
 
-def _count(minimum: int, maximum: int) -> Any:
-    def check(name: str, value: object) -> int:
-        if isinstance(value, str):
-            value = _parse_number(name, value)
-        if isinstance(value, float) and value.is_integer():
-            value = int(value)
-        if isinstance(value, bool) or not isinstance(value, int):
+def _count(minimum: int, maximum: int) -> Check:
+    """A JSON integer (no fraction, no exponent) from ``minimum`` to ``maximum``."""
+
+    def read(name: str, value: Any) -> int:
+        if type(value) is not int:
             raise InvalidArgument(f"{name} must be a whole number, not {value!r}")
         if not minimum <= value <= maximum:
             raise InvalidArgument(f"{name} must be {minimum}..{maximum}, not {value}")
         return value
 
-    return check
+    return read
 
 
-def _queue_ref(name: str, value: object) -> str:
-    """A queue beside this one (a plain name) or an absolute path."""
-    if isinstance(value, str) and "\x00" not in value and len(value) <= 4096:
+def _number_input(name: str, value: object) -> object:
+    """Seconds given as text ("2.5") as a number."""
+    return _parse_number(name, value) if isinstance(value, str) else value
+
+
+def _whole_input(name: str, value: object) -> object:
+    """A count given as text ("5") or as a whole float (5.0) as an int."""
+    if isinstance(value, str):
+        try:
+            return int(value)
+        except ValueError:
+            value = _parse_number(name, value)
+    return int(value) if isinstance(value, float) and value.is_integer() else value
+
+
+def means_unset(value: object) -> bool:
+    """Whether ``value`` is a word that unsets a setting on input: blank, or
+    "none" in any case (with white space around it or not). No stored value
+    is such a word: a reader refuses it where a string may hold it."""
+    return isinstance(value, str) and value.strip().lower() in ("", "none")
+
+
+def _queue_ref(name: str, value: Any) -> str:
+    """A queue beside this one (a plain name) or an absolute path; not "none" in any case."""
+    if means_unset(value):
+        raise InvalidArgument(f"{name} {value!r} unsets {name} on input: it names no queue")
+    if isinstance(value, str) and "\x00" not in value and len(value) <= MAX_DEAD_LETTER_PATH:
         if is_queue_name(value):
             return value
         if value.startswith("/") and ".." not in value.split("/"):
@@ -69,54 +114,86 @@ def _queue_ref(name: str, value: object) -> str:
     )
 
 
-def _throttle(name: str, value: object) -> list[float]:
-    if isinstance(value, str):
-        parts = value.replace("/", ",").split(",")
-        value = [_parse_number(name, part) for part in parts]
-    if not isinstance(value, (list, tuple)) or len(value) != 2:
+_THROTTLE_COUNT, _THROTTLE_WINDOW = _count(1, 10**9), _seconds(86400.0, positive=True)
+MIN_THROTTLE_WINDOW = 0.001
+
+
+def _throttle(name: str, value: Any) -> list[Any]:
+    """``[N, seconds]``: a JSON array of an integer 1..10^9 and a number 0.001..86400."""
+    if not isinstance(value, list) or len(value) != 2:
         raise InvalidArgument(f"{name} must be (receives, seconds), e.g. (100, 1), not {value!r}")
-    count = _count(1, 10**9)(name, value[0])
-    window = _seconds(86400.0, positive=True)(name, value[1])
-    if window < 0.001:
-        raise InvalidArgument(f"{name}: the window must be at least 0.001 seconds, not {window!r}")
+    count, window = _THROTTLE_COUNT(name, value[0]), _THROTTLE_WINDOW(name, value[1])
+    if window < MIN_THROTTLE_WINDOW:
+        raise InvalidArgument(f"{name}: the window must be at least {MIN_THROTTLE_WINDOW} seconds, not {window!r}")
     return [count, window]
 
 
-def _file_mode(name: str, value: object) -> str:
-    """An octal file mode such as 660 (group members share the queue); the
-    owner must be able to read and write."""
+def _throttle_input(name: str, value: object) -> object:
+    """``"100/2"``, ``"100,2"`` or a pair of numbers."""
     if isinstance(value, str):
-        text = value.strip().lower().removeprefix("0o")
+        value = value.replace("/", ",").split(",")
+    if isinstance(value, (list, tuple)) and len(value) == 2:
+        return [_whole_input(name, value[0]), _number_input(name, value[1])]
+    return value
+
+
+_FILE_MODE_RE = re.compile(r"[0-7]{4}")
+
+
+def _file_mode(name: str, value: Any) -> str:
+    """Four octal digits, the first 0 (no setuid, setgid or sticky bit),
+    letting the owner read and write: "0600".."0777"."""
+    if not isinstance(value, str) or not _FILE_MODE_RE.fullmatch(value):
+        raise InvalidArgument(f"{name} must be an octal mode of four digits such as 0660, not {value!r}")
+    if value[0] != "0":
+        raise InvalidArgument(f"{name} {value}: the setuid, setgid and sticky bits are not kept")
+    if int(value, 8) & 0o600 != 0o600:
+        raise InvalidArgument(f"{name} {value} must let the owner read and write")
+    return value
+
+
+def _file_mode_input(name: str, value: object) -> object:
+    """An octal mode as text ("660", "0o660") or as a number (0o660)."""
+    if isinstance(value, str):
         try:
-            value = int(text, 8)
+            value = int(value.strip().lower().removeprefix("0o"), 8)
         except ValueError:
             raise InvalidArgument(f"{name} must be an octal mode such as 660, not {value!r}") from None
-    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= 0o777:
-        raise InvalidArgument(f"{name} must be an octal mode such as 660, not {value!r}")
-    if value & 0o600 != 0o600:
-        raise InvalidArgument(f"{name} {value:04o} must let the owner read and write")
-    return f"{value:04o}"
+    return f"{value:04o}" if isinstance(value, int) and not isinstance(value, bool) else value
 
 
-def _flag(name: str, value: object) -> bool:
+def _flag(name: str, value: Any) -> bool:
+    """JSON ``true`` or ``false``."""
+    if isinstance(value, bool):
+        return value
+    raise InvalidArgument(f"{name} must be true or false, not {value!r}")
+
+
+def _flag_input(name: str, value: object) -> object:
+    """Also the words true/yes/on/1 and false/no/off/0, in any case."""
     if isinstance(value, str):
         text = value.strip().lower()
         if text in ("true", "yes", "on", "1"):
             return True
         if text in ("false", "no", "off", "0"):
             return False
-    if isinstance(value, bool):
-        return value
-    raise InvalidArgument(f"{name} must be true or false, not {value!r}")
+    return value
 
 
-def _choice(*choices: str) -> Any:
-    def check(name: str, value: object) -> str:
-        if isinstance(value, str) and value.strip().lower() in choices:
-            return value.strip().lower()
+def _choice(*choices: str) -> Check:
+    """One of ``choices``, exactly."""
+
+    def read(name: str, value: Any) -> str:
+        if isinstance(value, str) and value in choices:
+            return value
         raise InvalidArgument(f"{name} must be one of {', '.join(choices)}, not {value!r}")
 
-    return check
+    return read
+
+
+def _choice_input(name: str, value: object) -> object:
+    """A choice in any case, with spaces around it."""
+    return value.strip().lower() if isinstance(value, str) else value
 
 
 def file_mode_of(settings: Mapping[str, Any]) -> int | None:
@@ -127,30 +204,32 @@ def file_mode_of(settings: Mapping[str, Any]) -> int | None:
 OPERATIONS = ("publish", "receive", "delete")
 
 
-def _operations(name: str, value: object) -> list[str]:
-    if isinstance(value, str):
-        value = [part.strip() for part in value.split(",") if part.strip()]
-    if not isinstance(value, (list, tuple, set, frozenset)):
+def _operations(name: str, value: Any) -> list[str]:
+    """A JSON array of operation names, in any order, repeats meaning nothing; read as sorted and distinct."""
+    if not isinstance(value, list):
         raise InvalidArgument(f"{name} must be a list of {', '.join(OPERATIONS)}, not {value!r}")
     for op in value:
-        if op not in OPERATIONS:
+        if not isinstance(op, str) or op not in OPERATIONS:
             raise InvalidArgument(f"{name}: unknown operation {op!r} (known: {', '.join(OPERATIONS)})")
     return sorted(set(value))
+
+
+def _operations_input(name: str, value: object) -> object:
+    """Also a comma-separated text, a tuple or a set."""
+    if isinstance(value, str):
+        return [part.strip() for part in value.split(",") if part.strip()]
+    return list(value) if isinstance(value, (tuple, set, frozenset)) else value
 
 
 MAX_TAGS, MAX_TAG_KEY, MAX_TAG_VALUE = 50, 128, 256  # Amazon's limits on a queue's tags
 MAX_POLICY_BYTES = 20480  # a policy document, as JSON text
 MAX_KMS_KEY_ID = 2048
+MAX_DEAD_LETTER_PATH = 4096  # characters of a dead_letter path
 
 
-def _tags(name: str, value: object) -> dict[str, str]:
+def _tags(name: str, value: Any) -> dict[str, str]:
     """A queue's tags: at most 50, keys 1-128 characters, values 0-256 (Amazon's limits)."""
-    if isinstance(value, str):
-        try:
-            value = load_json(value)
-        except ValueError:
-            raise InvalidArgument(f"{name} must be a JSON object of strings, not {value[:40]!r}") from None
-    if not isinstance(value, Mapping) or not all(isinstance(k, str) and isinstance(v, str) for k, v in value.items()):
+    if not isinstance(value, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in value.items()):
         raise InvalidArgument(f"{name} must be a mapping of strings to strings, not {value!r}")
     if len(value) > MAX_TAGS:
         raise InvalidArgument(f"{name}: at most {MAX_TAGS} tags, not {len(value)}")
@@ -162,16 +241,25 @@ def _tags(name: str, value: object) -> dict[str, str]:
     return dict(sorted(value.items()))
 
 
-def _policy(name: str, value: object) -> str:
-    """An access policy: the text of a JSON object, at most MAX_POLICY_BYTES (stored, not enforced)."""
-    if isinstance(value, Mapping):
-        value = json.dumps(value, separators=(",", ":"))
+def _tags_input(name: str, value: object) -> object:
+    """Also a mapping of any kind, or its JSON text."""
+    if isinstance(value, str):
+        try:
+            return load_json(value, strict=True)
+        except ValueError:
+            raise InvalidArgument(f"{name} must be a JSON object of strings, not {value[:40]!r}") from None
+    return dict(value) if isinstance(value, Mapping) else value
+
+
+def _policy(name: str, value: Any) -> str:
+    """An access policy, stored, never enforced: the text of a JSON object (strict
+    JSON, nested at most MAX_JSON_DEPTH deep) of at most MAX_POLICY_BYTES."""
     if not isinstance(value, str):
         raise InvalidArgument(f"{name} must be a JSON object's text, not {value!r}")
     if len(value.encode("utf-8", "surrogatepass")) > MAX_POLICY_BYTES:
         raise InvalidArgument(f"{name} is over {MAX_POLICY_BYTES} bytes")
     try:
-        doc = load_json(value)
+        doc = load_json(value, strict=True)
     except ValueError as exc:
         raise InvalidArgument(f"{name} is not JSON of at most {MAX_JSON_DEPTH} levels ({exc})") from None
     if not isinstance(doc, dict):
@@ -179,9 +267,22 @@ def _policy(name: str, value: object) -> str:
     return value
 
 
-def _kms_key(name: str, value: object) -> str:
-    """A KMS key id, alias or ARN (stored and reported; the spool's filesystem protects the bodies)."""
-    if not isinstance(value, str) or not value.strip() or len(value) > MAX_KMS_KEY_ID or "\x00" in value:
+def _policy_input(name: str, value: object) -> object:
+    """Also a mapping (written as compact JSON)."""
+    if isinstance(value, Mapping):
+        try:
+            return json.dumps(value, separators=(",", ":"), allow_nan=False)
+        except (TypeError, ValueError) as exc:
+            raise InvalidArgument(f"{name} cannot be written as JSON ({exc})") from None
+    return value
+
+
+def _kms_key(name: str, value: Any) -> str:
+    """A KMS key id, alias or ARN, neither blank nor "none" in any case (stored
+    and reported; the spool's filesystem protects the bodies)."""
+    if means_unset(value):
+        raise InvalidArgument(f"{name} {value!r} unsets {name} on input: it names no key")
+    if not isinstance(value, str) or not 1 <= len(value) <= MAX_KMS_KEY_ID or "\x00" in value:
         raise InvalidArgument(f"{name} must be a key id, alias or ARN of 1-{MAX_KMS_KEY_ID} characters, not {value!r}")
     return value
 
@@ -193,53 +294,72 @@ def _parse_number(name: str, text: str) -> float:
         raise InvalidArgument(f"{name} must be a number, not {text!r}") from None
 
 
-# name -> (default, validator); None means "not set" for optional limits
-SCHEMA: dict[str, tuple[Any, Any]] = {
-    "visibility_timeout": (30.0, _seconds(MAX_VISIBILITY_TIMEOUT)),
-    "delay": (0.0, _seconds(MAX_DELAY)),
-    "retention": (None, _seconds(10 * 366 * 86400.0, positive=True)),
-    "max_messages": (None, _count(1, 10**12)),
-    "max_message_bytes": (None, _count(1, 2**40)),
-    "max_receives": (None, _count(1, 10**6)),
-    "dead_letter": (None, _queue_ref),
-    "group_concurrency": (1, _count(1, 10**6)),
-    "dedup_window": (0.0, _seconds(366 * 86400.0)),
-    "content_dedup": (False, _flag),
+def _seconds_setting(default: Any, maximum: float, *, positive: bool = False) -> Setting:
+    return Setting(default, _seconds(maximum, positive=positive), _number_input)
+
+
+def _count_setting(default: Any, minimum: int, maximum: int) -> Setting:
+    return Setting(default, _count(minimum, maximum), _whole_input)
+
+
+def _choice_setting(default: Any, *choices: str) -> Setting:
+    return Setting(default, _choice(*choices), _choice_input)
+
+
+# name -> Setting; a default of None means "not set" for optional limits
+SCHEMA: dict[str, Setting] = {
+    "visibility_timeout": _seconds_setting(30.0, MAX_VISIBILITY_TIMEOUT),
+    "delay": _seconds_setting(0.0, MAX_DELAY),
+    "retention": _seconds_setting(None, 10 * 366 * 86400.0, positive=True),
+    "max_messages": _count_setting(None, 1, 10**12),
+    "max_message_bytes": _count_setting(None, 1, 2**40),
+    "max_receives": _count_setting(None, 1, 10**6),
+    "dead_letter": Setting(None, _queue_ref),
+    "group_concurrency": _count_setting(1, 1, 10**6),
+    "dedup_window": _seconds_setting(0.0, 366 * 86400.0),
+    "content_dedup": Setting(False, _flag, _flag_input),
     # what a dedup id is unique in: its message group ("group") or the whole queue
-    "dedup_scope": ("group", _choice("group", "queue")),
+    "dedup_scope": _choice_setting("group", "group", "queue"),
     # SQS's FifoThroughputLimit (perQueue / perMessageGroupId): kept and reported, no effect here
-    "throughput_limit": (None, _choice("queue", "group")),
-    "receive_wait": (0.0, _seconds(20.0)),
-    "throttle": (None, _throttle),
-    "suspended": ([], _operations),
-    "file_mode": (None, _file_mode),
+    "throughput_limit": _choice_setting(None, "queue", "group"),
+    "receive_wait": _seconds_setting(0.0, 20.0),
+    "throttle": Setting(None, _throttle, _throttle_input),
+    "suspended": Setting([], _operations, _operations_input),
+    "file_mode": Setting(None, _file_mode, _file_mode_input),
     # kept for SQS clients (the gateway's TagQueue, Policy, KMS attributes); vsqs itself obeys none of them
-    "tags": ({}, _tags),
-    "policy": (None, _policy),
-    "kms_master_key_id": (None, _kms_key),
-    "kms_data_key_reuse_period": (None, _count(60, 86400)),
-    "sqs_managed_sse": (None, _flag),
+    "tags": Setting({}, _tags, _tags_input),
+    "policy": Setting(None, _policy, _policy_input),
+    "kms_master_key_id": Setting(None, _kms_key),
+    "kms_data_key_reuse_period": _count_setting(None, 60, 86400),
+    "sqs_managed_sse": Setting(None, _flag, _flag_input),
 }
-DEFAULTS: dict[str, Any] = {key: default for key, (default, _) in SCHEMA.items()}
+DEFAULTS: dict[str, Any] = {key: setting.default for key, setting in SCHEMA.items()}
+
+
+def _default(key: str) -> Any:
+    """The default of setting ``key``, a fresh copy (its lists and mappings are not shared)."""
+    default = SCHEMA[key].default
+    return type(default)(default) if isinstance(default, (list, dict)) else default
 
 
 def defaults() -> dict[str, Any]:
-    """A fresh copy of DEFAULTS (its lists and mappings are not shared)."""
-    return {key: type(v)(v) if isinstance(v, (list, dict)) else v for key, v in DEFAULTS.items()}
+    """A fresh copy of DEFAULTS."""
+    return {key: _default(key) for key in SCHEMA}
 
 
 def validate(changes: Mapping[str, object]) -> dict[str, Any]:
-    """Check ``changes`` against the schema; ``None`` (or "none"/"") unsets a setting."""
+    """Check ``changes`` given as input (the API, the CLI, the gateway) and
+    return them in their stored form; ``None`` (or "none"/"") unsets a setting."""
     clean: dict[str, Any] = {}
     for key, value in changes.items():
         if key not in SCHEMA:
             known = ", ".join(sorted(SCHEMA))
             raise InvalidArgument(f"unknown queue setting {key!r} (known: {known})")
-        default, check = SCHEMA[key]
-        if value is None or (isinstance(value, str) and value.strip().lower() in ("", "none")):
-            clean[key] = type(default)(default) if isinstance(default, (list, dict)) else default
+        if value is None or means_unset(value):
+            clean[key] = _default(key)
         else:
-            clean[key] = check(key, value)
+            setting = SCHEMA[key]
+            clean[key] = setting.read(key, setting.parse(key, value))
     return clean
 
 
@@ -259,24 +379,31 @@ def parse_version(name: str) -> int | None:
 
 
 def encode(settings: Mapping[str, Any], format_version: int) -> bytes:
+    """A version file: the settings (in their stored form) as FORMAT.md says vsqs writes them."""
     doc = {"format": format_version, "settings": dict(settings)}
-    return (json.dumps(doc, sort_keys=True) + "\n").encode()
+    return (json.dumps(doc, sort_keys=True, allow_nan=False) + "\n").encode()
 
 
-def decode(data: bytes, format_version: int) -> dict[str, Any] | None:
-    """The settings in a version file; ``None`` if it is unreadable (being written, or torn)."""
+def decode(data: bytes, format_version: int) -> dict[str, Any]:
+    """The settings of a version file, checked against FORMAT.md's grammar:
+    :class:`InvalidArgument` (saying why) if it does not parse, so is to be
+    skipped; :class:`IncompatibleFormat` if its ``format`` is above ``format_version``."""
     try:
-        doc = load_json(data)
-        if not isinstance(doc, dict):
-            return None
-        if isinstance(doc.get("format"), int) and doc["format"] > format_version:
-            raise IncompatibleFormat(
-                f"queue settings of format {doc['format']}, this vsqs reads format {format_version}"
-            )
-        stored = doc["settings"]
-        if not isinstance(stored, dict):
-            return None
-        known = {key: value for key, value in stored.items() if key in SCHEMA}
-        return {**defaults(), **validate(known)}
-    except (ValueError, TypeError, KeyError, InvalidArgument):
-        return None
+        doc = load_json(data, strict=True)
+    except ValueError as exc:
+        raise InvalidArgument(f"not a JSON document ({exc})") from None
+    if not isinstance(doc, dict):
+        raise InvalidArgument("not a JSON object")
+    version = doc.get("format")
+    if type(version) is not int or version < 1:
+        raise InvalidArgument(f"format must be an integer of at least 1, not {version!r}")
+    if version > format_version:
+        raise IncompatibleFormat(f"queue settings of format {version}, this vsqs reads format {format_version}")
+    stored = doc.get("settings")
+    if not isinstance(stored, dict):
+        raise InvalidArgument(f"settings must be an object, not {type(stored).__name__}")
+    settings = defaults()
+    for key, value in stored.items():
+        if key in SCHEMA and value is not None:
+            settings[key] = SCHEMA[key].read(key, value)
+    return settings

@@ -5,6 +5,7 @@ process sees a change within that time."""
 
 from __future__ import annotations
 
+import logging
 import math
 import os
 import threading
@@ -15,11 +16,30 @@ from typing import Any
 from vsqs._core import format as _format
 from vsqs._core import fs as _fs
 from vsqs._core import settings as _settings
-from vsqs._core.errors import StorageError
+from vsqs._core.errors import InvalidArgument, StorageError
 from vsqs._core.message import to_us
 
 TTL = 1.0  # other processes' setting changes are seen within this many seconds
 WRITE_GRACE = 2.0  # seconds a new version may take to be whole before writers go past it
+_REPORTED_MAX = 1024  # (settings directory, version) pairs reported as skipped that the process remembers
+
+log = logging.getLogger("vsqs")
+_reported: dict[tuple[str, int], None] = {}  # the pairs reported, oldest first (a dict keeps its order)
+_reported_lock = threading.Lock()
+
+
+def _first_report(directory: str, version: int) -> bool:
+    """Whether version ``version`` in ``directory`` is not yet reported by this
+    process (then remembered as reported, the oldest pair forgotten past
+    ``_REPORTED_MAX``): every handle of the queue shares one memory."""
+    key = (os.path.abspath(directory), version)
+    with _reported_lock:
+        if key in _reported:
+            return False
+        while len(_reported) >= _REPORTED_MAX:
+            del _reported[next(iter(_reported))]
+        _reported[key] = None
+        return True
 
 
 class SettingsStore:
@@ -109,10 +129,21 @@ class SettingsStore:
         )
         for version in versions:
             data = _fs.read_control(os.path.join(self.directory, _settings.version_name(version)))
-            settings = _settings.decode(data, _format.SETTINGS_FORMAT) if data else None
-            if settings is not None:
-                return versions[0], version, settings
+            if not data:
+                continue  # being written, or not a regular file of at most 64 KiB
+            try:
+                return versions[0], version, _settings.decode(data, _format.SETTINGS_FORMAT)
+            except InvalidArgument as exc:
+                self._report(version, str(exc))
         return (versions[0] if versions else 0), 0, _settings.defaults()
+
+    def _report(self, version: int, why: str) -> None:
+        """Report (a warning, once per version per process, whichever handle
+        reads it) a version that does not parse and is not being written: it
+        is skipped (FORMAT.md, Settings)."""
+        if self._being_written(version) or not _first_report(self.directory, version):
+            return
+        log.warning("queue settings %s: version %d skipped: %s", self.directory, version, why)
 
     def changed_at(self) -> float | None:
         """When the newest version was written (its file's mtime); ``None`` if there is none."""
