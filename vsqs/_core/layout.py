@@ -139,7 +139,7 @@ class Layout:
 
 
 class ShardedLayout(Layout):
-    """A sharded queue (format 2): message files in ``shards/00`` .. ``shards/NN``,
+    """A sharded queue (format 2 or 3): message files in ``shards/00`` .. ``shards/NN``,
     each in the shard the first hex digits of its GROUP (or else its RAND) map to."""
 
     def __init__(self, directory: _fs.Pin | str, shards: int) -> None:
