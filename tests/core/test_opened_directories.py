@@ -20,11 +20,19 @@ import pytest
 
 import vsqs
 from vsqs._core import format as _format
+from vsqs._core import layout as _layout
 from vsqs._core import settings as _settings
 
 
 def _files(directory: Path) -> list[str]:
     return sorted(str(path.relative_to(directory)) for path in directory.rglob("*"))
+
+
+@pytest.fixture
+def looking_each_time(monkeypatch):
+    """Handles look at whether their directories are still those at their paths before each
+    operation, not once a second (CHECK_EVERY): what a second later is, at once."""
+    monkeypatch.setattr(_layout, "CHECK_EVERY", 0.0, raising=False)
 
 
 @pytest.fixture(params=[1, 4], ids=["flat", "shards4"])
@@ -46,7 +54,7 @@ def _swap_for_a_link(directory: str, target: str, *, keep: bool) -> None:
     os.symlink(target, directory)
 
 
-def test_a_queue_directory_renamed_away_and_replaced_by_a_link_is_still_the_one_served(spools):
+def test_until_it_looks_again_a_handle_serves_its_directory_renamed_away_and_replaced_by_a_link(spools):
     queue, victim = spools
     before = _files(Path(victim.path))
     _swap_for_a_link(queue.path, victim.path, keep=True)
@@ -59,10 +67,11 @@ def test_a_queue_directory_renamed_away_and_replaced_by_a_link_is_still_the_one_
     assert [m.body for m in victim.receive_batch(10)] == [b"theirs"]
 
 
-def test_a_queue_directory_removed_and_replaced_by_a_link_is_not_a_queue_any_more(spools):
+@pytest.mark.parametrize("keep", [False, True], ids=["removed", "renamed-away"])
+def test_a_queue_directory_replaced_by_a_link_is_not_a_queue_any_more(looking_each_time, spools, keep):
     queue, victim = spools
     before = _files(Path(victim.path))
-    _swap_for_a_link(queue.path, victim.path, keep=False)
+    _swap_for_a_link(queue.path, victim.path, keep=keep)
 
     with pytest.raises(vsqs.QueueNotFound):
         queue.publish(b"attack")
@@ -74,7 +83,21 @@ def test_a_queue_directory_removed_and_replaced_by_a_link_is_not_a_queue_any_mor
     assert [m.body for m in victim.receive_batch(10)] == [b"theirs"]
 
 
-def test_a_queue_deleted_and_made_again_is_served_by_a_handle_of_the_old_one(tmp_path):
+def test_a_handle_of_a_deleted_queue_publishes_nothing_into_it(tmp_path, looking_each_time):
+    spool = vsqs.Spool(tmp_path, create=True)
+    old = spool.create_queue("q")
+    for _ in range(20):
+        old.publish(b"before")
+    spool.delete_queue("q")
+    with pytest.raises(vsqs.QueueNotFound):
+        old.publish(b"after")
+    assert os.listdir(tmp_path) == []  # the deleted directory went whole: nothing written into it
+    spool.create_queue("q")
+    old.publish(b"into the queue made again")
+    assert [m.body for m in spool.queue("q").receive_batch(10)] == [b"into the queue made again"]
+
+
+def test_a_queue_deleted_and_made_again_is_served_by_a_handle_of_the_old_one(tmp_path, looking_each_time):
     spool = vsqs.Spool(tmp_path, create=True)
     old = spool.create_queue("q")
     old.publish(b"lost with its queue")
@@ -83,6 +106,26 @@ def test_a_queue_deleted_and_made_again_is_served_by_a_handle_of_the_old_one(tmp
     assert old.receive().body == b"new"
     old.publish(b"through the old handle")
     assert [m.body for m in spool.queue("q").receive_batch(10)] == [b"through the old handle"]
+
+
+def test_a_shard_removed_and_made_again_is_held_again(tmp_path, looking_each_time):
+    queue = vsqs.Queue(tmp_path / "q", create=True, shards=4)
+    for index in range(4):
+        shutil.rmtree(os.path.join(queue.path, _format.shard_dir_name(index)))
+    assert queue.collect_garbage() == 0  # makes the shards again
+    ids = [queue.publish(b"x") for _ in range(16)]
+    assert sorted(m.id for m in queue.receive_batch(16)) == sorted(ids)
+
+
+def test_a_source_goes_on_after_its_dead_letter_queue_was_deleted_and_made_again(tmp_path, looking_each_time):
+    spool = vsqs.Spool(tmp_path, create=True)
+    queue = spool.create_queue("q", max_receives=1)
+    for round_ in range(2):
+        queue.publish(b"%d" % round_)
+        assert queue.receive(visibility_timeout=0) is not None
+        assert queue.receive() is None  # dead-lettered: into q.dlq, made on demand
+        assert [m.body for m in spool.queue("q.dlq").receive_batch(10)] == [b"%d" % round_]
+        spool.delete_queue("q.dlq")
 
 
 def test_a_shard_swapped_for_a_link_is_never_followed(tmp_path):
@@ -132,6 +175,8 @@ def test_a_dead_letter_queue_swapped_for_a_link_after_use_is_never_followed(tmp_
     dead_letters = str(tmp_path / "spool" / "q.dlq")
     _swap_for_a_link(dead_letters, victim.path, keep=True)
 
-    assert queue.receive() is None  # the second dead letter goes where the first went
+    with pytest.raises(vsqs.StorageError, match="symbolic link"):  # a dead-letter queue is made, never followed
+        queue.receive()
     assert victim.stats().total == 0
-    assert vsqs.Queue(dead_letters + ".moved").stats().total == 2
+    assert vsqs.Queue(dead_letters + ".moved").stats().total == 1
+    assert queue.stats().total == 1  # the second dead letter stays where it was

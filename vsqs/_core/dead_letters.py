@@ -83,7 +83,7 @@ class DeadLetters(Generic[QueueT]):
             return None
         with self._lock:
             cached = self._cached
-        if cached is not None and cached[1].layout.shown == path:
+        if cached is not None and cached[1].layout.shown == path and not cached[1].layout.gone():
             return cached
         mode = self._settings.mode  # a dead-letter queue made here takes this queue's mode
         if create:  # made first by the store: at this queue's format family (see __init__), then opened

@@ -67,7 +67,7 @@ def exists(path: str) -> bool:
         status = _lstat(path)
     except OSError as exc:
         return exc.errno != errno.ESTALE
-    return status is not None and (status.st_nlink > 0 or path not in _PINS)
+    return status is not None and (status.st_nlink > 0 or path not in _PINS or path in _NO_NLINK)
 
 
 def _lstat(path: str) -> os.stat_result | None:
@@ -118,7 +118,7 @@ def list_names(directory: str) -> list[str]:
         fd = _open_dir(directory)  # (a descriptor of its own: listdir rewinds the one it is given)
         try:
             names = os.listdir(fd)
-            if not names:
+            if not names and directory in _PINS and directory not in _NO_NLINK:
                 _check_alive(fd)
             return names
         finally:
@@ -151,7 +151,7 @@ def list_files(directory: str) -> tuple[list[str], list[str]]:
                 except OSError:
                     continue  # gone since the listing (or unreadable: not a file of ours)
                 (files if regular else others).append(entry.name)
-        if fd is not None and not files and not others:
+        if fd is not None and not files and not others and directory in _PINS and directory not in _NO_NLINK:
             _check_alive(fd)
     except (FileNotFoundError, NotADirectoryError) as exc:
         raise QueueNotFound(f"queue directory is gone: {shown(directory)}") from exc
@@ -631,7 +631,8 @@ def is_private_dir(path: str) -> bool:
         status = _lstat(path)
     except OSError:
         return False
-    return status is not None and stat.S_ISDIR(status.st_mode) and (status.st_nlink > 0 or path not in _PINS)
+    return status is not None and stat.S_ISDIR(status.st_mode) and (
+        status.st_nlink > 0 or path not in _PINS or path in _NO_NLINK)
 
 
 def is_dir(path: str) -> bool:
@@ -729,10 +730,10 @@ class Pin:
     later; the descriptor is closed when the last holder lets go. Handles
     of one directory share a pin (one descriptor per directory)."""
 
-    __slots__ = ("__weakref__", "fd", "path", "shown")
+    __slots__ = ("__weakref__", "fd", "identity", "path", "shown")
 
-    def __init__(self, fd: int, shown: str) -> None:
-        self.fd, self.path, self.shown = fd, f"{PINNED}{fd}", shown
+    def __init__(self, fd: int, shown: str, identity: tuple[int, int]) -> None:
+        self.fd, self.path, self.shown, self.identity = fd, f"{PINNED}{fd}", shown, identity
 
     def __repr__(self) -> str:
         return f"Pin({self.shown!r})"
@@ -762,15 +763,45 @@ def pin(path: str) -> Pin:
         if held is not None and _identity(held.fd) == identity:
             os.close(fd)
             return held
-        made = Pin(fd, shown(path))
+        made = Pin(fd, shown(path), identity)
         _PINS[made.path], _SHOWN[made.path], _OWNERS[made.path] = fd, made.shown, id(made)
         _BY_IDENTITY[identity] = made
+        if status.st_nlink == 0:  # (fuse-dfs counts no links of a directory: nlink tells nothing there)
+            _NO_NLINK.add(made.path)
     # (not at exit: the descriptor closes with the process, and until then exit handlers may use it)
     weakref.finalize(made, _unpin, made.path, fd, id(made)).atexit = False
     return made
 
 
 _OWNERS: dict[str, int] = {}  # pin path -> id() of the Pin that holds it
+_NO_NLINK: set[str] = set()  # pins on a filesystem that reports no links of a directory
+
+
+def _after_fork_in_child() -> None:
+    global _pins_lock
+    _pins_lock = threading.RLock()  # (another thread of the parent may have held it at the fork)
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+def moved(held: Pin) -> bool:
+    """Whether the path ``held`` was opened at no longer leads to it: the
+    directory was removed, renamed away or replaced (a link put there
+    included). An error other than absence says nothing: False."""
+    try:
+        status = os.stat(held.shown, follow_symlinks=False)
+    except OSError as exc:
+        return exc.errno in _NOT_THERE
+    return (status.st_dev, status.st_ino) != held.identity
+
+
+def lstat(path: str) -> os.stat_result | None:
+    """``lstat`` of ``path`` (below a pin: through it), None if it cannot be had."""
+    try:
+        return _lstat(path)
+    except OSError:
+        return None
 
 
 def _identity(fd: int) -> tuple[int, int] | None:
@@ -789,6 +820,7 @@ def _unpin(path: str, fd: int, owner: int) -> None:
         if _OWNERS.get(path) != owner:
             return
         del _OWNERS[path], _PINS[path], _SHOWN[path]
+        _NO_NLINK.discard(path)
         with contextlib.suppress(OSError):
             os.close(fd)
 
@@ -828,7 +860,7 @@ def _at(path: str) -> tuple[str, int | None, bool]:
 def _pin_removed(directory: str) -> bool:
     """Whether ``directory`` is a pinned directory (not one below it) that was removed."""
     fd = _PINS.get(directory)
-    if fd is None:
+    if fd is None or directory in _NO_NLINK:
         return False
     try:
         _check_alive(fd)

@@ -393,9 +393,8 @@ def _stamp(directories: list[str]) -> tuple[object, ...]:
     """What a look sees of each directory: its times, size and inode (None: not there)."""
     stamp: list[object] = []
     for directory in directories:
-        try:
-            st = os.stat(directory, follow_symlinks=False)
-        except OSError:
+        st = _fs.lstat(directory)  # (a directory held open: its own, not its link in /proc)
+        if st is None:
             stamp.append(None)
             continue
         stamp.append((st.st_mtime_ns, st.st_ctime_ns, st.st_size, st.st_ino, st.st_nlink))

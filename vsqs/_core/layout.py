@@ -21,6 +21,7 @@ import errno
 import logging
 import os
 import random
+import time
 from collections.abc import Callable, Iterable, Iterator
 
 from vsqs._core import format as _format
@@ -48,6 +49,25 @@ class Layout:
         self.shards = 1
         self.locate: Callable[[str], str] | None = None
         self._reported: set[str] = set()  # damaged entries reported already (their keys)
+        self.check_at = time.monotonic() + CHECK_EVERY  # when :meth:`check` looks at the path next
+
+    def gone(self) -> bool:
+        """Whether the queue's directory held is no longer the one at its path
+        (removed, renamed away by a delete, replaced: by a link, even)."""
+        return not _fs.exists(self.path) or _fs.moved(self.pin)
+
+    def check(self) -> None:
+        """Look (at most once a CHECK_EVERY; callers test ``check_at`` first)
+        whether the directories held are still those at their paths:
+        QueueNotFound if the queue's is not (the handle opens the one there
+        again, by the opening rules); a shard that is not is held again."""
+        self.check_at = time.monotonic() + CHECK_EVERY
+        if self.gone():
+            raise QueueNotFound(f"the queue directory at {self.shown} is not the one opened (deleted?)")
+        self.check_shards()
+
+    def check_shards(self) -> None:
+        """Hold again each shard whose directory held is not the one at its path (none here)."""
 
     def file(self, name: str) -> str:
         """An entry of the queue directory itself (metadata, settings, stages...)."""
@@ -161,6 +181,8 @@ class ShardedLayout(Layout):
         except QueueNotFound:
             shard = None
         except StorageError as exc:
+            if exc.errno != errno.ENOTDIR:
+                raise
             raise StorageError(errno.ENOTDIR, "shard directory is not a directory of the queue (a symlink?): "
                                "not followed", _fs.shown(directory)) from exc
         self.shard_pins[index] = shard
@@ -170,6 +192,11 @@ class ShardedLayout(Layout):
     def message_file(self, name: str) -> str:
         assert self.locate is not None
         return self.locate(name) + name
+
+    def check_shards(self) -> None:
+        for index, shard in enumerate(self.shard_pins):
+            if shard is None or _fs.moved(shard) or not _fs.exists(shard.path):
+                self._pin_shard(index)
 
     def message_dirs(self) -> list[str]:
         return [prefix[:-1] for prefix in self.shard_prefixes]
@@ -258,9 +285,7 @@ class ShardedLayout(Layout):
         if not _fs.exists(self.file(_format.METADATA_NAME)):  # deleted: nothing to repair
             raise QueueNotFound(f"no queue at {self.shown}")
         self.make(self.path, self.shards, mode)  # any that went missing
-        for index, shard in enumerate(self.shard_pins):
-            if shard is None or not _fs.exists(shard.path):
-                self._pin_shard(index)
+        self.check_shards()
         moved = 0
         places = [self.path, *self.message_dirs()]
         for index, directory in enumerate(places):
@@ -275,6 +300,10 @@ class ShardedLayout(Layout):
 
 
 _REPORTED_MAX = 10_000  # damaged entries a handle remembers having reported
+# seconds between two looks of a layout at whether the directories it holds are still those
+# at their paths: how long a handle may go on in a queue deleted meanwhile (as SQS, whose
+# deletion takes up to 60 s, may accept a message meanwhile)
+CHECK_EVERY = 1.0
 
 
 def _typed(directory: str) -> Iterator[tuple[str, bool]]:

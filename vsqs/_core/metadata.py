@@ -72,7 +72,7 @@ def _pin(path: str, create: bool) -> _fs.Pin | None:
     except QueueNotFound:
         return None
     except StorageError as exc:  # a link put there since the look above, or no directory
-        if create:
+        if create or exc.errno != errno.ENOTDIR:
             raise
         raise QueueNotFound(f"not a vsqs queue: {path} is not a directory (vsqs follows no link)") from exc
 

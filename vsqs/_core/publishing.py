@@ -137,6 +137,8 @@ def write_new(
     """Write ``STEM.new`` under a fresh key, where the message will live (or
     in the directory ``stage``, ending in a separator); return (stem, path).
     With ``files`` its fsync is left to them (``durable`` is then ignored)."""
+    if time.monotonic() >= layout.check_at:  # still the queue's directory at its path? (once a second)
+        layout.check()
     content = _envelope.encode_envelope(entry.header, entry.body) if entry.header else entry.body
     for _attempt in range(8):
         key = _format.new_key(entry.priority)

@@ -264,7 +264,7 @@ class Queue:
         """After QueueNotFound: whether the directory opened was removed and a queue is at its path
         again; the handle then serves that one, opened as any is (its old receipts are stale)."""
         store = self._store
-        if store is None or _fs.exists(store.layout.path):
+        if store is None or not store.layout.gone():
             return False
         with self._lock:
             if self._store is store:

@@ -95,6 +95,9 @@ class Receiver:
     def terms(self, visibility_timeout: float | None, wait: float | None) -> tuple[int, float, dict[str, Any]]:
         """The lease (microseconds) and the wait (seconds) a receive asked for, checked,
         the queue's settings filling in what it left out; and the settings."""
+        layout = self._store.layout
+        if time.monotonic() >= layout.check_at:  # still the queue's directory at its path? (once a second)
+            layout.check()
         settings_store = self._settings
         settings = settings_store.current()
         if visibility_timeout is None:  # the setting was validated when it was read
