@@ -28,30 +28,31 @@ class Clock:
 def test_a_burst_of_wrong_keys_then_one_a_while():
     clock = Clock()
     guesses = KeyGuesses(burst=3, per_guess=6.0, clock=clock)
-    assert guesses.wait("a") == 0
+    assert guesses.wait("192.0.2.1") == 0
     for _ in range(3):
-        guesses.wrong("a")
-    assert guesses.wait("a") == 6  # the burst is spent: one more in 6 s
-    assert guesses.wait("b") == 0  # per address
+        guesses.wrong("192.0.2.1")
+    assert guesses.wait("192.0.2.1") == 6  # the burst is spent: one more in 6 s
+    assert guesses.wait("192.0.2.2") == 0  # per address
     clock.now += 4
-    assert guesses.wait("a") == 2
+    assert guesses.wait("192.0.2.1") == 2
     clock.now += 2
-    assert guesses.wait("a") == 0
-    guesses.wrong("a")
-    assert guesses.wait("a") == 6
+    assert guesses.wait("192.0.2.1") == 0
+    guesses.wrong("192.0.2.1")
+    assert guesses.wait("192.0.2.1") == 6
     clock.now += 3600  # refilled, never beyond the burst
     for _ in range(3):
-        assert guesses.wait("a") == 0
-        guesses.wrong("a")
-    assert guesses.wait("a") > 0
+        assert guesses.wait("192.0.2.1") == 0
+        guesses.wrong("192.0.2.1")
+    assert guesses.wait("192.0.2.1") > 0
 
 
 def test_the_addresses_remembered_are_bounded():
     guesses = KeyGuesses(burst=1, per_guess=60.0, max_addresses=100, clock=Clock())
     for n in range(1000):
         guesses.wrong(f"10.0.{n // 256}.{n % 256}")
-    assert guesses.wait("10.0.3.231") > 0  # the latest are kept
-    assert guesses.wait("10.0.0.0") == 0  # the oldest were forgotten: memory stays bounded
+    assert len(guesses) <= 100  # memory stays bounded
+    assert guesses.wait("10.0.3.231") > 0  # the latest are held back
+    assert guesses.wait("10.0.0.0") > 0  # and the oldest: none was forgotten with its debt
 
 
 def call(app: Any, headers: list[tuple[bytes, bytes]], client: str = "192.0.2.7") -> tuple[int, dict[bytes, bytes]]:
@@ -181,3 +182,50 @@ def test_a_presigned_url_is_a_key_presented_too(tmp_path):
             assert presigned(server.url, KEY, encoded).status_code == 200
             assert [presigned(server.url, "guess", encoded).status_code for _ in range(11)] == [403] * 10 + [429]
             assert presigned(server.url, KEY, encoded).status_code == 429  # a right guess is refused too
+
+
+def _attack(guesses: KeyGuesses, addresses) -> int:
+    """Guess from each address while it may (as a guesser who reads the 429s would): the guesses let through."""
+    allowed = 0
+    for address in addresses:
+        while guesses.wait(address) == 0:
+            guesses.wrong(address)
+            allowed += 1
+    return allowed
+
+
+def test_cycling_the_64s_of_a_48_never_gives_the_first_a_fresh_budget():
+    """More /64s than the table holds, from one /48 (10 wrong keys each, at first):
+    the prefixes they share are counted as one, with the wrong keys of all of them."""
+    guesses = KeyGuesses(clock=Clock())  # the gateway's limits; no time passes
+    first = "2001:db8:7:0::1"
+    allowed = _attack(guesses, [first] + [f"2001:db8:7:{n:x}::1" for n in range(1, 10_001)])
+    assert guesses.wait(first) > 0  # still held back: never forgotten, never refilled for free
+    assert allowed < 3_000  # ~17 /56s of 17 /64s with 10 each, then the /48 is one count (else 100,010)
+    assert len(guesses) < 100
+
+
+def test_an_ipv4_guesser_across_the_internet_is_held_at_wider_prefixes():
+    """Addresses from everywhere, more than the table holds: under that pressure the
+    count is kept for wider prefixes (at most /8), so none starts afresh and memory stays bounded."""
+    guesses = KeyGuesses(max_addresses=1000, clock=Clock())
+    addresses = [f"{n % 223 + 1}.{n * 7 % 256}.{n * 13 % 256}.{n % 251}" for n in range(20_000)]
+    allowed = _attack(guesses, addresses)
+    assert guesses.wait(addresses[0]) > 0
+    assert allowed <= 1000 * 10 + 10  # the table's worth, once (else 200,000)
+    assert len(guesses) <= 1000
+
+
+def test_a_prefix_counted_as_one_carries_the_wrong_keys_of_its_addresses():
+    clock = Clock()
+    guesses = KeyGuesses(burst=3, per_guess=6.0, clock=clock)
+    assert _attack(guesses, [f"192.0.2.{n}" for n in range(1, 17)]) == 16 * 3
+    assert guesses.wait("192.0.2.200") == 0  # 16 addresses of a /24 are told apart
+    guesses.wrong("192.0.2.17")  # the 17th: the /24 is one count, owing all 49
+    assert guesses.wait("192.0.2.200") == (49 - 2) * 6  # (2 of the burst's 3 may be owed before a wait)
+    assert guesses.wait("192.0.3.1") == 0  # the next /24 is not held back
+    clock.now += (49 - 2) * 6
+    assert guesses.wait("192.0.2.1") == 0
+    for n in range(100):  # a hundred /24s of a /16 with 17 addresses each: owed for an hour at most
+        _attack(guesses, [f"198.51.{n}.{host}" for host in range(1, 18)])
+    assert 0 < guesses.wait("198.51.200.1") <= 3600

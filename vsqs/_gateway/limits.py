@@ -65,5 +65,7 @@ INLINE_SIGNATURE_HEAD_BYTES = 8 * 1024
 # -- guessing the API key (vsqs._gateway.guesses): wrong keys counted by client address --
 KEY_GUESS_BURST = 10  # wrong keys an address may present at once ...
 KEY_GUESS_SECONDS = 6.0  # ... then one every this many seconds
-KEY_GUESS_ADDRESSES = 10_000  # addresses remembered (each a few hundred bytes), the longest idle forgotten first
+KEY_GUESS_ADDRESSES = 10_000  # addresses and prefixes remembered (~350 bytes each); past it, wider prefixes
+KEY_GUESS_SPREAD = 16  # owing addresses of a /24 (IPv4) or /56 (IPv6) told apart; twice as many each wider level
+KEY_GUESS_LONGEST_WAIT = 3600.0  # seconds a prefix counted as one is held back at most
 CONSOLE_INTERVAL = 5.0  # seconds between the console's samples of every queue (vsqs._gateway.console.history)
