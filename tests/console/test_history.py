@@ -13,8 +13,9 @@ pytest.importorskip("fastapi", reason="the gateway needs the server extra: pip i
 pytest.importorskip("jinja2", reason="the console needs the server extra: pip install 'vsqs[server]'")
 
 import vsqs
-from vsqs._gateway.console import charts, history, humane
+from vsqs._gateway.console import charts, humane, records
 from vsqs._gateway.console.history import History
+from vsqs._gateway.console.records import DamagedRecord
 
 T0 = 1_800_000_000.0  # a period boundary for 5 s periods
 
@@ -61,7 +62,7 @@ def test_a_record_being_written_is_read_again_later(tmp_path: Path) -> None:
     (tmp_path / ".records" / f"console.{period}").write_bytes(b"")  # created, not yet written
     reader.catch_up(now=T0 + 1)
     assert len(reader) == 0
-    (tmp_path / ".records" / f"console.{period}").write_bytes(history.encode(T0, {}))
+    (tmp_path / ".records" / f"console.{period}").write_bytes(records.encode(T0, {}))
     reader.catch_up(now=T0 + 6)
     assert len(reader) == 1
 
@@ -76,23 +77,104 @@ def test_the_series_is_bounded(tmp_path: Path) -> None:
     assert len(small) == 4
 
 
-@pytest.mark.parametrize("data", [b"not json", b"[]", b'{"t": "x", "queues": {}}', b'{"t": 1}',
-                                  b'{"t": 1, "queues": {"q": [1, 2]}}', b'{"t": 1e999, "queues": {}}'])
-def test_a_hostile_record_is_skipped(data: bytes) -> None:
-    sample = history.decode(data)
-    assert sample is None or sample.queues == {}
+P0 = int(T0 // 5)  # the period of T0
 
 
-def test_a_record_nested_thousands_deep_is_skipped() -> None:
-    """json.loads raises RecursionError, no ValueError, on it: every page would fail."""
-    assert history.decode(b'{"t": 1, "queues": ' + b"[" * 100_000) is None
+@pytest.mark.parametrize("data", [b"not json", b'{"t": 1, "queues": ' + b"[" * 100_000])
+def test_a_record_that_does_not_parse_is_none(data: bytes) -> None:
+    """(Being written, perhaps.) json.loads raises RecursionError, no ValueError, on the
+    nested one: every page would fail."""
+    assert records.decode(data, P0, 5, T0) is None
 
 
-def test_a_record_holds_queue_names_only() -> None:
-    """A hostile record of 1 MiB of long names, one a period, must not hold an hour of them in memory."""
-    names = {"jobs": [1, 2, 3, 4, 5], "x" * 100_000: [1, 2, 3, 4, 5], "../up": [1, 2, 3, 4, 5]}
-    sample = history.decode(json.dumps({"t": 1, "queues": names}).encode())
-    assert sample is not None and list(sample.queues) == ["jobs"]
+def _record(values: object = (1, 2, 3, 4, 5.5), at: object = T0 + 1, took: object = 0.5, name: str = "jobs") -> bytes:
+    return json.dumps({"t": at, "d": took, "queues": {name: values}}).encode()
+
+
+@pytest.mark.parametrize("data", [
+    b"[]", b'{"t": 1}', b'{"t": "x", "queues": {}}', b'{"t": 1e999, "queues": {}}', b'{"t": NaN, "queues": {}}',
+    _record(at=T0 - 100),  # its time is another period's
+    _record(at=T0 + 1, took=12.0),  # its sampling started in an earlier period
+    _record(at=T0 + 6, took=0),  # in the next period
+    _record(took=-1), _record(took=True), _record(at=True),
+    _record([1, 2]), _record([1, 2, 3, 4, 5, 6]), _record({"ready": 1}),
+    _record([-1, 0, 0, 0, 0]), _record([1.5, 0, 0, 0, 0]), _record([True, 0, 0, 0, 0]),
+    _record([2**63, 0, 0, 0, 0]), _record([1e308, 0, 0, 0, 0]), _record([0, 0, 0, "5", 0]),
+    _record([0, 0, 0, None, 0]), _record([0, 0, 0, 0, -1]), _record([0, 0, 0, 0, 1e300]),
+    _record(name="../up"), _record(name="x" * 100_000),
+])
+def test_a_record_that_does_not_hold_together_is_damaged(data: bytes) -> None:
+    """Its time must lie in its period, its counts be integers 0 <= n < 2**63, its age a
+    finite number: a record of 1 MiB of long names holds nothing, one count of 1e308 is no sample."""
+    with pytest.raises(DamagedRecord):
+        records.decode(data, P0, 5, T0 + 10)
+
+
+def test_a_record_from_a_time_to_come_is_damaged() -> None:
+    data = records.encode(T0 + 1, {})
+    assert records.decode(data, P0, 5, T0 + 1 - records.SKEW) is not None  # (hosts' clocks differ a little)
+    with pytest.raises(DamagedRecord, match="not come yet"):
+        records.decode(data, P0, 5, T0 - records.SKEW)
+
+
+def test_a_record_that_holds_together_is_a_sample() -> None:
+    sample = records.decode(_record(), P0, 5, T0 + 10)
+    assert sample is not None and sample.queues == {"jobs": (1, 2, 3, 4, 5.5)} and sample.took == 0.5
+    assert not sample.signed
+
+
+def test_only_a_record_signed_for_its_period_with_the_gateways_key_is_its_own() -> None:
+    ours, theirs = records.key_of("our workers' secret"), records.key_of("another gateway's")
+    stats = {"jobs": vsqs.QueueStats(5, 1, 0, 2.0, dead_lettered=0)}
+    data = records.encode(T0 + 1, stats, 0.5, period=P0, key=ours)
+    assert records.decode(data, P0, 5, T0 + 10, ours).signed
+    assert records.decode(data, P0, 5, T0 + 10).queues["jobs"] == (5, 1, 0, 0, 2.0)  # anyone may read it
+    assert not records.decode(data, P0, 5, T0 + 10, theirs).signed
+    moved = records.encode(T0 + 6, stats, 0.5, period=P0, key=ours)  # last period's, planted as the next one's
+    assert not records.decode(moved, P0 + 1, 5, T0 + 10, ours).signed
+    changed = data.replace(b"[5,", b"[0,")
+    assert records.decode(changed, P0, 5, T0 + 10, ours).queues["jobs"][0] == 0
+    assert not records.decode(changed, P0, 5, T0 + 10, ours).signed
+
+
+def test_a_record_planted_before_its_sampler_wrote_it_is_left_out(tmp_path: Path) -> None:
+    """Only the holder of a period's claim writes its record: the holder that finds one
+    there already knows it was planted."""
+    spool = vsqs.Spool(tmp_path, create=True)
+    spool.create_queue("jobs")
+    (tmp_path / ".records").mkdir()
+    (tmp_path / ".records" / f"console.{P0 + 1}").write_bytes(_record([0, 0, 0, 0, 0], at=T0 + 6))
+    sampler = History(spool, now=T0)
+    assert sampler.sample(_stats_of(spool), now=T0 + 5.1)  # its claim
+    sampler.catch_up(now=T0 + 5.2)
+    assert len(sampler) == 0 and sampler.damaged == 1
+    assert sampler.latest("jobs") is None
+
+
+def test_damaged_records_are_counted_and_logged_now_and_then(tmp_path: Path, caplog) -> None:
+    spool = vsqs.Spool(tmp_path, create=True)
+    (tmp_path / ".records").mkdir()
+    for step in range(4):
+        (tmp_path / ".records" / f"console.{P0 + step}").write_bytes(_record([-1, 0, 0, 0, 0], at=T0 + 5 * step))
+    (tmp_path / ".records" / f"console.{P0 + 4}").write_bytes(b'{"t": ')  # never finished
+    (tmp_path / ".records" / f"console.{P0 + 5}").write_bytes(records.encode(T0 + 25, {}))
+    reader = History(spool, now=T0)
+    with caplog.at_level("WARNING", logger="vsqs.gateway.console"):
+        reader.catch_up(now=T0 + 26)
+    assert len(reader) == 1 and reader.damaged == 5
+    assert len(caplog.records) == 1 and "damaged" in caplog.records[0].getMessage()
+
+
+def test_the_latest_sample_gives_live_counts_only_if_this_gateway_signed_it(tmp_path: Path) -> None:
+    spool = vsqs.Spool(tmp_path, create=True)
+    spool.create_queue("jobs")
+    workers = [History(spool, now=T0, secret="shared") for _ in range(2)]
+    stranger = History(spool, now=T0, secret="another gateway's")
+    assert workers[0].sample(_stats_of(spool), now=T0 + 0.1)
+    for reader in (*workers, stranger):
+        reader.catch_up(now=T0 + 0.2)
+    assert workers[0].latest("jobs") is not None and workers[1].latest("jobs") is not None
+    assert len(stranger) == 1 and stranger.latest("jobs") is None  # drawn in its charts, not its live counts
 
 
 def test_a_count_past_a_floats_range_is_no_error() -> None:
@@ -224,9 +306,69 @@ def test_slow_sampling_spaces_itself_out(tmp_path: Path) -> None:
     reader = History(spool, now=T0)
     period = int(T0 // 5)
     (tmp_path / ".records").mkdir()
-    slow = history.encode(T0 + 1, {}, took=12.0)  # a sampling that took more than two periods
+    slow = records.encode(T0 + 12.5, {}, took=12.0)  # a sampling that took more than two periods
     (tmp_path / ".records" / f"console.{period}").write_bytes(slow)
-    reader.catch_up(now=T0 + 2)
+    reader.catch_up(now=T0 + 13)
     assert len(reader) == 1 and list(reader)[0].took == 12.0
     tries = [reader.sample(_stats_of(spool), now=T0 + 5 * step + 0.1) for step in range(1, 7)]
     assert tries == [period_ % 3 == 0 for period_ in range(period + 1, period + 7)]  # one period in three
+
+
+
+def _planted_app(tmp_path: Path, values: list, at_of, monkeypatch, periods_ago: int = 0):
+    """A gateway app on a spool whose queue 'jobs' holds 5 ready messages, with records
+    planted by a spool writer from ``periods_ago`` on and for the coming hour; its
+    console's history started ``periods_ago`` periods ago."""
+    import functools
+    import time
+
+    from vsqs._gateway.app import create_app
+    from vsqs._gateway.config import GatewayConfig
+
+    spool = vsqs.Spool(tmp_path, create=True)
+    spool.create_queue("jobs").publish_batch([b"x"] * 5, durable=False)
+    (tmp_path / ".records").mkdir(exist_ok=True)
+    current = int(time.time() // 5)
+    for period in range(current - periods_ago, current + 720):
+        record = {"t": at_of(period), "d": 0, "queues": {"jobs": values}}
+        (tmp_path / ".records" / f"console.{period}").write_text(json.dumps(record))
+    started = (current - periods_ago) * 5
+    monkeypatch.setattr(History, "__init__", functools.partialmethod(History.__init__, now=started))
+    return create_app(GatewayConfig(spool=str(tmp_path), gc_interval=0))
+
+
+def _get(app, *paths: str) -> list:
+    import asyncio
+
+    import httpx
+
+    async def get() -> list:
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app), base_url="http://127.0.0.1") as client:
+            return [await client.get(path) for path in paths]
+
+    return asyncio.run(get())
+
+
+@pytest.mark.parametrize("at_of", [lambda period: 1e10, lambda period: period * 5 + 4.9],
+                         ids=["from-the-future", "in-its-period"])
+def test_planted_records_never_give_the_live_counts(tmp_path: Path, at_of, monkeypatch) -> None:
+    """Records planted ahead for the coming periods (0 ready: the first writer of a
+    period's record wins) never stand in for the counts the queue itself gives."""
+    app = _planted_app(tmp_path, [0, 0, 0, 0, 0], at_of, monkeypatch)
+    overview, numbers = _get(app, "/ui/api/overview", "/ui/api/queues/jobs")
+    assert overview.status_code == numbers.status_code == 200
+    assert overview.json()["queues"][0]["raw"]["ready"] == 5
+    assert numbers.json()["queues"][0]["raw"]["ready"] == 5
+
+
+def test_a_record_out_of_bounds_is_shown_as_damaged(tmp_path: Path, monkeypatch) -> None:
+    """A count of 1e308, planted in two records (so that the depth has a rate), is no
+    error of the live refresh: the records are left out, and the page says so."""
+    app = _planted_app(tmp_path, [1e308, 1e308, 0, 0, 0], lambda period: period * 5 + 4.9, monkeypatch,
+                       periods_ago=1)
+    overview, page = _get(app, "/ui/api/overview", "/ui")
+    assert overview.status_code == 200, overview.text
+    assert overview.json()["queues"][0]["raw"]["ready"] == 5
+    assert overview.json()["queues"][0]["raw"]["rate"] is None  # nothing drawn from the damaged records
+    assert overview.json()["history"] == 0 and overview.json()["damaged"] >= 2
+    assert page.status_code == 200 and "unreadable" in page.text

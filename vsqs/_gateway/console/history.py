@@ -16,77 +16,51 @@ The series is in memory: a process starts with an empty one and reads no
 sample taken before its own start, so after a restart the charts start
 empty, as the page says. It holds at most :data:`KEEP` samples of at most
 :data:`MAX_QUEUES` queues.
+
+Records are checked as :mod:`.records` says; a damaged one is left out,
+counted (:attr:`History.damaged`, which the pages show) and logged, at most
+once a minute. So is the record of a period this process claimed but found
+written already: only the claim's holder writes a period's record.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import math
+import secrets
 import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 
 from vsqs import QueueNotFound, QueueStats, Spool, VsqsError
-from vsqs._core.rules import is_queue_name, load_json
+from vsqs._gateway.console.records import FIELDS, MAX_QUEUES, TASK, DamagedRecord, Sample, decode, encode, key_of
+
+__all__ = ["FIELDS", "KEEP", "MAX_QUEUES", "PERIOD", "TASK", "History", "Sample"]
 
 log = logging.getLogger("vsqs.gateway.console")
 
-TASK = "console"
 PERIOD = 5.0  # seconds between samples
 KEEP = 720  # samples kept: an hour
-MAX_QUEUES = 500  # queues a sample holds (the first by name): bounds a record and the memory
-FIELDS = ("ready", "in_flight", "delayed", "dead_lettered", "oldest_ready_age")
-
-
-@dataclass(frozen=True)
-class Sample:
-    at: float  # epoch seconds: when the sampling ended
-    queues: dict[str, tuple[float, ...]]  # name -> the FIELDS
-    took: float = 0.0  # seconds the sampling took
-
-
-def encode(at: float, stats: dict[str, QueueStats], took: float = 0.0) -> bytes:
-    queues = {name: [s.ready, s.in_flight, s.delayed, s.dead_lettered, round(s.oldest_ready_age, 3)]
-              for name, s in stats.items()}
-    return json.dumps({"t": at, "d": round(took, 3), "queues": queues}, separators=(",", ":")).encode()
-
-
-def decode(data: bytes) -> Sample | None:
-    """A record's sample; None if it does not parse (being written, or not ours).
-    Entries that are not a queue name and five finite numbers are left out
-    (so a hostile record of 1 MiB costs no more memory than a true one)."""
-    try:
-        doc = load_json(data)
-    except ValueError:
-        return None
-    if not isinstance(doc, dict) or not isinstance(doc.get("queues"), dict):
-        return None
-    at = doc.get("t")
-    if isinstance(at, bool) or not isinstance(at, (int, float)) or not math.isfinite(at):
-        return None
-    queues: dict[str, tuple[float, ...]] = {}
-    for name, values in list(doc["queues"].items())[:MAX_QUEUES]:
-        if (is_queue_name(name) and isinstance(values, list) and len(values) == len(FIELDS)
-                and all(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
-                        for v in values)):
-            queues[name] = tuple(values)
-    took = doc.get("d", 0.0)
-    took = float(took) if isinstance(took, (int, float)) and not isinstance(took, bool) and 0 <= took < 1e6 else 0.0
-    return Sample(float(at), queues, took)
+_LOG_EVERY = 60.0  # seconds between warnings of damaged records
 
 
 class History:
     """This process's series, fed from the spool's records."""
 
-    def __init__(self, spool: Spool, period: float = PERIOD, keep: int = KEEP, now: float | None = None) -> None:
+    def __init__(self, spool: Spool, period: float = PERIOD, keep: int = KEEP, now: float | None = None,
+                 secret: str | bytes | None = None) -> None:
+        """``secret``: shared by the workers of one gateway, so that each takes the
+        others' records for its own (:mod:`.records`); else one of this series' own."""
         self.spool = spool
         self.period = period
         self.started = time.time() if now is None else now
+        self.damaged = 0  # records left out as damaged since the start
+        self._key = key_of(secrets.token_bytes(32) if secret is None else secret)
         self._samples: deque[Sample] = deque(maxlen=keep)
         self._next = int(self.started // period)  # the first period whose record is still to read
+        self._planted: set[int] = set()  # periods this process claimed whose record someone else wrote
+        self._warned = -math.inf  # when damaged records were last logged
         self._lock = threading.Lock()
 
     def sample(self, stats_of: Callable[[str], QueueStats], now: float | None = None) -> bool:
@@ -111,30 +85,57 @@ class History:
                 continue
             except (VsqsError, OSError) as exc:
                 log.warning("console: sampling queue %r failed: %s", name, exc)
-        ended = time.time() if now is None else now  # (tests give the time)
-        self.spool.put_record(TASK, period, encode(ended, stats, ended - started), keep=self._samples.maxlen or KEEP)
+        ended = max(started, time.time() if now is None else now)  # (tests give the time; a clock set back: 0 s)
+        record = encode(ended, stats, ended - started, period=period, key=self._key)
+        if not self.spool.put_record(TASK, period, record, keep=self._samples.maxlen or KEEP):
+            with self._lock:
+                self._planted.add(period)  # (the claim is ours: whoever wrote the record, it was not its holder)
         return True
 
     def catch_up(self, now: float | None = None) -> None:
-        """Read the records written since the last call. A missing record is
-        waited for (looked at again next time: it may still be being
-        written) only if it is of the current or the last period and no later
-        one exists; otherwise that period had no sample."""
+        """Read the records written since the last call. A missing record, or
+        one that does not parse yet, is waited for (looked at again next time:
+        it may still be being written) only if it is of the current or the
+        last period and no later one exists; otherwise that period had no
+        sample (and a record that never parsed was damaged)."""
         now = time.time() if now is None else now
         current = int(now // self.period)
         with self._lock:
+            first = max(self._next, current - (self._samples.maxlen or 1))
             waiting = None  # the first recent period whose record may come yet
-            for period in range(max(self._next, current - (self._samples.maxlen or 1)), current + 1):
+            unparsed: list[int] = []  # periods passed over whose record did not parse
+            for period in range(first, current + 1):
                 data = self.spool.record(TASK, period)
-                sample = decode(data) if data else None
+                try:
+                    sample = decode(data, period, self.period, now, self._key) if data else None
+                except DamagedRecord as exc:
+                    self._damage(period, str(exc), now)
+                    waiting = None
+                    continue
                 if sample is None:
+                    if data:
+                        unparsed.append(period)
                     if period >= current - 1 and waiting is None:
                         waiting = period
                     continue
-                waiting = None  # a later record came: the earlier one never will
-                if sample.at >= self.started:  # none taken before this process started
+                waiting = None  # a later record came: the earlier ones never will
+                if period in self._planted:
+                    self._damage(period, "it was written before this process, which claimed its period", now)
+                elif sample.at >= self.started:  # none taken before this process started
                     self._samples.append(sample)
+            for passed in unparsed:
+                if waiting is None or passed < waiting:  # (not to be read again)
+                    self._damage(passed, "it does not parse", now)
             self._next = current + 1 if waiting is None else waiting
+            self._planted = {period for period in self._planted if period >= self._next}
+
+    def _damage(self, period: int, why: str, now: float) -> None:
+        """Count (and now and then log) a damaged record, left out of the series."""
+        self.damaged += 1
+        if now - self._warned >= _LOG_EVERY:
+            self._warned = now
+            log.warning("console: the record of period %d (.records/%s.%d) is damaged (%s): left out of the "
+                        "history (%d since this process started)", period, TASK, period, why, self.damaged)
 
     def __len__(self) -> int:
         return len(self._samples)
@@ -147,10 +148,11 @@ class History:
         return [(s.at, s.queues[name]) for s in list(self._samples) if name in s.queues]
 
     def latest(self, name: str) -> tuple[float, tuple[float, ...], float] | None:
-        """(time, FIELDS, seconds the sampling took) of the newest sample holding queue ``name``, or None."""
+        """(time, FIELDS, seconds the sampling took) of the newest sample holding queue
+        ``name`` if a worker of this gateway wrote it (signed: no planted record), else None."""
         for sample in reversed(list(self._samples)):
             if name in sample.queues:
-                return sample.at, sample.queues[name], sample.took
+                return (sample.at, sample.queues[name], sample.took) if sample.signed else None
         return None
 
     def depth_rate(self, name: str, window: float = 60.0) -> float | None:
