@@ -226,6 +226,7 @@ def router(console: Console) -> APIRouter:
             if form.get("key"):  # (an empty form is no guess)
                 guesses.wrong(address)
             return console.page(request, "login.html", 401, next=target, error="That is not the API key.")
+        guesses.right(address)
         console.start_session(request, signed_in=True)
         return console.redirect(request, target)
 
