@@ -20,6 +20,16 @@ from vsqs._gateway.console.records import DamagedRecord
 T0 = 1_800_000_000.0  # a period boundary for 5 s periods
 
 
+class Clock:
+    """The time a History goes by, set by the test."""
+
+    def __init__(self, now: float = T0) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+
 def _stats_of(spool: vsqs.Spool):
     return lambda name: spool.queue(name).stats()
 
@@ -27,14 +37,16 @@ def _stats_of(spool: vsqs.Spool):
 def test_one_process_samples_and_every_process_reads_the_same_series(tmp_path: Path) -> None:
     spool = vsqs.Spool(tmp_path, create=True)
     queue = spool.create_queue("jobs")
-    workers = [History(vsqs.Spool(tmp_path), now=T0) for _ in range(3)]
+    clock = Clock()
+    workers = [History(vsqs.Spool(tmp_path), clock=clock) for _ in range(3)]
     for step in range(4):
         queue.publish_batch([b"x"] * 10, durable=False)
-        now = T0 + 5 * step + 0.1
-        sampled = [worker.sample(_stats_of(spool), now=now) for worker in workers]
+        clock.now = T0 + 5 * step + 0.1
+        sampled = [worker.sample(_stats_of(spool)) for worker in workers]
         assert sampled.count(True) == 1  # one sampler per period, whoever wins
+        clock.now += 0.1
         for worker in workers:
-            worker.catch_up(now=now + 0.1)
+            worker.catch_up()
     series = [worker.series("jobs") for worker in workers]
     assert series[0] == series[1] == series[2]
     assert [values[0] for _, values in series[0]] == [10, 20, 30, 40]
@@ -44,36 +56,46 @@ def test_one_process_samples_and_every_process_reads_the_same_series(tmp_path: P
 def test_a_restarted_process_starts_empty(tmp_path: Path) -> None:
     spool = vsqs.Spool(tmp_path, create=True)
     spool.create_queue("jobs")
-    first = History(spool, now=T0)
+    clock = Clock()
+    first = History(spool, clock=clock)
     for step in range(3):
-        first.sample(_stats_of(spool), now=T0 + 5 * step)
-    first.catch_up(now=T0 + 11)
+        clock.now = T0 + 5 * step
+        first.sample(_stats_of(spool))
+    clock.now = T0 + 11
+    first.catch_up()
     assert len(first) == 3
-    restarted = History(spool, now=T0 + 12)
-    restarted.catch_up(now=T0 + 12)
+    clock.now = T0 + 12
+    restarted = History(spool, clock=clock)
+    restarted.catch_up()
     assert len(restarted) == 0 and restarted.series("jobs") == [] and restarted.depth_rate("jobs") is None
 
 
 def test_a_record_being_written_is_read_again_later(tmp_path: Path) -> None:
     spool = vsqs.Spool(tmp_path, create=True)
-    reader = History(spool, now=T0)
+    clock = Clock()
+    reader = History(spool, clock=clock)
     period = int(T0 // 5)
     (tmp_path / ".records").mkdir()
     (tmp_path / ".records" / f"console.{period}").write_bytes(b"")  # created, not yet written
-    reader.catch_up(now=T0 + 1)
+    clock.now = T0 + 1
+    reader.catch_up()
     assert len(reader) == 0
     (tmp_path / ".records" / f"console.{period}").write_bytes(records.encode(T0, {}))
-    reader.catch_up(now=T0 + 6)
+    clock.now = T0 + 6
+    reader.catch_up()
     assert len(reader) == 1
 
 
 def test_the_series_is_bounded(tmp_path: Path) -> None:
     spool = vsqs.Spool(tmp_path, create=True)
     spool.create_queue("jobs")
-    small = History(spool, keep=4, now=T0)
+    clock = Clock()
+    small = History(spool, keep=4, clock=clock)
     for step in range(10):
-        small.sample(_stats_of(spool), now=T0 + 5 * step)
-        small.catch_up(now=T0 + 5 * step + 1)
+        clock.now = T0 + 5 * step
+        small.sample(_stats_of(spool))
+        clock.now += 1
+        small.catch_up()
     assert len(small) == 4
 
 
@@ -144,9 +166,12 @@ def test_a_record_planted_before_its_sampler_wrote_it_is_left_out(tmp_path: Path
     spool.create_queue("jobs")
     (tmp_path / ".records").mkdir()
     (tmp_path / ".records" / f"console.{P0 + 1}").write_bytes(_record([0, 0, 0, 0, 0], at=T0 + 6))
-    sampler = History(spool, now=T0)
-    assert sampler.sample(_stats_of(spool), now=T0 + 5.1)  # its claim
-    sampler.catch_up(now=T0 + 5.2)
+    clock = Clock()
+    sampler = History(spool, clock=clock)
+    clock.now = T0 + 5.1
+    assert sampler.sample(_stats_of(spool))  # its claim
+    clock.now = T0 + 5.2
+    sampler.catch_up()
     assert len(sampler) == 0 and sampler.damaged == 1
     assert sampler.latest("jobs") is None
 
@@ -158,9 +183,11 @@ def test_damaged_records_are_counted_and_logged_now_and_then(tmp_path: Path, cap
         (tmp_path / ".records" / f"console.{P0 + step}").write_bytes(_record([-1, 0, 0, 0, 0], at=T0 + 5 * step))
     (tmp_path / ".records" / f"console.{P0 + 4}").write_bytes(b'{"t": ')  # never finished
     (tmp_path / ".records" / f"console.{P0 + 5}").write_bytes(records.encode(T0 + 25, {}))
-    reader = History(spool, now=T0)
+    clock = Clock()
+    reader = History(spool, clock=clock)
+    clock.now = T0 + 26
     with caplog.at_level("WARNING", logger="vsqs.gateway.console"):
-        reader.catch_up(now=T0 + 26)
+        reader.catch_up()
     assert len(reader) == 1 and reader.damaged == 5
     assert len(caplog.records) == 1 and "damaged" in caplog.records[0].getMessage()
 
@@ -168,11 +195,14 @@ def test_damaged_records_are_counted_and_logged_now_and_then(tmp_path: Path, cap
 def test_the_latest_sample_gives_live_counts_only_if_this_gateway_signed_it(tmp_path: Path) -> None:
     spool = vsqs.Spool(tmp_path, create=True)
     spool.create_queue("jobs")
-    workers = [History(spool, now=T0, secret="shared") for _ in range(2)]
-    stranger = History(spool, now=T0, secret="another gateway's")
-    assert workers[0].sample(_stats_of(spool), now=T0 + 0.1)
+    clock = Clock()
+    workers = [History(spool, secret="shared", clock=clock) for _ in range(2)]
+    stranger = History(spool, secret="another gateway's", clock=clock)
+    clock.now = T0 + 0.1
+    assert workers[0].sample(_stats_of(spool))
+    clock.now = T0 + 0.2
     for reader in (*workers, stranger):
-        reader.catch_up(now=T0 + 0.2)
+        reader.catch_up()
     assert workers[0].latest("jobs") is not None and workers[1].latest("jobs") is not None
     assert len(stranger) == 1 and stranger.latest("jobs") is None  # drawn in its charts, not its live counts
 
@@ -275,9 +305,11 @@ def test_pages_read_counts_from_a_fresh_sample_and_fresh_stats_after_an_action(t
     queue.publish_batch([b"x"] * 7, durable=False)
     gateway = Gateway(GatewayConfig(spool=str(tmp_path), gc_interval=0))
     now = time.time()
-    sampler = History(spool, now=now - 1)
-    assert sampler.sample(_stats_of(spool), now=now)
-    sampler.catch_up(now=now)
+    clock = Clock(now - 1)
+    sampler = History(spool, clock=clock)
+    clock.now = now
+    assert sampler.sample(_stats_of(spool))
+    sampler.catch_up()
     queue.publish_batch([b"x"] * 3, durable=False)  # after the sample
     calls: list[str] = []
     real = vsqs.Queue.stats
@@ -287,30 +319,39 @@ def test_pages_read_counts_from_a_fresh_sample_and_fresh_stats_after_an_action(t
     assert cache.get("jobs", fresh=True)[0].ready == 10 and len(calls) == 1  # the sampler's own: a listing
     cache.forget("jobs")  # an action: its result shows at once
     assert cache.get("jobs")[0].ready == 10 and len(calls) == 2
-    stale = views.StatsCache(gateway, History(spool, period=0.001, now=now - 1), ttl=0.0)
+    stale = views.StatsCache(gateway, History(spool, period=0.001, clock=Clock(now - 1)), ttl=0.0)
     assert stale.get("jobs")[0].ready == 10  # no sample at hand: stats()
 
 
 def test_a_missing_record_does_not_hold_back_a_later_one(tmp_path: Path) -> None:
     spool = vsqs.Spool(tmp_path, create=True)
     spool.create_queue("jobs")
-    reader = History(spool, now=T0)
-    reader.catch_up(now=T0 + 6)  # period 0: no record (nobody sampled); period 1: none yet
-    assert History(spool, now=T0).sample(_stats_of(spool), now=T0 + 6.5)  # period 1's, written late
-    reader.catch_up(now=T0 + 7)
+    clock = Clock()
+    reader = History(spool, clock=clock)
+    clock.now = T0 + 6
+    reader.catch_up()  # period 0: no record (nobody sampled); period 1: none yet
+    clock.now = T0 + 6.5
+    assert History(spool, clock=clock).sample(_stats_of(spool))  # period 1's, written late
+    clock.now = T0 + 7
+    reader.catch_up()
     assert len(reader) == 1
 
 
 def test_slow_sampling_spaces_itself_out(tmp_path: Path) -> None:
     spool = vsqs.Spool(tmp_path, create=True)
-    reader = History(spool, now=T0)
+    clock = Clock()
+    reader = History(spool, clock=clock)
     period = int(T0 // 5)
     (tmp_path / ".records").mkdir()
     slow = records.encode(T0 + 12.5, {}, took=12.0)  # a sampling that took more than two periods
     (tmp_path / ".records" / f"console.{period}").write_bytes(slow)
-    reader.catch_up(now=T0 + 13)
+    clock.now = T0 + 13
+    reader.catch_up()
     assert len(reader) == 1 and list(reader)[0].took == 12.0
-    tries = [reader.sample(_stats_of(spool), now=T0 + 5 * step + 0.1) for step in range(1, 7)]
+    tries = []
+    for step in range(1, 7):
+        clock.now = T0 + 5 * step + 0.1
+        tries.append(reader.sample(_stats_of(spool)))
     assert tries == [period_ % 3 == 0 for period_ in range(period + 1, period + 7)]  # one period in three
 
 
@@ -324,6 +365,7 @@ def _planted_app(tmp_path: Path, values: list, at_of, monkeypatch, periods_ago: 
 
     from vsqs._gateway.app import create_app
     from vsqs._gateway.config import GatewayConfig
+    from vsqs._gateway.console import routes
 
     spool = vsqs.Spool(tmp_path, create=True)
     spool.create_queue("jobs").publish_batch([b"x"] * 5, durable=False)
@@ -332,9 +374,11 @@ def _planted_app(tmp_path: Path, values: list, at_of, monkeypatch, periods_ago: 
     for period in range(current - periods_ago, current + 720):
         record = {"t": at_of(period), "d": 0, "queues": {"jobs": values}}
         (tmp_path / ".records" / f"console.{period}").write_text(json.dumps(record))
-    started = (current - periods_ago) * 5
-    monkeypatch.setattr(History, "__init__", functools.partialmethod(History.__init__, now=started))
-    return create_app(GatewayConfig(spool=str(tmp_path), gc_interval=0))
+    clock = Clock((current - periods_ago) * 5)  # when the console's history starts
+    monkeypatch.setattr(routes, "History", functools.partial(History, clock=clock))
+    app = create_app(GatewayConfig(spool=str(tmp_path), gc_interval=0))
+    clock.now = time.time()
+    return app
 
 
 def _get(app, *paths: str) -> list:

@@ -48,13 +48,15 @@ _LOG_EVERY = 60.0  # seconds between warnings of damaged records
 class History:
     """This process's series, fed from the spool's records."""
 
-    def __init__(self, spool: Spool, period: float = PERIOD, keep: int = KEEP, now: float | None = None,
-                 secret: str | bytes | None = None) -> None:
+    def __init__(self, spool: Spool, period: float = PERIOD, keep: int = KEEP, secret: str | bytes | None = None,
+                 clock: Callable[[], float] = time.time) -> None:
         """``secret``: shared by the workers of one gateway, so that each takes the
-        others' records for its own (:mod:`.records`); else one of this series' own."""
+        others' records for its own (:mod:`.records`); else one of this series' own.
+        ``clock``: the time (epoch seconds) the series starts at, samples and reads by."""
         self.spool = spool
         self.period = period
-        self.started = time.time() if now is None else now
+        self._clock = clock
+        self.started = clock()
         self.damaged = 0  # records left out as damaged since the start
         self._key = key_of(secrets.token_bytes(32) if secret is None else secret)
         self._samples: deque[Sample] = deque(maxlen=keep)
@@ -63,7 +65,7 @@ class History:
         self._warned = -math.inf  # when damaged records were last logged
         self._lock = threading.Lock()
 
-    def sample(self, stats_of: Callable[[str], QueueStats], now: float | None = None) -> bool:
+    def sample(self, stats_of: Callable[[str], QueueStats]) -> bool:
         """If this period's sampling is ours (one process per period), take the
         stats of every queue (up to MAX_QUEUES) and store them as the
         period's record. Blocking; True if it sampled.
@@ -71,7 +73,7 @@ class History:
         When the last sampling took longer than a period (a deep spool on a
         slow disk), sampling goes on only every so many periods, as many as
         it took, so that samplings never pile up in several processes."""
-        started = time.time() if now is None else now
+        started = self._clock()
         period = int(started // self.period)
         last = self._samples[-1] if self._samples else None
         stride = max(1, math.ceil(last.took / self.period)) if last is not None else 1
@@ -85,20 +87,20 @@ class History:
                 continue
             except (VsqsError, OSError) as exc:
                 log.warning("console: sampling queue %r failed: %s", name, exc)
-        ended = max(started, time.time() if now is None else now)  # (tests give the time; a clock set back: 0 s)
+        ended = max(started, self._clock())  # (a clock set back: 0 s)
         record = encode(ended, stats, ended - started, period=period, key=self._key)
         if not self.spool.put_record(TASK, period, record, keep=self._samples.maxlen or KEEP):
             with self._lock:
                 self._planted.add(period)  # (the claim is ours: whoever wrote the record, it was not its holder)
         return True
 
-    def catch_up(self, now: float | None = None) -> None:
+    def catch_up(self) -> None:
         """Read the records written since the last call. A missing record, or
         one that does not parse yet, is waited for (looked at again next time:
         it may still be being written) only if it is of the current or the
         last period and no later one exists; otherwise that period had no
         sample (and a record that never parsed was damaged)."""
-        now = time.time() if now is None else now
+        now = self._clock()
         current = int(now // self.period)
         with self._lock:
             first = max(self._next, current - (self._samples.maxlen or 1))
