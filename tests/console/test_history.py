@@ -124,6 +124,7 @@ def _record(values: object = (1, 2, 3, 4, 5.5), at: object = T0 + 1, took: objec
     _record([2**63, 0, 0, 0, 0]), _record([1e308, 0, 0, 0, 0]), _record([0, 0, 0, "5", 0]),
     _record([0, 0, 0, None, 0]), _record([0, 0, 0, 0, -1]), _record([0, 0, 0, 0, 1e300]),
     _record(name="../up"), _record(name="x" * 100_000),
+    json.dumps({"t": T0 + 1, "queues": {"jobs": [1, 2, 3, 4, 5.5]}}).encode(),  # no "d"
 ])
 def test_a_record_that_does_not_hold_together_is_damaged(data: bytes) -> None:
     """Its time must lie in its period, its counts be integers 0 <= n < 2**63, its age a
@@ -340,10 +341,10 @@ def test_a_missing_record_does_not_hold_back_a_later_one(tmp_path: Path) -> None
 def test_slow_sampling_spaces_itself_out(tmp_path: Path) -> None:
     spool = vsqs.Spool(tmp_path, create=True)
     clock = Clock()
-    reader = History(spool, clock=clock)
+    reader = History(spool, secret="shared", clock=clock)
     period = int(T0 // 5)
     (tmp_path / ".records").mkdir()
-    slow = records.encode(T0 + 12.5, {}, took=12.0)  # a sampling that took more than two periods
+    slow = records.encode(T0 + 12.5, {}, took=12.0, period=period, key=records.key_of("shared"))  # over 2 periods
     (tmp_path / ".records" / f"console.{period}").write_bytes(slow)
     clock.now = T0 + 13
     reader.catch_up()
@@ -354,6 +355,68 @@ def test_slow_sampling_spaces_itself_out(tmp_path: Path) -> None:
         tries.append(reader.sample(_stats_of(spool)))
     assert tries == [period_ % 3 == 0 for period_ in range(period + 1, period + 7)]  # one period in three
 
+
+
+def test_a_planted_record_of_a_slow_sampling_does_not_space_the_sampling_out(tmp_path: Path) -> None:
+    """A record that holds together but was not signed by this gateway, of a sampling that
+    'took' 65 s: the gateway still samples every period (else one in 13)."""
+    spool = vsqs.Spool(tmp_path, create=True)
+    clock = Clock()
+    sampler = History(spool, clock=clock)
+    (tmp_path / ".records").mkdir()
+    (tmp_path / ".records" / f"console.{P0}").write_bytes(records.encode(T0 + 65, {}, took=65.0))
+    clock.now = T0 + 5.1
+    sampler.catch_up()
+    assert len(sampler) == 1 and not list(sampler)[0].signed
+    tries = []
+    for step in range(1, 7):
+        clock.now = T0 + 5 * step + 0.1
+        tries.append(sampler.sample(_stats_of(spool)))
+    assert tries == [True] * 6
+
+
+def test_a_record_the_exclusive_create_made_though_it_answered_exists_is_the_samplers_own(tmp_path: Path,
+                                                                                         monkeypatch) -> None:
+    """On NFS a retransmitted O_EXCL create can answer EEXIST after the first one made the
+    file: the sampler reads the record back before it calls it planted."""
+    spool = vsqs.Spool(tmp_path, create=True)
+    spool.create_queue("jobs")
+    real = vsqs.Spool.put_record
+    monkeypatch.setattr(vsqs.Spool, "put_record", lambda self, *args, **kw: real(self, *args, **kw) and False)
+    clock = Clock()
+    sampler = History(spool, clock=clock)
+    clock.now = T0 + 0.1
+    assert sampler.sample(_stats_of(spool))
+    sampler.catch_up()
+    assert len(sampler) == 1 and sampler.damaged == 0 and sampler.latest("jobs") is not None
+
+
+def test_gateways_sampling_at_other_intervals_on_one_spool_lose_no_sample_and_the_log_says_why(
+        tmp_path: Path, caplog) -> None:
+    """A gateway sampling every 5 s removes the claims of one sampling every 10 s (its
+    periods are numbered otherwise), so a second worker of the latter claims a period its
+    first has sampled already: the record is theirs (signed with their key), not planted."""
+    spool = vsqs.Spool(tmp_path, create=True)
+    spool.create_queue("jobs")
+    clock = Clock()
+    fast = History(vsqs.Spool(tmp_path), 5, secret="fast", clock=clock)
+    slow = [History(vsqs.Spool(tmp_path), 10, secret="slow", clock=clock) for _ in range(2)]
+    with caplog.at_level("WARNING", logger="vsqs.gateway.console"):
+        for step in range(1, 13):
+            clock.now = T0 + 5 * step + 0.05
+            if step % 2 == 0:
+                assert slow[0].sample(_stats_of(spool))
+            clock.now += 0.001
+            fast.sample(_stats_of(spool))
+            clock.now += 0.001
+            if step % 2 == 0:
+                assert slow[1].sample(_stats_of(spool))  # its claim: the first one's was removed
+            clock.now += 0.01
+            for history in (fast, *slow):
+                history.catch_up()
+    assert [history.damaged for history in (fast, *slow)] == [0, 0, 0]
+    assert len(fast) == 12 and len(slow[0]) == len(slow[1]) == 6
+    assert "--console-interval" in caplog.records[0].getMessage() and len(caplog.records) == 1
 
 
 def _planted_app(tmp_path: Path, values: list, at_of, monkeypatch, periods_ago: int = 0):

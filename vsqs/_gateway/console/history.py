@@ -20,7 +20,11 @@ empty, as the page says. It holds at most :data:`KEEP` samples of at most
 Records are checked as :mod:`.records` says; a damaged one is left out,
 counted (:attr:`History.damaged`, which the pages show) and logged, at most
 once a minute. So is the record of a period this process claimed but found
-written already: only the claim's holder writes a period's record.
+written already, by someone who is not of this gateway (the record is not
+signed with its key): only the claim's holder writes a period's record. One
+signed by another worker of this gateway is a sample: that worker held the
+claim too, after it was removed under this one (a gateway with another
+``--console-interval`` on the spool does that), which is logged as such.
 """
 
 from __future__ import annotations
@@ -63,6 +67,8 @@ class History:
         self._next = int(self.started // period)  # the first period whose record is still to read
         self._planted: set[int] = set()  # periods this process claimed whose record someone else wrote
         self._warned = -math.inf  # when damaged records were last logged
+        self.claimed_twice = 0  # periods this process claimed and another worker of this gateway sampled too
+        self._warned_twice = -math.inf
         self._lock = threading.Lock()
 
     def sample(self, stats_of: Callable[[str], QueueStats]) -> bool:
@@ -70,12 +76,19 @@ class History:
         stats of every queue (up to MAX_QUEUES) and store them as the
         period's record. Blocking; True if it sampled.
 
-        When the last sampling took longer than a period (a deep spool on a
-        slow disk), sampling goes on only every so many periods, as many as
-        it took, so that samplings never pile up in several processes."""
+        When the last sampling of this gateway (a signed sample: another's
+        record says nothing of what sampling costs it) took longer than a
+        period (a deep spool on a slow disk), sampling goes on only every so
+        many periods, as many as it took, so that samplings never pile up in
+        several processes.
+
+        If the period's record is found written, it is read back: the same
+        bytes are this process's own (an exclusive create sent again over
+        NFS can answer EEXIST after it made the file); other bytes were
+        written by another, judged when read (:meth:`catch_up`)."""
         started = self._clock()
         period = int(started // self.period)
-        last = self._samples[-1] if self._samples else None
+        last = next((sample for sample in reversed(self._samples) if sample.signed), None)
         stride = max(1, math.ceil(last.took / self.period)) if last is not None else 1
         if period % stride or not self.spool.claim_period(TASK, self.period, now=started):
             return False
@@ -89,9 +102,10 @@ class History:
                 log.warning("console: sampling queue %r failed: %s", name, exc)
         ended = max(started, self._clock())  # (a clock set back: 0 s)
         record = encode(ended, stats, ended - started, period=period, key=self._key)
-        if not self.spool.put_record(TASK, period, record, keep=self._samples.maxlen or KEEP):
+        if not self.spool.put_record(TASK, period, record, keep=self._samples.maxlen or KEEP) \
+                and self.spool.record(TASK, period) != record:
             with self._lock:
-                self._planted.add(period)  # (the claim is ours: whoever wrote the record, it was not its holder)
+                self._planted.add(period)  # the claim is ours, the record another's
         return True
 
     def catch_up(self) -> None:
@@ -122,8 +136,11 @@ class History:
                     continue
                 waiting = None  # a later record came: the earlier ones never will
                 if period in self._planted:
-                    self._damage(period, "it was written before this process, which claimed its period", now)
-                elif sample.at >= self.started:  # none taken before this process started
+                    if not sample.signed:
+                        self._damage(period, "it was written before this process, which claimed its period", now)
+                        continue
+                    self._claimed_twice(period, now)
+                if sample.at >= self.started:  # none taken before this process started
                     self._samples.append(sample)
             for passed in unparsed:
                 if waiting is None or passed < waiting:  # (not to be read again)
@@ -138,6 +155,18 @@ class History:
             self._warned = now
             log.warning("console: the record of period %d (.records/%s.%d) is damaged (%s): left out of the "
                         "history (%d since this process started)", period, TASK, period, why, self.damaged)
+
+    def _claimed_twice(self, period: int, now: float) -> None:
+        """Log (now and then) that another worker of this gateway sampled a period this one claimed."""
+        self.claimed_twice += 1
+        if now - self._warned_twice >= _LOG_EVERY:
+            self._warned_twice = now
+            log.warning("console: period %d was sampled by two workers of this gateway (%d times since this "
+                        "process started): the claim .claims/%s.%d was removed while it was held, as a gateway "
+                        "on this spool with a shorter --console-interval does (its periods are numbered "
+                        "otherwise: it takes this one's claims and records for old and removes them), or one "
+                        "whose clock is periods ahead; give every gateway on a spool the same --console-interval",
+                        period, self.claimed_twice, TASK, period)
 
     def __len__(self) -> int:
         return len(self._samples)

@@ -11,7 +11,8 @@ record wins). A reader takes it for a sample only if it holds together:
   reader's clock allows (:data:`SKEW`);
 * each of its entries (the first :data:`MAX_QUEUES` are read) is a queue
   name with four counts, integers 0 <= n < 2**63 (no bools, no floats), and
-  an age, a finite number 0 <= x < 2**63; ``d`` is finite and >= 0.
+  an age, a finite number 0 <= x < 2**63; ``t`` and ``d`` are there, finite,
+  and ``d`` >= 0.
 
 Any other record that parses is damaged: reported and left out, never
 drawn (:class:`DamagedRecord`).
@@ -86,9 +87,9 @@ def decode(data: bytes, period: int, seconds: float, now: float, key: bytes | No
         return None
     if not isinstance(doc, dict) or not isinstance(doc.get("queues"), dict):
         raise DamagedRecord("not an object with queues")
-    at, took = doc.get("t"), doc.get("d", 0)
+    at, took = doc.get("t"), doc.get("d")
     if not _finite(at) or not _finite(took) or took < 0:
-        raise DamagedRecord("its time or duration is no finite number (or a negative duration)")
+        raise DamagedRecord("its time or duration is missing, or no finite number (or a negative duration)")
     started = at - took
     if not period * seconds - _ROUNDING <= started < (period + 1) * seconds + _ROUNDING:
         raise DamagedRecord(f"its sampling started at {started:.3f}, outside its period ({period * seconds:.0f} "
