@@ -191,8 +191,10 @@ def _answer(scope: Scope, status: int, code: str, sqs_name: str, message: str) -
 
 class ApiKeyAuth:
     """``Authorization: Bearer KEY`` or ``X-Api-Key: KEY``; with no key configured,
-    every request passes. Wrong keys are counted by address (``guesses``):
-    past a few, that address's keys are refused unread for a while (429)."""
+    every request passes. Wrong keys are counted by address and prefix
+    (``guesses``): past a few, that address's keys are refused unread for a
+    while (429). An address that presents the right key is trusted: only its
+    own wrong keys hold it back."""
 
     def __init__(self, app: ASGIApp, api_key: str | None, guesses: KeyGuesses | None = None) -> None:
         self.app = app
@@ -213,6 +215,7 @@ class ApiKeyAuth:
                 await error_response(refusal)(scope, receive, send)
                 return
             if hmac.compare_digest(given, self._key):
+                self._guesses.right(client_address(scope))  # (its neighbours' wrong keys never hold it back)
                 await self.app(scope, receive, send)
                 return
             self._guesses.wrong(client_address(scope))

@@ -65,5 +65,9 @@ INLINE_SIGNATURE_HEAD_BYTES = 8 * 1024
 # -- guessing the API key (vsqs._gateway.guesses): wrong keys counted by client address --
 KEY_GUESS_BURST = 10  # wrong keys an address may present at once ...
 KEY_GUESS_SECONDS = 6.0  # ... then one every this many seconds
-KEY_GUESS_ADDRESSES = 10_000  # addresses remembered (each a few hundred bytes), the longest idle forgotten first
+KEY_GUESS_ADDRESSES = 10_000  # buckets (addresses and prefixes) remembered, ~300 bytes each
+KEY_GUESS_PREFIX_SHARE = 32  # a /24 (IPv4) or /56 (IPv6) guesses as much as this many addresses; 4x each 8 bits wider
+KEY_GUESS_LONGEST_WAIT = 3600.0  # seconds a bucket is held back at most (reached only by wrong keys checked at once)
+KEY_GUESS_TRUSTED = 10_000  # addresses that showed the right key, remembered ...
+KEY_GUESS_TRUST_SECONDS = 86_400.0  # ... for this long after they last did
 CONSOLE_INTERVAL = 5.0  # seconds between the console's samples of every queue (vsqs._gateway.console.history)

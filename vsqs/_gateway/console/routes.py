@@ -60,7 +60,8 @@ class Console:
     def __init__(self, gateway: Gateway) -> None:
         self.gateway = gateway
         self.sessions = Sessions(gateway.config.api_key, gateway.config.console_secret)
-        self.history = History(gateway.spool, gateway.config.console_interval or PERIOD)
+        self.history = History(gateway.spool, gateway.config.console_interval or PERIOD,
+                               secret=gateway.config.console_secret)  # (the workers' shared secret signs records)
         self.sampling = gateway.config.console_interval > 0
         self.cache = views.StatsCache(gateway, self.history)
         self.templates = Environment(loader=PackageLoader("vsqs._gateway.console", "templates"),
@@ -85,6 +86,7 @@ class Console:
         context.update(csrf=self.sessions.csrf_token(session), needs_key=self.sessions.needs_key,
                        signed_in=session.signed_in, prefix=PREFIX, history_len=len(self.history),
                        history_started=self.history.started, history_period=self.history.period,
+                       history_damaged=self.history.damaged,
                        sampling=self.sampling,
                        now=time.time(), version=_version())
         html = self.templates.get_template(template).render(**context)
@@ -196,7 +198,7 @@ def router(console: Console) -> APIRouter:
             return console.json(request, {"error": "sign in first"}, 401)
         rows = await gateway.call(views.overview, gateway, console.cache, console.history)
         return console.json(request, {"queues": [row.numbers() for row in rows], "history": len(console.history),
-                                      "at": time.time()})
+                                      "damaged": console.history.damaged, "at": time.time()})
 
     @routes.get("/login")
     async def login_page(request: Request, next: str = PREFIX) -> Response:
@@ -224,6 +226,7 @@ def router(console: Console) -> APIRouter:
             if form.get("key"):  # (an empty form is no guess)
                 guesses.wrong(address)
             return console.page(request, "login.html", 401, next=target, error="That is not the API key.")
+        guesses.right(address)
         console.start_session(request, signed_in=True)
         return console.redirect(request, target)
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from vsqs import MessageInfo, QueueNotFound, QueueStats, VsqsError
-from vsqs._gateway.console import charts, forms, humane
+from vsqs._gateway.console import charts, forms, humane, records
 from vsqs._gateway.console.history import History
 from vsqs._gateway.state import Gateway
 
@@ -30,9 +30,11 @@ class StatsCache:
 
     * stats this process took less than ``ttl`` seconds ago;
     * else the latest sample of the history (:mod:`.history`: one process
-      takes ``stats()`` of every queue each period), if it is less than a
-      period (plus ``ttl``) old and newer than the last action on the
-      queue: then a refresh costs the spool only the queue's settings;
+      takes ``stats()`` of every queue each period), if a worker of this
+      gateway wrote it (signed: a record planted in the spool never stands in
+      for live counts, :mod:`.records`), it is less than a period (plus
+      ``ttl``) old and newer than the last action on the queue: then a
+      refresh costs the spool only the queue's settings;
     * else ``Queue.stats()``, one listing of the queue.
 
     So pages are at most a period and a bit behind, and an action's result
@@ -75,8 +77,7 @@ class StatsCache:
         fresh_for = period * (1 + math.ceil(took / period)) + self._ttl  # until the next sample (see History.sample)
         if at <= acted or time.time() - at >= fresh_for:
             return None
-        ready, in_flight, delayed, dead_lettered, oldest = values
-        return QueueStats(int(ready), int(in_flight), int(delayed), float(oldest), dead_lettered=int(dead_lettered))
+        return records.stats_of(values)
 
     def forget(self, name: str) -> None:
         """After an action on ``name``: the next look takes fresh stats."""

@@ -92,7 +92,8 @@ async def _authenticate(request: Request, gateway: Gateway, body: bytes, action:
     :mod:`vsqs._gateway.sigv4`). A wrong secret counts against the client's
     address with the API's wrong keys, and past them a signed request is
     refused unread (``RequestThrottled``, 429), so guessing a secret through
-    this face is as slow as guessing the API key."""
+    this face is as slow as guessing the API key; a right signature makes the
+    address trusted, as the right API key does (:mod:`vsqs._gateway.guesses`)."""
     config = gateway.config
     credentials: Mapping[str, str] = config.aws_credentials
     if not credentials:
@@ -123,6 +124,7 @@ async def _authenticate(request: Request, gateway: Gateway, body: bytes, action:
         if exc.code in _WRONG_KEY_CODES:
             guesses.wrong(client_address(scope))
         raise SqsError(exc.code, exc.message, exc.status) from None
+    guesses.right(client_address(scope))  # (its neighbours' wrong keys never hold it back)
 
 
 def _presents_signature(scope: Scope) -> bool:
