@@ -158,3 +158,24 @@ def test_claim_period_sweeps_old_tokens_and_checks_its_arguments(tmp_path: Path)
     for seconds in (0, -1, float("inf"), float("nan"), True, "10"):
         with pytest.raises(vsqs.InvalidArgument):
             spool.claim_period("gc", seconds)  # type: ignore[arg-type]
+
+
+# -- the queue handles a gateway keeps ---------------------------------------------
+
+
+def test_the_gateway_keeps_a_bounded_number_of_queue_handles(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from vsqs._gateway import state
+    from vsqs._gateway.config import GatewayConfig
+
+    monkeypatch.setattr(state, "MAX_HANDLES", 2)
+    spool = vsqs.Spool(tmp_path, create=True)
+    for name in "abc":
+        spool.create_queue(name)
+    gateway = state.Gateway(GatewayConfig(spool=str(tmp_path)))
+    a = gateway.queue("a")
+    assert gateway.queue("a") is a  # kept
+    b = gateway.queue("b")
+    gateway.queue("a")  # used lately: kept over b
+    gateway.queue("c")  # a third: the least lately used, b, is forgotten
+    assert gateway.queue("a") is a
+    assert gateway.queue("b") is not b  # opened again

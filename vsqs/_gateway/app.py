@@ -164,6 +164,18 @@ def uvicorn_options(config: GatewayConfig, limit_concurrency: int | None = None)
             "timeout_keep_alive": KEEP_ALIVE_TIMEOUT, "limit_concurrency": limit_concurrency}
 
 
+def raise_descriptor_limit() -> None:
+    """Raise this process's limit of open descriptors (inherited by the workers) to
+    the most it may have: each queue a worker serves holds its directory and its
+    shards' open, on top of the connections (a soft limit of 1024 is common)."""
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft != resource.RLIM_INFINITY and (hard == resource.RLIM_INFINITY or soft < hard):
+        with contextlib.suppress(ValueError, OSError):
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard if hard != resource.RLIM_INFINITY else 1 << 20, hard))
+
+
 def serve(config: GatewayConfig, *, host: str, port: int, workers: int, log_level: str,
           limit_concurrency: int | None = None, access_log: bool = False) -> None:
     """Run the gateway under uvicorn until interrupted; past ``limit_concurrency``
@@ -187,6 +199,7 @@ def serve(config: GatewayConfig, *, host: str, port: int, workers: int, log_leve
     if host not in ("127.0.0.1", "::1", "localhost"):
         log.warning("listening on %s beyond loopback; put TLS in front (a reverse proxy)", host)
     options = {**uvicorn_options(config, limit_concurrency), "access_log": access_log}
+    raise_descriptor_limit()
     # the console's sessions are signed with a secret all workers share, drawn anew at each start
     config = replace(config, console_secret=config.console_secret or secrets.token_hex(32))
     if workers == 1:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
@@ -28,6 +29,9 @@ from vsqs._gateway.metrics import GatewayMetrics
 T = TypeVar("T")
 
 _HANDLE_CHECK_SECONDS = 2.0
+# handles kept (the least recently used forgotten first): each holds its queue's directory
+# and its shards' open (one descriptor each, shared with the other handles of that queue)
+MAX_HANDLES = 256
 
 
 class Gateway:
@@ -36,7 +40,7 @@ class Gateway:
     def __init__(self, config: GatewayConfig) -> None:
         self.config = config
         self.spool = Spool(config.spool)
-        self._handles: dict[str, tuple[Queue, float]] = {}
+        self._handles: OrderedDict[str, tuple[Queue, float]] = OrderedDict()
         self._handles_lock = threading.Lock()
         self.metrics = GatewayMetrics(self.spool)
         self.key_guesses = KeyGuesses()  # wrong API keys by address: the API's and the console's sign-in
@@ -52,6 +56,8 @@ class Gateway:
         now = time.monotonic()
         with self._handles_lock:
             cached = self._handles.get(name)
+            if cached is not None:
+                self._handles.move_to_end(name)
         if cached is not None and now - cached[1] < _HANDLE_CHECK_SECONDS:
             return cached[0]
         fresh = self.spool.queue(name)
@@ -59,6 +65,9 @@ class Gateway:
             fresh = cached[0]
         with self._handles_lock:
             self._handles[name] = (fresh, now)
+            self._handles.move_to_end(name)
+            while len(self._handles) > MAX_HANDLES:
+                self._handles.popitem(last=False)
         return fresh
 
     async def on(self, name: str, fn: Callable[[Queue], T]) -> T:
