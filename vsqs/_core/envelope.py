@@ -8,6 +8,7 @@ import errno
 import json
 from typing import Any
 
+from vsqs._core import fs as _fs
 from vsqs._core.errors import StorageError
 from vsqs._core.format import Name
 from vsqs._core.limits import MAX_HEADER_BYTES
@@ -46,5 +47,5 @@ def decode_content(name: Name, data: bytes, where: str) -> tuple[bytes, dict[str
     try:
         header, body = decode_envelope(data)
     except ValueError as exc:
-        raise StorageError(errno.EIO, f"corrupt message envelope ({exc})", where) from None
+        raise StorageError(errno.EIO, f"corrupt message envelope ({exc})", _fs.shown(where)) from None
     return body, header

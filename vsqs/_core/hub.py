@@ -234,7 +234,7 @@ class Hub:
             try:
                 self._tend(watch, now_mono, now_us)
             except Exception:  # (one queue's trouble, a directory gone say, never holds up the others)
-                log.exception("vsqs: the wake-up of %s failed; going on", watch.path)
+                log.exception("vsqs: the wake-up of %s failed; going on", _fs.shown(watch.path))
                 watch.changed()
         if now_mono >= self._linger_at:
             self._linger_at = now_mono + 1.0

@@ -106,7 +106,7 @@ class SettingsStore:
                 _fs.fsync_dir(self.directory)
                 self._adopt(merged)
                 return merged
-        raise StorageError(17, "settings changed by others 50 times in a row; try again", self.directory)
+        raise StorageError(17, "settings changed by others 50 times in a row; try again", _fs.shown(self.directory))
 
     def newest(self) -> tuple[int, dict[str, Any]]:
         """(newest version number, newest settings that parse) from one small listing."""
@@ -143,7 +143,7 @@ class SettingsStore:
         is skipped (FORMAT.md, Settings)."""
         if self._being_written(version) or not _first_report(self.directory, version):
             return
-        log.warning("queue settings %s: version %d skipped: %s", self.directory, version, why)
+        log.warning("queue settings %s: version %d skipped: %s", _fs.shown(self.directory), version, why)
 
     def changed_at(self) -> float | None:
         """When the newest version was written (its file's mtime); ``None`` if there is none."""

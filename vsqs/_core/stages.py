@@ -71,7 +71,7 @@ class Stages:
         # only whole, durable files get a staged name (a .new file is never published)
         for _, temp, final in staged:
             if not _fs.rename(temp, final):
-                raise StorageError(2, "staged message file vanished", temp)
+                raise StorageError(2, "staged message file vanished", _fs.shown(temp))
         _fs.fsync_dir(directory)  # once for them all
         return [stem[: _format.KEY_LENGTH] for stem, _, _ in staged]
 
