@@ -181,12 +181,12 @@ def create_exclusive(path: str, data: bytes, *, durable: bool, mode: int | None 
     # _CREATE_FLAGS: O_CREAT|O_EXCL, see above; the creation mode: 0o666 less the
     # umask, or only bits of ``mode`` (we never touch the process-wide umask)
     try:
-        name, at, owned = _at(path)
-        try:
+        head, _, name = path.rpartition("/")
+        at = _PINS.get(head)
+        if at is not None:  # the hot path inline: a name directly in a held directory
             fd = os.open(name, _CREATE_FLAGS, 0o666 if mode is None else mode & 0o777, dir_fd=at)
-        finally:
-            if owned:
-                os.close(at)  # type: ignore[arg-type]
+        else:
+            fd = _create(path, mode)
     except OSError as exc:
         _create_failed(exc, path)
         return False  # taken
@@ -216,12 +216,12 @@ def create_open(path: str, data: bytes, mode: int | None = None) -> int | None:
     """:func:`create_exclusive` (a hot path: not shared) less fsync and close: the
     open descriptor, for :func:`sync_and_close`; ``None`` if the name was taken."""
     try:
-        name, at, owned = _at(path)
-        try:
+        head, _, name = path.rpartition("/")
+        at = _PINS.get(head)
+        if at is not None:  # the hot path inline: a name directly in a held directory
             fd = os.open(name, _CREATE_FLAGS, 0o666 if mode is None else mode & 0o777, dir_fd=at)
-        finally:
-            if owned:
-                os.close(at)  # type: ignore[arg-type]
+        else:
+            fd = _create(path, mode)
     except OSError as exc:
         _create_failed(exc, path)
         return None
@@ -236,6 +236,16 @@ def create_open(path: str, data: bytes, mode: int | None = None) -> int | None:
         _unlink_quietly(path)
         raise storage_error(exc, "cannot write message file", path) from exc
     return fd
+
+
+def _create(path: str, mode: int | None) -> int:
+    """The exclusive create of ``path`` (see create_exclusive); raises OSError."""
+    name, at, owned = _at(path)
+    try:
+        return os.open(name, _CREATE_FLAGS, 0o666 if mode is None else mode & 0o777, dir_fd=at)
+    finally:
+        if owned:
+            os.close(at)  # type: ignore[arg-type]
 
 
 def _create_failed(exc: OSError, path: str) -> None:
@@ -271,7 +281,15 @@ def rename(src: str, dst: str) -> bool:
     would move the same file to the same end state.
     """
     try:
-        _rename_at(src, dst)
+        # the hot path inline (a call costs here): both names directly in held directories
+        src_head, _, src_name = src.rpartition("/")
+        src_at = _PINS.get(src_head)
+        dst_head, _, dst_name = dst.rpartition("/")
+        dst_at = _PINS.get(dst_head)
+        if src_at is not None and dst_at is not None:
+            os.rename(src_name, dst_name, src_dir_fd=src_at, dst_dir_fd=dst_at)
+        else:
+            _rename_at(src, dst)
         return True
     except OSError as exc:
         if exc.errno in _AMBIGUOUS or exc.errno in _NOT_THERE:
@@ -303,6 +321,11 @@ def _rename_at(src: str, dst: str) -> None:
 def unlink(path: str) -> bool:
     """Remove ``path``; ``False`` if it was already gone."""
     try:
+        head, _, name = path.rpartition("/")
+        at = _PINS.get(head)
+        if at is not None:  # the hot path inline: a name directly in a held directory
+            os.unlink(name, dir_fd=at)
+            return True
         name, at, owned = _at(path)
         try:
             os.unlink(name, dir_fd=at)
@@ -333,7 +356,10 @@ def read(path: str, limit: int = MAX_MESSAGE_FILE) -> bytes | None:
     CPython five times a read on this hot path and is left off it.
     """
     try:
-        fd = _open_file(path)
+        head, _, name = path.rpartition("/")
+        at = _PINS.get(head)
+        # the hot path inline: a name directly in a held directory; see _READ_FLAGS
+        fd = os.open(name, _READ_FLAGS, dir_fd=at) if at is not None else _open_file(path)
     except OSError as exc:
         _open_failed(exc, path)
         return None
