@@ -17,8 +17,8 @@ import vsqs
 from vsqs._spark import manifest as manifests
 
 
-def _partition_dir(queue: vsqs.Queue, batch: int = 1, index: int = 0) -> str:
-    return manifests.partition_dir(queue.path, "0123456789abcdef", batch, index)
+def _place(queue: vsqs.Queue, batch: int = 1, index: int = 0) -> manifests.Place:
+    return manifests.Place(queue, "0123456789abcdef", batch, index)
 
 
 def test_files_are_written_without_hard_links(flat_queue, monkeypatch):
@@ -28,50 +28,50 @@ def test_files_are_written_without_hard_links(flat_queue, monkeypatch):
         raise OSError(errno.EPERM, "hard links are not supported here")
 
     monkeypatch.setattr(os, "link", no_links)
-    path = _partition_dir(flat_queue)
-    record = manifests.Manifest(path)
+    place = _place(flat_queue)
+    record = manifests.Manifest(place)
     assert record.write_chunk(0, 0, ["r1", "r2"])
     assert record.seal(0, 1, 2) == 1
-    again = manifests.read_manifest(path)
+    again = manifests.read_manifest(place)
     assert again.sealed_chunks == 1 and again.receipts() == ["r1", "r2"]
-    assert sorted(os.listdir(path)) == ["0.0.json", "0.end.json"]  # nothing else left behind
+    assert sorted(os.listdir(place.path)) == ["0.0.json", "0.end.json"]  # nothing else left behind
 
 
 def test_a_file_is_never_overwritten(flat_queue):
-    path = _partition_dir(flat_queue)
-    assert manifests.Manifest(path).write_chunk(0, 0, ["first"])
-    assert not manifests.Manifest(path).write_chunk(0, 0, ["second"])
-    assert manifests.read_manifest(path).receipts() == ["first"]
+    place = _place(flat_queue)
+    assert manifests.Manifest(place).write_chunk(0, 0, ["first"])
+    assert not manifests.Manifest(place).write_chunk(0, 0, ["second"])
+    assert manifests.read_manifest(place).receipts() == ["first"]
 
 
 @pytest.mark.parametrize("cut", [1, 10, -70, -3, -1])
 def test_a_torn_file_reads_as_absent_and_its_generation_is_not_reused(flat_queue, cut):
     """A writer died after its exclusive create, ``cut`` bytes into (or short
     of the end of) its file: no chunk, but the next attempt takes generation 1."""
-    path = _partition_dir(flat_queue)
-    assert manifests.Manifest(path).write_chunk(0, 0, ["kept"])
-    os.makedirs(path, exist_ok=True)
+    place = _place(flat_queue)
+    assert manifests.Manifest(place).write_chunk(0, 0, ["kept"])
+    os.makedirs(place.path, exist_ok=True)
     data = manifests.encode({"receipts": ["torn-a", "torn-b"]})
-    with open(os.path.join(path, "0.1.json"), "wb") as stream:
+    with open(os.path.join(place.path, "0.1.json"), "wb") as stream:
         stream.write(data[:cut])
-    found = manifests.read_manifest(path)
+    found = manifests.read_manifest(place)
     assert found.chunks == {0: ["kept"]}
     assert found.generation == 0
-    assert not manifests.Manifest(path).write_chunk(0, 1, ["racer"])  # nobody replaces it
-    assert manifests.Manifest(path).write_chunk(found.generation + 1, 1, ["next"])
-    assert manifests.read_manifest(path).chunks == {0: ["kept"], 1: ["next"]}
+    assert not manifests.Manifest(place).write_chunk(0, 1, ["racer"])  # nobody replaces it
+    assert manifests.Manifest(place).write_chunk(found.generation + 1, 1, ["next"])
+    assert manifests.read_manifest(place).chunks == {0: ["kept"], 1: ["next"]}
 
 
 def test_a_damaged_byte_fails_the_seal(flat_queue):
     """A torn write on a network filesystem may leave the end in place and a
     hole (zeros) or stale bytes in the middle: the seal catches it."""
-    path = _partition_dir(flat_queue)
-    os.makedirs(path)
+    place = _place(flat_queue)
+    os.makedirs(place.path)
     data = bytearray(manifests.encode({"receipts": ["abc", "abd"]}))
     data[data.index(b"abd") + 2] = ord("c")  # still valid JSON, different receipt
-    with open(os.path.join(path, "0.0.json"), "wb") as stream:
+    with open(os.path.join(place.path, "0.0.json"), "wb") as stream:
         stream.write(bytes(data))
-    assert manifests.read_manifest(path).chunks == {}
+    assert manifests.read_manifest(place).chunks == {}
 
 
 def test_the_seal_is_a_sha256_of_the_bytes_before_it(flat_queue):
@@ -85,42 +85,45 @@ def test_the_seal_is_a_sha256_of_the_bytes_before_it(flat_queue):
 
 def test_version_1_files_are_still_read(flat_queue):
     """Written by link (complete by construction) before version 2: no seal."""
-    path = _partition_dir(flat_queue)
-    os.makedirs(path)
-    with open(os.path.join(path, "0.0.json"), "w") as stream:
+    place = _place(flat_queue)
+    os.makedirs(place.path)
+    with open(os.path.join(place.path, "0.0.json"), "w") as stream:
         stream.write('{"v":1,"receipts":["old"]}')
-    with open(os.path.join(path, "0.end.json"), "w") as stream:
+    with open(os.path.join(place.path, "0.end.json"), "w") as stream:
         stream.write('{"v":1,"chunks":1,"messages":1}')
-    found = manifests.read_manifest(path)
+    found = manifests.read_manifest(place)
     assert found.sealed_chunks == 1 and found.receipts() == ["old"]
-    assert manifests.claimed_in(flat_queue.path, "0123456789abcdef", 1) == 1
+    assert manifests.claimed_in(flat_queue, "0123456789abcdef", 1) == 1
 
 
 def test_an_unsealed_version_2_file_is_incomplete(flat_queue):
-    path = _partition_dir(flat_queue)
-    os.makedirs(path)
-    with open(os.path.join(path, "0.0.json"), "w") as stream:
+    place = _place(flat_queue)
+    os.makedirs(place.path)
+    with open(os.path.join(place.path, "0.0.json"), "w") as stream:
         stream.write('{"v":2,"receipts":["no-seal"]}')
-    assert manifests.read_manifest(path).chunks == {}
+    assert manifests.read_manifest(place).chunks == {}
 
 
 def test_a_lost_exclusive_create_reported_as_eio_is_a_loss_not_an_error(flat_queue, monkeypatch):
     """HDFS's NFS gateway reports a lost exclusive create as EIO."""
-    path = _partition_dir(flat_queue)
-    assert manifests.Manifest(path).write_chunk(0, 0, ["first"])
+    place = _place(flat_queue)
+    assert manifests.Manifest(place).write_chunk(0, 0, ["first"])
     real_open = os.open
+    lost = []
 
-    def hdfs_open(name, flags, *args, **kwargs):
-        if flags & os.O_EXCL and os.path.lexists(name):
+    def hdfs_open(name, flags, *args, **kwargs):  # (the manifest's files are opened relative to their directory)
+        if flags & os.O_EXCL and os.path.lexists(os.path.join(place.path, name)):
+            lost.append(name)
             raise OSError(errno.EIO, "Input/output error")
         return real_open(name, flags, *args, **kwargs)
 
     monkeypatch.setattr(os, "open", hdfs_open)
-    assert not manifests.Manifest(path).write_chunk(0, 0, ["second"])
+    assert not manifests.Manifest(place).write_chunk(0, 0, ["second"])
+    assert lost == ["0.0.json"]
     with pytest.raises(OSError):  # an EIO that is no collision is an error
         monkeypatch.setattr(os, "fsync", lambda fd: (_ for _ in ()).throw(OSError(errno.EIO, "disk")))
-        manifests.Manifest(path).write_chunk(0, 1, ["third"])
-    assert "0.1.json" not in os.listdir(path)  # a write that failed takes its name back
+        manifests.Manifest(place).write_chunk(0, 1, ["third"])
+    assert "0.1.json" not in os.listdir(place.path)  # a write that failed takes its name back
 
 
 def test_a_replay_never_claims_past_its_manifest(flat_queue):
@@ -135,14 +138,14 @@ def test_a_replay_never_claims_past_its_manifest(flat_queue):
     queue = flat_queue
     queue.publish_batch([f"m{i}" for i in range(10)])
     held = queue.receive_batch(3, visibility_timeout=300)
-    path = manifests.partition_dir(queue.path, "0123456789abcdef", 1, 0)
-    assert manifests.Manifest(path).write_chunk(0, 0, [m.receipt for m in held])  # its seal unseen
+    place = _place(queue)
+    assert manifests.Manifest(place).write_chunk(0, 0, [m.receipt for m in held])  # its seal unseen
     partition = StreamPartition("0123456789abcdef", 1, 0, 10, [], replay=True)
     options = SimpleNamespace(visibility_timeout=300)
     rows = [m.body for chunk in _claimed(queue, options, partition, True) for m in chunk]
     assert sorted(rows) == sorted(m.body for m in held)
     assert queue.stats().in_flight == 3  # nothing new claimed
-    assert manifests.read_manifest(path).receipts() and manifests.read_manifest(path).sealed
+    assert manifests.read_manifest(place).receipts() and manifests.read_manifest(place).sealed
 
 
 def test_a_task_retry_re_reads_and_claims_nothing_new(flat_queue):
@@ -155,46 +158,46 @@ def test_a_task_retry_re_reads_and_claims_nothing_new(flat_queue):
     queue = flat_queue
     queue.publish_batch([f"m{i}" for i in range(10)])
     held = queue.receive_batch(3, visibility_timeout=300)
-    path = manifests.partition_dir(queue.path, "0123456789abcdef", 1, 0)
-    assert manifests.Manifest(path).write_chunk(0, 0, [m.receipt for m in held])
+    place = _place(queue)
+    assert manifests.Manifest(place).write_chunk(0, 0, [m.receipt for m in held])
     partition = StreamPartition("0123456789abcdef", 1, 0, 10, [], replay=False)
     rows = [m.body for chunk in _claimed(queue, SimpleNamespace(visibility_timeout=300), partition, True)
             for m in chunk]
     assert sorted(rows) == sorted(m.body for m in held) and queue.stats().in_flight == 3
-    manifest = manifests.read_manifest(path)
+    manifest = manifests.read_manifest(place)
     assert manifest.sealed and len(manifest.receipts()) == 3
 
 
-def test_a_directory_gc_removes_between_makedirs_and_the_create_is_made_again(flat_queue, monkeypatch):
+def test_a_directory_gc_removes_between_reaching_it_and_the_create_is_made_again(flat_queue, monkeypatch):
     """gc removes an empty directory past its grace, or renames away the tree
     of a query idle for the stage grace, just as a live query writes there
     again: the write makes the directory again (it used to fail the task, and
     leave the chunk it had claimed held by no manifest until its lease ran out)."""
-    path = _partition_dir(flat_queue)
+    place = _place(flat_queue)
     real_open = os.open
     removed = []
 
     def gc_first(name, flags, *args, **kwargs):
         if flags & os.O_EXCL and not removed:
             removed.append(name)
-            os.rmdir(os.path.dirname(name))  # gc, between makedirs and the create
+            os.rmdir(place.path)  # gc, after the writer opened the directory, before its create
         return real_open(name, flags, *args, **kwargs)
 
     monkeypatch.setattr(os, "open", gc_first)
-    assert manifests.Manifest(path).write_chunk(0, 0, ["r"])
-    assert removed and manifests.read_manifest(path).receipts() == ["r"]
+    assert manifests.Manifest(place).write_chunk(0, 0, ["r"])
+    assert removed and manifests.read_manifest(place).receipts() == ["r"]
 
 
 def test_a_torn_seal_does_not_hide_the_seal_that_stands(flat_queue, monkeypatch):
     """claimed_in counts a partition's messages from its first readable seal
     (it stopped at the first seal name, torn or not, and counted 0)."""
-    path = _partition_dir(flat_queue)
-    assert manifests.Manifest(path).seal(1, 2, 7) == 2
-    with open(os.path.join(path, "0.end.json"), "wb") as stream:  # a seal torn by a dead attempt
+    place = _place(flat_queue)
+    assert manifests.Manifest(place).seal(1, 2, 7) == 2
+    with open(os.path.join(place.path, "0.end.json"), "wb") as stream:  # a seal torn by a dead attempt
         stream.write(manifests.encode({"chunks": 2, "messages": 7})[:20])
     real_listdir = manifests._listdir
     monkeypatch.setattr(manifests, "_listdir", lambda directory: sorted(real_listdir(directory)))
-    assert manifests.claimed_in(flat_queue.path, "0123456789abcdef", 1) == 7
+    assert manifests.claimed_in(flat_queue, "0123456789abcdef", 1) == 7
 
 
 def test_an_empty_batch_directory_is_settled_not_planned_again_and_again(flat_queue):
@@ -211,13 +214,13 @@ def test_an_empty_batch_directory_is_settled_not_planned_again_and_again(flat_qu
     from vsqs._spark.stream import ClaimingStreamReader
 
     query = "0123456789abcdef"
-    os.makedirs(os.path.dirname(_partition_dir(flat_queue, batch=1)))  # batch 1: settled but for its directory
-    foreign = os.path.dirname(_partition_dir(flat_queue, batch=2))
+    os.makedirs(os.path.dirname(_place(flat_queue, batch=1).path))  # batch 1: settled but for its directory
+    foreign = os.path.dirname(_place(flat_queue, batch=2).path)
     os.makedirs(foreign)
     with open(os.path.join(foreign, "notes.txt"), "w") as stream:  # batch 2: no manifest, a foreign file
         stream.write("x")
-    assert manifests.pending_batches(flat_queue.path, query, 5) == []
-    assert not os.path.exists(os.path.dirname(_partition_dir(flat_queue, batch=1)))  # removed
+    assert manifests.pending_batches(flat_queue, query, 5) == []
+    assert not os.path.exists(os.path.dirname(_place(flat_queue, batch=1).path))  # removed
     assert os.path.exists(os.path.join(foreign, "notes.txt"))  # left (gc reports it)
     reader = ClaimingStreamReader(Options.parse({"path": flat_queue.path}), read_columns(SCHEMA), SCHEMA)
     start = {"v": 1, "query": query, "seq": 5}
@@ -227,15 +230,15 @@ def test_an_empty_batch_directory_is_settled_not_planned_again_and_again(flat_qu
 def test_a_partition_with_a_foreign_entry_is_settled_once(flat_queue):
     # A foreign file in a settled partition's directory kept the directory,
     # and with it the partition: every plan settled it again, without end.
-    path = _partition_dir(flat_queue, batch=3)
-    os.makedirs(path)
-    with open(os.path.join(path, "notes.txt"), "w") as stream:
+    place = _place(flat_queue, batch=3)
+    os.makedirs(place.path)
+    with open(os.path.join(place.path, "notes.txt"), "w") as stream:
         stream.write("x")
-    manifests.remove_partition(path)
-    assert manifests.pending_batches(flat_queue.path, "0123456789abcdef", 5) == []
-    [aside] = os.listdir(os.path.dirname(path))
+    manifests.remove_partition(place)
+    assert manifests.pending_batches(flat_queue, "0123456789abcdef", 5) == []
+    [aside] = os.listdir(os.path.dirname(place.path))
     assert aside.startswith(".left-p0-")
-    assert os.listdir(os.path.join(os.path.dirname(path), aside)) == ["notes.txt"]  # kept, for gc to report
+    assert os.listdir(os.path.join(os.path.dirname(place.path), aside)) == ["notes.txt"]  # kept, for gc to report
 
 
 def _reader(queue: vsqs.Queue):
@@ -254,8 +257,8 @@ def test_a_partition_number_past_the_partition_limit_is_no_partition(flat_queue)
     from pyspark.sql.streaming.datasource import ReadMaxRows
 
     query = "0123456789abcdef"
-    os.makedirs(_partition_dir(flat_queue, batch=1, index=100_000))
-    assert manifests.pending_batches(flat_queue.path, query, 5) == []
+    os.makedirs(_place(flat_queue, batch=1, index=100_000).path)
+    assert manifests.pending_batches(flat_queue, query, 5) == []
     reader = _reader(flat_queue)
     start = {"v": 1, "query": query, "seq": 5}
     end = reader.latestOffset(start, ReadMaxRows(100))
@@ -274,12 +277,12 @@ def test_a_settle_that_fails_every_time_is_not_planned_again_and_again(flat_queu
     from vsqs._spark import claims
 
     query = "0123456789abcdef"
-    record = manifests.Manifest(_partition_dir(flat_queue, batch=1))
+    record = manifests.Manifest(_place(flat_queue, batch=1))
     record.write_chunk(0, 0, [])
     record.seal(0, 1, 0)
 
-    def refused(path):
-        raise PermissionError(errno.EACCES, "Permission denied", path)
+    def refused(place):
+        raise PermissionError(errno.EACCES, "Permission denied", place.path)
 
     monkeypatch.setattr(manifests, "remove_partition", refused)
     start = {"v": 1, "query": query, "seq": 5}
@@ -290,7 +293,7 @@ def test_a_settle_that_fails_every_time_is_not_planned_again_and_again(flat_queu
         assert end["settle"] == [[1, 1]] and end["take"] == 0
         for partition in reader.partitions(start, end):
             claims._Settler(flat_queue, partition).finish()  # the settle fails (logged)
-        assert manifests.pending_batches(flat_queue.path, query, 6) == [(1, 1)]
+        assert manifests.pending_batches(flat_queue, query, 6) == [(1, 1)]
         return reader, end
 
     reader, end = failed_settle()
@@ -312,7 +315,7 @@ def test_batches_that_failed_to_settle_do_not_starve_the_others(flat_queue, monk
     query = "0123456789abcdef"
     monkeypatch.setattr(stream, "MAX_SETTLE_ENTRIES", 2)
     for batch in (1, 2, 3):
-        os.makedirs(_partition_dir(flat_queue, batch=batch))
+        os.makedirs(_place(flat_queue, batch=batch).path)
     reader = _reader(flat_queue)
     start = {"v": 1, "query": query, "seq": 5}
     end = reader.latestOffset(start, ReadMaxRows(100))
@@ -334,8 +337,8 @@ def test_a_later_attempt_claims_nothing_beside_an_earlier_one_still_running(flat
 
     queue = flat_queue
     queue.publish_batch([f"m{i}" for i in range(10)])
-    path = _partition_dir(queue)
-    a = manifests.Manifest(path)
+    place = _place(queue)
+    a = manifests.Manifest(place)
     first = queue.receive_batch(3, visibility_timeout=300)
     assert a.write_chunk(0, 0, [m.receipt for m in first])
     copy = StreamPartition("0123456789abcdef", 1, 0, 10, [], replay=False)
@@ -344,7 +347,7 @@ def test_a_later_attempt_claims_nothing_beside_an_earlier_one_still_running(flat
     more = queue.receive_batch(2, visibility_timeout=300)  # A claims on and records its chunk 1
     assert a.write_chunk(0, 1, [m.receipt for m in more])
     a.seal(0, 2, 5)
-    recorded = {queue.message_id(receipt) for receipt in manifests.read_manifest(path).receipts()}
+    recorded = {queue.message_id(receipt) for receipt in manifests.read_manifest(place).receipts()}
     assert recorded == {m.id for m in first}  # A's chunk 1 comes back (a duplicate), nothing is deleted unseen
 
 
@@ -355,11 +358,11 @@ def test_a_partition_that_is_a_symbolic_link_is_moved_aside_not_followed(flat_qu
     outside = tmp_path / "elsewhere"
     outside.mkdir()
     (outside / "0.0.json").write_text("not the queue's")
-    path = _partition_dir(flat_queue, batch=3)
-    os.makedirs(os.path.dirname(path))
-    os.symlink(outside, path)
-    manifests.remove_partition(path)
+    place = _place(flat_queue, batch=3)
+    os.makedirs(os.path.dirname(place.path))
+    os.symlink(outside, place.path)
+    manifests.remove_partition(place)
     assert (outside / "0.0.json").exists()  # not followed
-    assert manifests.pending_batches(flat_queue.path, "0123456789abcdef", 5) == []
-    [aside] = os.listdir(os.path.dirname(path))
-    assert aside.startswith(".left-p0-") and os.path.islink(os.path.join(os.path.dirname(path), aside))
+    assert manifests.pending_batches(flat_queue, "0123456789abcdef", 5) == []
+    [aside] = os.listdir(os.path.dirname(place.path))
+    assert aside.startswith(".left-p0-") and os.path.islink(os.path.join(os.path.dirname(place.path), aside))

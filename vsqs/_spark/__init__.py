@@ -10,6 +10,7 @@ helpers, over the public vsqs API (pyspark >= 4.0 and pyarrow).
     stream.py    streaming read: the driver's plan of each micro-batch (offsets)
     claims.py    streaming read on the executors: claim or re-read, read, delete
     manifest.py  streaming read: what each partition claimed, kept in the queue
+    area.py      the queue's .spark/, reached from the queue's directory, never through a link
     process.py   process_queue: Spark tasks as queue workers
     checks.py    the engine's rules, asked so that an error can name a column or option
 

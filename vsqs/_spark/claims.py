@@ -121,8 +121,7 @@ def _claimed(queue: Queue, options: Options, partition: StreamPartition, content
     """Re-read what earlier attempts recorded; the first attempt claims (see below)."""
     if not partition.each:  # a batch that only deletes: no manifest (which would need deleting in turn)
         return
-    path = manifests.partition_dir(queue.path, partition.query, partition.seq, partition.index)
-    manifest = manifests.read_manifest(path)
+    manifest = manifests.read_manifest(manifests.Place(queue, partition.query, partition.seq, partition.index))
     if partition.replay and manifest.generation < 0:
         # A replay with no manifest: the earlier run claimed nothing here (it died
         # first), or it did and gc removed the manifest after the query was gone for
@@ -249,8 +248,8 @@ class _Settler:
         try:
             with ThreadPoolExecutor(SETTLE_THREADS, thread_name_prefix="vsqs-delete") as pool:
                 for batch, index in partition.settle:
-                    path = manifests.partition_dir(queue.path, partition.query, batch, index)
-                    manifest = manifests.read_manifest(path)
+                    place = manifests.Place(queue, partition.query, batch, index)
+                    manifest = manifests.read_manifest(place)
                     if manifest.sealed:
                         receipts = manifest.receipts()
                         slices = [receipts[i : i + SETTLE_SLICE] for i in range(0, len(receipts), SETTLE_SLICE)]
@@ -264,7 +263,7 @@ class _Settler:
                     else:  # never sealed: no attempt delivered it; give it back
                         for receipt in manifest.receipts():
                             _release(queue, receipt)
-                    manifests.remove_partition(path)
+                    manifests.remove_partition(place)
         except Exception:  # a failed delete only delays: the messages come back after their lease
             log.exception("deleting the messages of a committed micro-batch failed")
 

@@ -21,29 +21,35 @@ the highest generation holding it wins). A sealed partition is re-read
 exactly, and so is an unsealed one (its attempt died while claiming, or is a
 speculative copy's first, still running): no later attempt claims anything
 new (claims.py says why).
+
+Every file of the area is reached from the queue's directory without
+following a link (``area.py``): a queue whose path leads elsewhere now (a
+link, another queue) is refused, and so is a link (or a non-directory) on
+the way down to the directory acted in, but for entries of a listing: a
+batch or partition name that is no directory holds no manifest.
 """
 
 from __future__ import annotations
 
 import contextlib
-import errno
 import hashlib
 import json
 import os
 import re
 import secrets
-import stat
 from dataclasses import dataclass, field
 
+from vsqs import Queue
 from vsqs._core.limits import ADAPTER_WRITING_PREFIX, MAX_ADAPTER_FILE, SPARK_AREA
 from vsqs._core.rules import load_json
+from vsqs._spark import area
 from vsqs._spark.options import MAX_PARTITIONS
 
 MANIFEST_VERSION = 2  # 1: written by link (complete by construction, no seal); still read
 _READABLE = (1, MANIFEST_VERSION)
-_MAKE_DIRECTORY_TRIES = 3  # a directory gc removed between makedirs and the create is made again
+_MAKE_DIRECTORY_TRIES = 3  # a directory gc removed between reaching it and the create is made again
 _SUM = re.compile(rb',"sum":"([0-9a-f]{64})"\}\Z')  # the seal: SHA-256 of the bytes before it
-ROOT = (SPARK_AREA, "stream")  # gc's generic rule for the area (docs/FORMAT.md) sees Q as a tree
+KIND = "stream"  # .spark/stream/Q/...: gc's generic rule for the area (docs/FORMAT.md) sees Q as a tree
 MAX_MANIFEST_FILE = MAX_ADAPTER_FILE  # a chunk file holds at most CLAIM_CHUNK receipts: far less
 _QUERY = re.compile(r"[0-9a-f]{16}\Z")
 _BATCH = re.compile(r"(0|[1-9][0-9]{0,17})\Z")
@@ -61,15 +67,28 @@ def valid_query_id(text: object) -> bool:
     return isinstance(text, str) and _QUERY.match(text) is not None
 
 
-def query_dir(queue_path: str, query: str) -> str:
-    return os.path.join(queue_path, *ROOT, query)
+@dataclass(frozen=True)
+class Place:
+    """Where partition ``partition`` of batch ``batch`` of query ``query``
+    keeps its manifest: ``.spark/stream/Q/N/pP`` of ``queue``."""
+
+    queue: Queue
+    query: str
+    batch: int
+    partition: int
+
+    @property
+    def parts(self) -> tuple[str, ...]:
+        """Its directories below ``.spark``."""
+        return (KIND, self.query, str(self.batch), f"p{self.partition}")
+
+    @property
+    def path(self) -> str:
+        """Its path as a person knows it (for messages: no file is reached by it)."""
+        return os.path.join(self.queue.path, SPARK_AREA, *self.parts)
 
 
-def partition_dir(queue_path: str, query: str, batch: int, partition: int) -> str:
-    return os.path.join(query_dir(queue_path, query), str(batch), f"p{partition}")
-
-
-def pending_batches(queue_path: str, query: str, through: int) -> list[tuple[int, int]]:
+def pending_batches(queue: Queue, query: str, through: int) -> list[tuple[int, int]]:
     """``(batch, partitions)`` of each batch up to ``through`` whose manifests
     are still there (not yet settled): two listings per such batch.
 
@@ -77,16 +96,19 @@ def pending_batches(queue_path: str, query: str, through: int) -> list[tuple[int
     the two removals of :func:`remove_partition` leaves it empty (it is
     removed here), or it holds only entries that are no manifest's (left to
     gc, which reports them). Reported, it would plan a batch that deletes
-    nothing and leaves it there, again and again: a query that never ends."""
+    nothing and leaves it there, again and again: a query that never ends.
+    A batch name that is no directory (a symbolic link) holds no partition."""
     found = []
-    for name in _listdir(query_dir(queue_path, query)):
-        if _BATCH.match(name) and int(name) <= through:
-            batch = int(name)
-            parts = [int(p[1:]) for p in _listdir(os.path.join(query_dir(queue_path, query), name)) if _is_partition(p)]
-            if parts:
-                found.append((batch, max(parts) + 1))
-            else:
-                remove_batch_if_empty(queue_path, query, batch)
+    with area.opened(queue, (KIND, query)) as tree:
+        for name in _listdir(tree):
+            if _BATCH.match(name) and int(name) <= through:
+                with area.subdirectory(tree, name) as batch:
+                    parts = [int(p[1:]) for p in _listdir(batch) if _is_partition(p)]
+                if parts:
+                    found.append((int(name), max(parts) + 1))
+                else:
+                    with contextlib.suppress(OSError):  # not empty (foreign entries), or no directory
+                        os.rmdir(name, dir_fd=tree)
     return sorted(found)
 
 
@@ -94,7 +116,7 @@ def pending_batches(queue_path: str, query: str, through: int) -> list[tuple[int
 class Manifest:
     """One partition's manifest, as found: the current receipts of each chunk."""
 
-    path: str
+    place: Place
     chunks: dict[int, list[str]] = field(default_factory=dict)
     generation: int = -1  # the highest generation found (-1: none)
     sealed_chunks: int | None = None  # set once the partition was sealed
@@ -111,74 +133,82 @@ class Manifest:
     def write_chunk(self, generation: int, chunk: int, receipts: list[str]) -> bool:
         """Record ``receipts`` as chunk ``chunk`` of ``generation``; False if
         another attempt recorded that chunk of that generation first."""
-        return _write_new(self.path, f"{generation}.{chunk}.json", {"receipts": receipts})
+        return _write_new(self.place, f"{generation}.{chunk}.json", {"receipts": receipts})
 
     def seal(self, generation: int, chunks: int, messages: int) -> int:
         """Seal the partition at ``chunks`` chunks (``messages`` receipts in
         all); returns the chunk count that stands (another attempt's, if it
         sealed first)."""
         content = {"chunks": chunks, "messages": messages}
-        if _write_new(self.path, f"{generation}.end.json", content):
+        if _write_new(self.place, f"{generation}.end.json", content):
             self.sealed_chunks = chunks
             return chunks
-        again = read_manifest(self.path)
+        again = read_manifest(self.place)
         self.sealed_chunks = again.sealed_chunks if again.sealed else chunks
         return self.sealed_chunks
 
 
-def claimed_in(queue_path: str, query: str, batch: int) -> int | None:
+def claimed_in(queue: Queue, query: str, batch: int) -> int | None:
     """How many messages the sealed partitions of ``batch`` claimed (from
     their seals: one small file each); None if it has no manifest left."""
-    directory = os.path.join(query_dir(queue_path, query), str(batch))
-    names = [name for name in _listdir(directory) if _is_partition(name)]
-    if not names:
-        return None
-    total = 0
-    for name in names:
-        for entry in _listdir(os.path.join(directory, name)):
-            if entry.endswith(".end.json") and _FILE.match(entry):
-                content = _read_json(os.path.join(directory, name, entry))
-                if content is None:  # torn, being written: another generation's seal may stand
-                    continue
-                messages = content.get("messages")
-                total += messages if type(messages) is int and messages >= 0 else 0
-                break
+    total: int | None = None
+    with area.opened(queue, (KIND, query)) as tree, area.subdirectory(tree, str(batch)) as directory:
+        for name in _listdir(directory):
+            if _is_partition(name):
+                with area.subdirectory(directory, name) as partition:
+                    total = (total or 0) + (_sealed_messages(partition) if partition is not None else 0)
     return total
 
 
-def read_manifest(path: str) -> Manifest:
-    """The manifest in ``path`` (empty if there is none). Files that do not
-    parse or fail their seal are skipped: a chunk being written, torn, written
-    by no one or damaged is no chunk."""
-    manifest = Manifest(path)
+def _sealed_messages(partition: int) -> int:
+    """How many messages a partition's seal says it claimed (0 if it has no readable seal)."""
+    for name in _listdir(partition):
+        if name.endswith(".end.json") and _FILE.match(name):
+            content = _read_json(partition, name)
+            if content is None:  # torn, being written: another generation's seal may stand
+                continue
+            messages = content.get("messages")
+            return messages if type(messages) is int and messages >= 0 else 0
+    return 0
+
+
+def read_manifest(place: Place) -> Manifest:
+    """The manifest at ``place`` (empty if there is none, or if its
+    partition's name is no directory: a symbolic link is not followed).
+    Files that do not parse or fail their seal are skipped: a chunk being
+    written, torn, written by no one or damaged is no chunk."""
+    manifest = Manifest(place)
     best: dict[int, int] = {}  # chunk -> generation of the receipts kept
-    for name in _listdir(path):
-        match = _FILE.match(name)
-        if match is None:
-            continue
-        generation = int(match.group(1))
-        # a name counts even if its content does not (being written, torn): a later
-        # attempt must write a higher generation, since no file is ever replaced
-        manifest.generation = max(manifest.generation, generation)
-        content = _read_json(os.path.join(path, name))
-        if content is None:
-            continue
-        if match.group(2) == "end":
-            chunks = content.get("chunks")
-            if type(chunks) is int and chunks >= 0:
-                manifest.sealed_chunks = min(chunks, manifest.sealed_chunks if manifest.sealed else chunks)
-            continue
-        chunk = int(match.group(2))
-        receipts = content.get("receipts")
-        if not isinstance(receipts, list) or not all(isinstance(r, str) for r in receipts):
-            continue
-        if best.get(chunk, -1) < generation:
-            best[chunk] = generation
-            manifest.chunks[chunk] = receipts
+    with area.opened(place.queue, place.parts[:-1]) as batch, area.subdirectory(batch, place.parts[-1]) as partition:
+        if partition is None:
+            return manifest
+        for name in _listdir(partition):
+            match = _FILE.match(name)
+            if match is None:
+                continue
+            generation = int(match.group(1))
+            # a name counts even if its content does not (being written, torn): a later
+            # attempt must write a higher generation, since no file is ever replaced
+            manifest.generation = max(manifest.generation, generation)
+            content = _read_json(partition, name)
+            if content is None:
+                continue
+            if match.group(2) == "end":
+                chunks = content.get("chunks")
+                if type(chunks) is int and chunks >= 0:
+                    manifest.sealed_chunks = min(chunks, manifest.sealed_chunks if manifest.sealed else chunks)
+                continue
+            chunk = int(match.group(2))
+            receipts = content.get("receipts")
+            if not isinstance(receipts, list) or not all(isinstance(r, str) for r in receipts):
+                continue
+            if best.get(chunk, -1) < generation:
+                best[chunk] = generation
+                manifest.chunks[chunk] = receipts
     return manifest
 
 
-def remove_partition(path: str) -> None:
+def remove_partition(place: Place) -> None:
     """Remove a settled partition's manifest (and its batch directory once empty).
 
     A partition directory that holds entries of no manifest's (put there by
@@ -188,43 +218,42 @@ def remove_partition(path: str) -> None:
     gc, which reports them and removes the query's tree after its grace. A
     ``pP`` that is no directory (a symbolic link, a file) is moved aside
     unfollowed: settling must never unlink a file outside the queue."""
-    try:  # never followed: a link (or a file) in a partition's place is moved aside as it is
-        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
-    except FileNotFoundError:
-        fd = None
-    except OSError:
-        _move_aside(path)
-        return
-    if fd is not None:
-        try:
-            for name in os.listdir(fd):
-                if _FILE.match(name) or name.startswith(ADAPTER_WRITING_PREFIX):
-                    with contextlib.suppress(FileNotFoundError):
-                        os.unlink(name, dir_fd=fd)
-        finally:
-            os.close(fd)
+    batch_name, name = place.parts[-2:]
+    with area.opened(place.queue, place.parts[:-2]) as tree:
+        if tree is None:
+            return
+        with area.subdirectory(tree, batch_name, os.path.dirname(place.path)) as batch:
+            if batch is None:
+                return
+            if not _emptied(batch, name):
+                _move_aside(batch, name)
+                return
+        with contextlib.suppress(OSError):  # not empty (another partition, a foreign entry), or gone
+            os.rmdir(batch_name, dir_fd=tree)
+
+
+def _emptied(batch: int, name: str) -> bool:
+    """Unlink the manifest's files in partition directory ``name`` of
+    ``batch``, then remove it: True (also if it is gone); False if it is no
+    directory (a symbolic link: never followed) or holds foreign entries."""
+    with area.subdirectory(batch, name) as partition:
+        for entry in _listdir(partition):
+            if _FILE.match(entry) or entry.startswith(ADAPTER_WRITING_PREFIX):
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(entry, dir_fd=partition)
     try:
-        os.rmdir(path)
+        os.rmdir(name, dir_fd=batch)
     except FileNotFoundError:
-        pass
-    except OSError:  # not empty: foreign entries
-        _move_aside(path)
-        return
-    with contextlib.suppress(OSError):  # not empty (another partition, a foreign entry) or gone
-        os.rmdir(os.path.dirname(path))
+        return True
+    except OSError:  # not empty (foreign entries), or no directory (a link, a file)
+        return False
+    return True
 
 
-def _move_aside(path: str) -> None:
-    """Rename a partition's directory to ``.left-pP-HEX`` (no partition's name), for gc."""
-    aside = os.path.join(os.path.dirname(path), f"{_LEFT_PREFIX}{os.path.basename(path)}-{secrets.token_hex(4)}")
+def _move_aside(batch: int, name: str) -> None:
+    """Rename partition directory ``name`` of ``batch`` to ``.left-pP-HEX`` (no partition's name), for gc."""
     with contextlib.suppress(OSError):
-        os.rename(path, aside)
-
-
-def remove_batch_if_empty(queue_path: str, query: str, batch: int) -> None:
-    """Remove batch ``batch``'s directory if it is empty (else leave it)."""
-    with contextlib.suppress(OSError):
-        os.rmdir(os.path.join(query_dir(queue_path, query), str(batch)))
+        os.rename(name, f"{_LEFT_PREFIX}{name}-{secrets.token_hex(4)}", src_dir_fd=batch, dst_dir_fd=batch)
 
 
 def _is_partition(name: str) -> bool:
@@ -235,30 +264,17 @@ def _is_partition(name: str) -> bool:
     return _PARTITION.match(name) is not None and int(name[1:]) < MAX_PARTITIONS
 
 
-def _listdir(path: str) -> list[str]:
-    try:
-        return os.listdir(path)
-    except (FileNotFoundError, NotADirectoryError):
-        return []
+def _listdir(directory: int | None) -> list[str]:
+    """The names in ``directory`` (a descriptor; None: none)."""
+    return [] if directory is None else area.names(directory)
 
 
-def _read_json(path: str) -> dict | None:
-    """The object in file ``path`` if it is a complete manifest file of a
-    version read here (version 2: its seal matches), else None."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
-    except OSError:
+def _read_json(directory: int, name: str) -> dict | None:
+    """The object in file ``name`` of ``directory`` if it is a complete
+    manifest file of a version read here (version 2: its seal matches), else None."""
+    data = area.read_file(directory, name, MAX_MANIFEST_FILE)
+    if data is None:
         return None
-    try:
-        info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode) or info.st_size > MAX_MANIFEST_FILE:
-            return None
-        with os.fdopen(fd, "rb", closefd=False) as stream:
-            data = stream.read(MAX_MANIFEST_FILE + 1)
-    except OSError:
-        return None
-    finally:
-        os.close(fd)
     sealed = _SUM.search(data)
     if sealed is not None and hashlib.sha256(data[: sealed.start()]).hexdigest().encode() != sealed.group(1):
         return None  # torn, or still being written (or damaged)
@@ -280,45 +296,19 @@ def encode(content: dict) -> bytes:
     return head + b',"sum":"' + hashlib.sha256(head).hexdigest().encode() + b'"}'
 
 
-def _write_new(directory: str, name: str, content: dict) -> bool:
-    """Write ``content`` durably as ``directory/name`` unless that name
-    exists (False: another attempt has it, complete or not)."""
-    target = os.path.join(directory, name)
+def _write_new(place: Place, name: str, content: dict) -> bool:
+    """Write ``content`` durably as file ``name`` of ``place`` (its
+    directories made where missing) unless that name exists (False:
+    another attempt has it, complete or not)."""
+    data = encode(content)
     for attempt in range(_MAKE_DIRECTORY_TRIES):
-        os.makedirs(directory, exist_ok=True)
-        try:
-            fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
-            break
-        except FileExistsError:
-            return False
-        except FileNotFoundError:
-            # gc removed the directory after makedirs (an empty one past its grace,
-            # or the whole tree of a query idle for the stage grace): make it again
-            if attempt == _MAKE_DIRECTORY_TRIES - 1:
-                raise
-        except OSError as error:
-            # a lost exclusive create on HDFS's NFS gateway is EIO (EACCES, EPERM elsewhere): look
-            if error.errno in (errno.EIO, errno.EACCES, errno.EPERM) and os.path.lexists(target):
-                return False
-            raise
-    try:
-        with os.fdopen(fd, "wb", closefd=False) as stream:
-            stream.write(encode(content))
-        os.fsync(fd)
-    except BaseException:
-        # never complete: take the name back (it counts as a generation until then)
-        with contextlib.suppress(OSError):
-            os.unlink(target)
-        raise
-    finally:
-        os.close(fd)
-    _sync_directory(directory)
-    return True
-
-
-def _sync_directory(directory: str) -> None:
-    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+        with area.opened(place.queue, place.parts, create=True) as directory:
+            assert directory is not None  # (made where missing)
+            try:
+                return area.create_file(directory, name, data)
+            except FileNotFoundError:
+                # gc removed the directory after it was reached (an empty one past its
+                # grace, or the whole tree of a query idle for the stage grace): make it again
+                if attempt == _MAKE_DIRECTORY_TRIES - 1:
+                    raise
+    raise AssertionError("unreachable")  # (the last attempt returns or raises)

@@ -75,7 +75,8 @@ class ClaimingStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.schema = schema
         self._budget: int | None = None  # Trigger.AvailableNow: messages left to plan
         self._queue: Queue | None = None  # the driver's handle
-        self._clean_through: tuple[str, int] | None = None  # (query, seq): nothing to settle up to seq (but what a batch tried and failed to)
+        # (query, seq): nothing to settle up to seq (but what a batch tried and failed to)
+        self._clean_through: tuple[str, int] | None = None
         self._planned: dict[int, int] = {}  # seq -> messages this run planned for it (AvailableNow)
         self._fruitless = 0  # claiming batches in a row that claimed nothing
         self._last_full = False  # the last batch claimed all it planned: more are likely there
@@ -112,7 +113,7 @@ class ClaimingStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         retry: list[tuple[int, int]] = []
         if self._clean_through != (query, seq):
             # every batch up to seq is committed: what is left of them is to delete
-            pending, retry = self._split_tried(query, manifests.pending_batches(queue.path, query, seq))
+            pending, retry = self._split_tried(query, manifests.pending_batches(queue, query, seq))
         self._account(queue, query, seq)
         wanted = self._wanted(limit)
         if wanted and not self._last_full:
@@ -155,7 +156,8 @@ class ClaimingStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             "settle": [list(entry) for entry in pending],
         }
 
-    def _split_tried(self, query: str, found: list[tuple[int, int]]) -> tuple[list[tuple[int, int]], list[tuple[int, int]]]:
+    def _split_tried(self, query: str,
+                     found: list[tuple[int, int]]) -> tuple[list[tuple[int, int]], list[tuple[int, int]]]:
         """``found`` split into batches no batch of this run was given to settle
         (at most MAX_SETTLE_ENTRIES) and those one was (its settling failed):
         these come last, so that they never starve the others."""
@@ -172,7 +174,7 @@ class ClaimingStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         a group whose slot another consumer holds is visible but not claimable)."""
         planned = self._planned.pop(seq, None)
         self._planned.clear()  # (only the batch after seq is planned next)
-        claimed = manifests.claimed_in(queue.path, query, seq)
+        claimed = manifests.claimed_in(queue, query, seq)
         self._last_full = bool(planned) and claimed is not None and claimed >= planned
         if claimed is None:  # a batch that only deleted, or one already settled
             return
