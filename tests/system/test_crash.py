@@ -52,12 +52,18 @@ class DyingOS:
             result = real(*args, **kwargs)
             if name == "open":
                 self.opened.append(result)
+            elif name == "close" and args and args[0] in self.opened:
+                self.opened.remove(args[0])
             return result
 
         return call
 
     def close_leaked(self) -> None:
+        """Close what the dead run opened and left open, as its death would: not
+        the directories its queue handles hold (closed with the handles)."""
         for fd in self.opened:
+            if _fs.is_pin(f"{_fs.PINNED}{fd}"):
+                continue
             try:
                 os.close(fd)
             except OSError:
@@ -532,7 +538,8 @@ def test_many_messages_are_durable_before_they_are_named(monkeypatch, fresh, sma
     first_rename = calls.index("rename")
     assert calls[:first_rename].count("fsync") == len(STAGED)  # all synced before the first rename
     assert calls[first_rename:].count("rename") == len(STAGED)
-    assert calls[-1] == "close" and calls[-2] == "fsync"  # the directory, last
+    last_rename = len(calls) - 1 - calls[::-1].index("rename")
+    assert "fsync" in calls[last_rename:]  # the directory, after the last rename
 
 
 def test_stage_commit(monkeypatch, fresh, small_sync_batches):
