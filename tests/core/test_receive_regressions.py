@@ -133,3 +133,22 @@ def test_own_deletes_never_count_below_zero(queue, monkeypatch):
     with pytest.raises(vsqs.QueueFull):
         queue.publish_batch([b"a", b"b", b"c"])
     queue.publish_batch([b"a", b"b"])
+
+
+# -- 4. a receive ends however coarse the clock -----------------------------------
+
+
+def test_a_batch_ends_when_the_monotonic_clock_does_not_move(queue, monkeypatch):
+    # found by tests/core/test_model.py (whose clock moves only when it says): a batch
+    # that met its own claims again (visibility 0) listed again and again, as it told
+    # a new listing by its time; a clock whose reads repeat must not make it loop
+    queue.publish(b"a")
+    frozen, reads = time.monotonic(), [0]
+
+    def monotonic() -> float:
+        reads[0] += 1
+        assert reads[0] < 10_000, "the receive loops"
+        return frozen
+
+    monkeypatch.setattr(time, "monotonic", monotonic)
+    assert [m.body for m in queue.receive_batch(2, visibility_timeout=0)] == [b"a"]

@@ -74,6 +74,7 @@ class Listing:
         # the queue's watch once this handle waited, and how much of its news this cache knows
         self.watch: Watch | None = None
         self.watch_epoch, self.watch_version = 0, 0
+        self.listings = 0  # how many listings this cache made: a receive tells a new one by it, not by a clock
         self.reset()
 
     def reset(self) -> None:
@@ -266,6 +267,7 @@ class Listing:
         self.blocked = set()
         self.freed = False
         self.listed_at = time.monotonic()
+        self.listings += 1
         self.cost = self.listed_at - started
         self.stale_at = self.listed_at + max(MAX_AGE, AGE_FACTOR * self.cost)
 

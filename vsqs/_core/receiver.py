@@ -295,16 +295,18 @@ class Receiver:
         skips = _SKIPS_PER_CALL
         held = 0  # bytes of the bodies read so far (see MAX_RECEIVE_BYTES)
         answered: set[str] | None = None  # ids of ``got[:len(answered)]``, once a lease that ran out is met
+        again: list[tuple[str, int]] = []  # this call's own claims met again: back in the cache when it ends
         while len(got) < limit:
             with lock:
                 if cache.visible and not (cache.hidden or cache.grouped) and time.monotonic() < cache.stale_at:
                     name = heapq.heappop(cache.visible)  # the common case of next_candidate, inlined
                 else:
-                    listed_at = cache.listed_at
+                    listings = cache.listings
                     name = cache.next_candidate(lists_left > 0)
-                    if cache.listed_at != listed_at:
+                    if cache.listings != listings:
                         # a listing that went round every shard has seen them all: no more this call
                         lists_left = lists_left - 1 if cache.rest_of_round else 0
+                        again.clear()  # (in the new listing, if still there: kept once)
             if name is None:
                 break
             parsed = _format.parse_name(name)  # the one parse of this name on its way out
@@ -313,10 +315,9 @@ class Receiver:
             if parsed.until_us and got:  # a lease that ran out (hidden): perhaps one this call gave
                 answered = answered or set()
                 answered.update(message.id for message in got[len(answered):])
-                if parsed.key in answered:  # (a short visibility timeout): each message once an answer
-                    with lock:
-                        cache.remember(name, parsed.until_us)
-                    break
+                if parsed.key in answered:  # (a short visibility timeout): each message once an answer;
+                    again.append((name, parsed.until_us))  # a candidate for the next call, and this one goes on
+                    continue
             if max_receives is not None and parsed.receive_count >= max_receives:
                 buried = self._group_receiver.bury(parsed)  # (its group, if any, goes on with its next)
                 if isinstance(buried, StorageError):
@@ -384,6 +385,10 @@ class Receiver:
             got.append(Message(queue, name[:_KEY_LENGTH], data, receipt, count, None, header))  # sent_at: from the id
             if held >= MAX_RECEIVE_BYTES:
                 break  # the bodies held: at most MAX_RECEIVE_BYTES plus one message
+        if again:
+            with lock:
+                for name, until_us in again:
+                    cache.remember(name, until_us)
         if failure is not None and not got:
             raise failure
         return got
