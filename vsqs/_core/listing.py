@@ -103,6 +103,8 @@ class Listing:
         listed again if the cache is stale and ``may_list``."""
         if self.hidden:
             self.promote(_format.now_us())
+        while self.grouped and _format.group_of(self.grouped[0][1]) in self.blocked:
+            heapq.heappop(self.grouped)  # not a candidate: a cache left with only these has run out
         if self.visible or self.grouped:
             stale = time.monotonic() >= self.stale_at
         else:
