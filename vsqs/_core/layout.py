@@ -260,8 +260,11 @@ class ShardedLayout(Layout):
         try:
             return _fs.list_names(directory)
         except QueueNotFound:
-            if self._missing_shard(index):
-                return self.list_shard(index)
+            if self._missing_shard(index):  # held again: listed once more, at most
+                try:
+                    return _fs.list_names(self.shard_prefixes[index][:-1])
+                except QueueNotFound:
+                    pass
             return []
 
     def _missing_shard(self, index: int) -> bool:
