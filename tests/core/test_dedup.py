@@ -62,22 +62,6 @@ def test_window_keeps_the_id_after_delete(queue):
     assert queue.stats().ready == 1
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "the README holds an id while its message is in the queue 'or was, less than dedup_window seconds ago'; "
-    "vsqs starts the window when a publisher (or gc) first finds the message gone (docs/FORMAT.md, "
-    "De-duplication), so the first publish long after a delete stores nothing and answers the deleted id. "
-    "Found by tests/core/test_model.py; which of the two is meant is open"))
-def test_an_id_is_free_once_a_window_has_passed_since_its_message_left(queue, monkeypatch):
-    queue.configure(dedup_window=5)
-    first = queue.publish(b"a", dedup_id="x")
-    queue.receive().delete()
-    later = time.time() + 60  # a minute after the delete, the window of 5 s long past
-    monkeypatch.setattr(time, "time", lambda: later)
-    monkeypatch.setattr(time, "time_ns", lambda: int(later * 1e9))
-    assert queue.publish(b"b", dedup_id="x") != first
-    assert queue.stats().ready == 1
-
-
 def test_crashed_publisher_does_not_reserve_forever(queue):
     digest = _dedup.dedup_hash("x", None)
     os.makedirs(os.path.join(queue.path, ".dedup"))
