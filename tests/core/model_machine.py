@@ -39,7 +39,7 @@ What the model holds the queue to:
   is in the queue, or left it less than ``dedup_window`` ago, a publish stores
   nothing and answers its id. The window runs from when a publisher (or gc)
   first finds the message gone (FORMAT.md), not from when it left, which is all
-  the README says: see ``test_dedup.py`` (xfail) and ``dedup_holds``;
+  the README says: see ``dedup_holds`` (an open question, not pinned by a test);
 - **lazy dead-lettering**: a message received ``max_receives`` times is not
   claimable once visible, counts as ready until a receive (or a tidying pass)
   moves it; whether one did is read from the queue's listing.
