@@ -593,26 +593,33 @@ def test_stream_killed_before_commit_redelivers_after_the_visibility_timeout(spa
     crashed = _stream(spark, queue, checkpoint, _batch_recorder(out, fail_on=1), timeout=1)
     with pytest.raises(Exception, match="injected crash in batch 1"):
         crashed.awaitTermination()
-    lost_batch = {message_id for message_id, _, _ in _recorded(out)[1]}
-    assert len(lost_batch) == 5 and queue.stats().total == 15  # batch 0 deleted, batch 1 kept
+    first = _recorded(out)
+    lost_batch = {message_id: count for message_id, _, count in first[1]}
+    # A one-second lease may run out before batch 1 claims: batch 1 then takes
+    # some of batch 0's messages again (re-delivered, as SQS does), and batch 1's
+    # delete of batch 0 leaves them to their new holder. The rest of batch 0 is gone.
+    taken_again = {message_id: body for message_id, body, _ in first[0] if message_id in lost_batch}
+    assert len(first[0]) == len(lost_batch) == 5
+    assert queue.stats().total == 15 + len(taken_again)
 
     # the lease runs out: another consumer receives the batch again (and gives it back)
     deadline = time.monotonic() + 60
     while queue.stats().in_flight and time.monotonic() < deadline:
         time.sleep(0.1)
     again = {m.id: m for m in queue.receive_batch(20, visibility_timeout=60)}
-    assert lost_batch <= set(again)
-    assert {again[i].receive_count for i in lost_batch} == {2}
+    assert set(lost_batch) <= set(again)
+    assert all(again[i].receive_count == count + 1 for i, count in lost_batch.items())
     for message in again.values():
         message.release()
 
     # the restarted query replays batch 1 without them (another consumer took
-    # them meanwhile), then receives them as new: nothing lost, none twice
+    # them meanwhile), then receives them as new: nothing lost, none twice but
+    # those whose lease ran out in the first run
     _stream(spark, queue, checkpoint, _batch_recorder(out), timeout=60).awaitTermination()
     batches = _recorded(out)
     assert batches[1] == []
     delivered = Counter(body for rows in batches.values() for _, body, _ in rows)
-    assert delivered == Counter(bodies)
+    assert delivered == Counter(bodies) + Counter(taken_again.values())
     assert queue.stats().total == 0
 
 
