@@ -30,11 +30,15 @@ What the model holds the queue to:
 - **time**: after each step, what it hid (leases, delays) is looked at a
   millisecond before and after its time ends, by a new handle (which changes
   nothing), without waiting;
-- **order**: a group's messages in publish order, within one answer too; a
-  handle with no cached listing, in a flat queue, answers the messages without a
-  group by priority, then publish order (re-delivered ones in their place). The
-  README lets a handle's cached listing bend the latter, so the long-lived handle
-  is not held to it, nor is a sharded queue (order holds within a shard);
+- **order**: a group's messages in publish order (each taken is one of the
+  group's first ``group_concurrency`` visible ones; the order among those in one
+  answer is not held: with a cached listing, a message the handle listed before
+  comes ahead of an earlier one re-delivered since, and the README's "in order"
+  says nothing finer for group_concurrency > 1); a handle with no cached listing,
+  in a flat queue, answers the messages without a group by priority, then publish
+  order (re-delivered ones in their place). The README lets a handle's cached
+  listing bend the latter, so the long-lived handle is not held to it, nor is a
+  sharded queue (order holds within a shard);
 - **de-duplication**: while a message with the same id (per group, or per queue)
   is in the queue, or left it less than ``dedup_window`` ago, a publish stores
   nothing and answers its id. The window runs from when a publisher (or gc)
@@ -80,7 +84,7 @@ from typing import Any, Callable, Iterator
 
 from hypothesis import HealthCheck, Phase, event, settings
 from hypothesis import strategies as st
-from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
+from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 
 import vsqs
 
@@ -268,15 +272,19 @@ class QueueMachine(RuleBasedStateMachine):
             groups[group] = [m for m in candidates if m.group == group][:budget]
         return plain, groups
 
-    def receipt_status(self, receipt: str) -> str:
+    def receipt_status(self, receipt: str, what: str) -> str:
         held = self.held[receipt]
         m = held.msg
         if m.receipt != receipt or m.where != QUEUED:
             return STALE
         if self.now < m.until_us:
             return MUST_WORK  # its lease runs
-        if held.zero and receipt not in self.disturbed:
-            return MUST_WORK  # visibility 0: until another receive takes it
+        if held.zero and receipt not in self.disturbed and not (m.group and what == "change_visibility"):
+            # visibility 0: "holds the message only until another receive takes it: until then it
+            # may still delete, release or hide it". Not hide in a group: the lease of its slot ran
+            # out at once, and a receive that took another message of the group on that slot (the
+            # same batch, even) leaves the receipt nothing to extend (the slot is the other's)
+            return MUST_WORK
         return MAY_WORK  # expired: the README does not say
 
     def leave(self, m: Msg, where: str) -> None:
@@ -314,9 +322,6 @@ class QueueMachine(RuleBasedStateMachine):
             f"receive_batch({n}) answered {len(got)} while {possible} were claimable: "
             f"{[m.id for m in plain]} {[(g, [m.id for m in ms]) for g, ms in groups.items()]}"
         )
-        for group in groups:
-            seqs = [by_id[message.id].seq for message in got if message.group == group]
-            assert seqs == sorted(seqs), f"group {group} out of order in one answer"
         if ordered:  # a fresh handle of a flat queue: priority, then publish order
             expected = sorted(plain, key=lambda m: (-m.priority, m.seq))
             answered = [by_id[message.id] for message in got if message.group is None]
@@ -473,7 +478,7 @@ class QueueMachine(RuleBasedStateMachine):
 
     def try_receipt(self, what: str, receipt: str, fresh: bool, call: Callable[[vsqs.Queue], Any]) -> tuple[bool, Any]:
         """Run a call with a receipt; (whether it worked, its answer), checked against the receipt's status."""
-        status = self.receipt_status(receipt)
+        status = self.receipt_status(receipt, what)
         answer, worked = None, True
         with self.clock.running():
             try:
@@ -489,7 +494,6 @@ class QueueMachine(RuleBasedStateMachine):
         assert status != STALE, f"{what} with a stale receipt worked"
         return True, answer
 
-    @precondition(lambda self: self.issued)
     @rule(
         action=st.sampled_from(["release", "delete", "dead_letter", "delete_batch"]),
         pick=st.integers(0, 9),
@@ -500,6 +504,8 @@ class QueueMachine(RuleBasedStateMachine):
         """Delete, release or dead-letter the message of a receipt (see ``receipt``); with
         ``retry``, once more at once through the other handle (a client's retry: stale now,
         if the first worked)."""
+        if not self.issued:
+            return  # (no precondition: what is drawn must not depend on the queue's answers)
         receipt = self.receipt(pick)
         self.settle_with(action, receipt, fresh)
         if retry:
@@ -522,7 +528,7 @@ class QueueMachine(RuleBasedStateMachine):
                 except vsqs.InvalidArgument:
                     return
                 except vsqs.StaleReceipt:
-                    assert self.receipt_status(receipt) != MUST_WORK
+                    assert self.receipt_status(receipt, action) != MUST_WORK
                     return
             raise AssertionError("dead_letter worked in a queue without a dead-letter queue")
         worked, _ = self.try_receipt(action, receipt, fresh, call)
@@ -531,9 +537,10 @@ class QueueMachine(RuleBasedStateMachine):
         elif worked:
             self.leave(m, DEAD if action == "dead_letter" else DELETED)
 
-    @precondition(lambda self: self.issued)
     @rule(pick=st.integers(0, 9), timeout=st.sampled_from([0, 1, 5, 50]), fresh=st.booleans())
     def change_visibility(self, pick: int, timeout: float, fresh: bool) -> None:
+        if not self.issued:
+            return
         receipt = self.receipt(pick)
         worked, new = self.try_receipt("change_visibility", receipt, fresh,
                                        lambda handle: handle.change_visibility(receipt, timeout))
