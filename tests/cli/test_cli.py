@@ -13,9 +13,8 @@ import pytest
 from click.testing import CliRunner
 
 import vsqs
-from vsqs._cli import main
-
 from tests.conftest import vsqs_command
+from vsqs._cli import main
 
 
 @pytest.fixture

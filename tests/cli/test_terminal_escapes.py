@@ -15,10 +15,9 @@ import pytest
 from click.testing import CliRunner
 
 import vsqs
+from tests.conftest import vsqs_command
 from vsqs._cli import main
 from vsqs._cli.text import terminal_text
-
-from tests.conftest import vsqs_command
 
 # what an attacker used: set the window title, clear the screen, the 8-bit CSI
 # (colour), and a right-to-left override that reorders what follows

@@ -8,9 +8,8 @@ import stat
 import pytest
 
 import vsqs
-from vsqs._core import format as _format
-
 from tests.conftest import message_files
+from vsqs._core import format as _format
 
 
 @pytest.fixture

@@ -9,7 +9,6 @@ import time
 import pytest
 
 import vsqs
-
 from tests.conftest import message_path
 from vsqs._core import dedup as _dedup
 

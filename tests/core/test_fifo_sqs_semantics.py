@@ -10,7 +10,6 @@ from vsqs._core import format as _format
 from vsqs._core.errors import StaleReceipt
 from vsqs._core.groups import GroupLeases
 
-
 # -- purge frees the groups ---------------------------------------------------------
 
 

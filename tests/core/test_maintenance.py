@@ -209,7 +209,8 @@ def test_stats_of_an_empty_queue(queue):
 def test_stats_per_group_by_the_groups_name(queue):
     for n, group in enumerate(["a", "a", "b"]):
         stem = _format.make_stem(key(n=n), group_hash=_format.group_hash(group), envelope=True)
-        queue.put(stem if n else _format.hidden_name(stem, later(60), 1), _envelope.encode_envelope({"group": group}, b""))
+        name = stem if n else _format.hidden_name(stem, later(60), 1)
+        queue.put(name, _envelope.encode_envelope({"group": group}, b""))
     broken = _format.make_stem(key(n=9), group_hash=_format.group_hash("c"), envelope=True)
     queue.put(broken, b"no header line")
     queue.put(key(n=10))

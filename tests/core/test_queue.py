@@ -11,10 +11,9 @@ from unittest import mock
 import pytest
 
 import vsqs
+from tests.conftest import message_dirs, message_files, message_names, message_path
 from vsqs._core import format as _format
 from vsqs._core import fs as _fs
-
-from tests.conftest import message_dirs, message_files, message_names, message_path
 
 
 def test_open_missing_queue(tmp_path):

@@ -7,8 +7,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from tests.gateway.server import Server
 from tests.gateway import test_sqs as _base
+from tests.gateway.server import Server
 from tests.gateway.test_sqs import library_queue, new_name
 
 # the servers and client of test_sqs.py (fixtures, found by name)

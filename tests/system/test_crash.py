@@ -19,11 +19,10 @@ from collections.abc import Callable
 import pytest
 
 import vsqs
+from tests.conftest import message_files
 from vsqs._core import fs as _fs
 from vsqs._core import groups as _groups
 from vsqs._core import synced as _synced
-
-from tests.conftest import message_files
 
 LEASE = 0.1  # short leases, so recovery by expiry is quick
 

@@ -163,7 +163,8 @@ class Reservations:
         if kind == "pending" or window <= 0:
             return None  # never published (its publisher failed), or no window to keep
         # published, now gone: mark when it was first seen gone; the window runs from there
-        if _fs.create_exclusive(self._path(digest, gen + 1), f"gone {now:.6f} {key}\n".encode(), durable=False, mode=self.mode):
+        record = f"gone {now:.6f} {key}\n".encode()
+        if _fs.create_exclusive(self._path(digest, gen + 1), record, durable=False, mode=self.mode):
             return key
         return ""
 

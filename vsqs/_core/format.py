@@ -467,7 +467,7 @@ class SlotRef(NamedTuple):
     (A named tuple: one is made on every claim, and a frozen dataclass costs
     several times as much to make.)"""
 
-    index: int
+    index: int  # type: ignore[assignment]  # the field hides tuple.index, which nothing here calls
     gen: int
     run: int = 0  # 0: a message alone on its slot
     member: int = 0
@@ -603,7 +603,8 @@ class Metadata(NamedTuple):
 
 def check_shards(shards: object) -> int:
     """A shard count: a power of two from 1 to MAX_SHARDS."""
-    if isinstance(shards, bool) or not isinstance(shards, int) or not 1 <= shards <= MAX_SHARDS or shards & (shards - 1):
+    if (isinstance(shards, bool) or not isinstance(shards, int)
+            or not 1 <= shards <= MAX_SHARDS or shards & (shards - 1)):
         raise InvalidArgument(f"shards must be a power of two from 1 to {MAX_SHARDS}, not {shards!r}")
     return shards
 

@@ -167,10 +167,12 @@ class Message:
     @property
     def body(self) -> bytes:
         """The body; read now if it was received with ``read_bodies=False``."""
-        if self._body is None:
+        body = self._body
+        if body is None:
             read = self.queue.read_message(self.receipt)
-            self._body, self._header = read._body, read._header
-        return self._body
+            body, self._header = read.body, read._header
+            self._body = body
+        return body
 
     @property
     def attributes(self) -> dict[str, str]:

@@ -55,7 +55,9 @@ class MoveTasks:
         mode: Callable[[], int | None],
     ) -> None:
         self._dir = os.path.join(directory, MOVES_DIR)
-        self._redrive = lambda to, count: dead_letters.redrive(to, count, _format.now_us(), skew_us)
+        self._redrive: Callable[[str | None, int | None], int] = (
+            lambda to, count: dead_letters.redrive(to, count, _format.now_us(), skew_us)
+        )
         self._backlog = backlog
         self._mode = mode
 
@@ -76,15 +78,16 @@ class MoveTasks:
             self._remove(old["id"])
         _fs.make_dirs(self._dir, self._mode())
         now = time.time()
-        task = {"id": f"{int(now * 1000):013d}-{secrets.token_hex(4)}", "status": "RUNNING",
+        task_id = f"{int(now * 1000):013d}-{secrets.token_hex(4)}"
+        task = {"id": task_id, "status": "RUNNING",
                 "destination": to, "per_second": per_second, "moved": 0, "to_move": self._backlog(),
                 "started": now, "updated": now, "failure": None}
         data = json.dumps(task).encode()
-        if not _fs.create_exclusive(self._file(task["id"], ".json"), data, durable=True, mode=self._mode()):
+        if not _fs.create_exclusive(self._file(task_id, ".json"), data, durable=True, mode=self._mode()):
             raise InvalidArgument("two redrive tasks started in the same millisecond; try again")
-        older = [other for other in self.list() if other["status"] in ACTIVE and other["id"] < task["id"]]
+        older = [other for other in self.list() if other["status"] in ACTIVE and other["id"] < task_id]
         if older:  # another process started one between our listing and our create: the older one runs
-            self._remove(task["id"])
+            self._remove(task_id)
             raise InvalidArgument(f"a redrive task is already active on this queue ({older[0]['id']}): "
                                   "only one at a time")
         threading.Thread(target=self._run, args=(dict(task),), name=f"vsqs-redrive-{task['id']}",

@@ -303,7 +303,7 @@ class Queue:
         """
         if dedup_id is not None and dedup is not None:
             raise InvalidArgument("give dedup_id or dedup, not both")
-        if delay is at is attributes is group is dedup_id is dedup is None:  # every option unset
+        if delay is at is attributes is group is dedup_id is dedup is None:  # type: ignore[comparison-overlap]  # every option unset
             try:
                 return self._publish_plain(body, priority, durable)
             except QueueNotFound:

@@ -130,9 +130,9 @@ async def create_queue(call: Call) -> dict[str, Any]:
         try:
             existing = spool.queue(name)
         except QueueNotFound:
-            extra = {"dedup_window": FIFO_DEDUP_WINDOW, "group_concurrency": 1} if is_fifo(name) else {}
-            if is_fifo(name):
-                extra["dedup_scope"] = "queue"  # Amazon's default DeduplicationScope
+            extra: dict[str, object] = {}
+            if is_fifo(name):  # Amazon's de-duplication interval and scope, one message of a group at a time
+                extra.update(dedup_window=FIFO_DEDUP_WINDOW, group_concurrency=1, dedup_scope="queue")
             call.gateway.create_queue(name, **{**extra, **settings, **({"tags": tags} if tags else {})})
             return
         current = {**existing.settings}
