@@ -6,7 +6,6 @@ from __future__ import annotations
 import pytest
 from click.testing import CliRunner
 
-from vsqs._gateway import app
 from vsqs._gateway.command import serve
 from vsqs._gateway.config import DEFAULT_MAX_BODY_BYTES
 
@@ -14,8 +13,9 @@ from vsqs._gateway.config import DEFAULT_MAX_BODY_BYTES
 @pytest.fixture
 def started(monkeypatch):
     """The configurations `vsqs serve` would have started a server with."""
+    pytest.importorskip("fastapi", reason="the gateway needs the server extra: pip install 'vsqs[server]'")
     configs = []
-    monkeypatch.setattr(app, "serve", lambda config, **options: configs.append(config))
+    monkeypatch.setattr("vsqs._gateway.app.serve", lambda config, **options: configs.append(config))
     return configs
 
 
