@@ -231,7 +231,7 @@ async def send_message(call: Call) -> dict[str, Any]:
 async def send_message_batch(call: Call) -> dict[str, Any]:
     name = queue_name_of_url(call.params)
     entries = batch_entries(call.params, "SendMessageBatch")
-    batch_limit = call.gateway.config.max_message_bytes  # SQS: a batch may be as large as one message can
+    batch_limit = call.gateway.config.max_body_bytes  # SQS: a batch may be as large as one message can
 
     def send(queue: Queue) -> tuple[list[dict[str, Any]], list[tuple[str, Prepared]], list[str | SqsError]]:
         """Check the entries (against the queue's settings), then publish the good
