@@ -91,7 +91,9 @@ Decisions (beyond SQS's own rules):
 - Bodies are UTF-8 text. A body published by the library that is not UTF-8
   is delivered with U+FFFD for each bad byte; MD5OfBody is that of what is
   sent. SQS's character rule applies to sends (InvalidMessageContents).
-- Receive: MessageId is the vsqs id, ReceiptHandle the vsqs receipt.
+- MessageId, on sends and receives: the vsqs id as a UUID
+  (:attr:`vsqs.Message.uuid`, one to one and reversible), ReceiptHandle the
+  vsqs receipt.
   System attributes: SenderId (the gateway's account id), SentTimestamp,
   ApproximateReceiveCount, MessageGroupId, MessageDeduplicationId (as sent,
   or the body's SHA-256 on a content-deduplicated queue), AWSTraceHeader.
