@@ -1,11 +1,13 @@
-"""The ids the SQS face of `vsqs serve` shows: a message's MessageId is a UUID
-(SDKs parse it: Spring Cloud AWS calls UUID.fromString on every MessageId),
-and a message shows the same MessageId on every answer about it. boto3
-against a real gateway."""
+"""The ids the SQS face of `vsqs serve` shows: a message's MessageId and a move
+task's id are UUIDs (SDKs parse them: Spring Cloud AWS calls UUID.fromString
+on every MessageId), and a message shows the same MessageId on every answer
+about it. boto3 against a real gateway."""
 
 from __future__ import annotations
 
+import base64
 import json
+import os
 import re
 import time
 import uuid
@@ -136,3 +138,53 @@ def test_a_message_keeps_its_id_into_the_dead_letter_queue_and_back(sqs: Any, se
     wait_for(lambda: sqs.list_message_move_tasks(SourceArn=dlq_arn)["Results"][0]["Status"] == "COMPLETED")
     [back] = sqs.receive_message(QueueUrl=url, WaitTimeSeconds=10)["Messages"]
     assert (back["Body"], back["MessageId"]) == ("poison", message_id)
+
+
+def running_task(sqs: Any, server: Server) -> tuple[str, str, str]:
+    """A dead-letter queue with a task that another process runs, its state
+    written as docs/FORMAT.md (Redrive tasks) gives it: it stays RUNNING (no
+    runner here finishes it, and its `updated` never reads as stale in a test).
+    (the queue's ARN, its .moves directory, the vsqs task id)"""
+    dlq_name = new_name("dlq")
+    dlq_url = sqs.create_queue(QueueName=dlq_name)["QueueUrl"]
+    task_id = f"{int(time.time() * 1000):013d}-{os.urandom(4).hex()}"
+    moves = os.path.join(server.spool, dlq_name, ".moves")
+    os.mkdir(moves)
+    state = {"id": task_id, "status": "RUNNING", "destination": None, "per_second": 1, "moved": 3,
+             "to_move": 10, "started": time.time(), "updated": time.time() + 3600, "failure": None}
+    with open(os.path.join(moves, task_id + ".json"), "w", encoding="utf-8") as file:
+        json.dump(state, file)
+    return arn_of(sqs, dlq_url), moves, task_id
+
+
+def test_a_move_tasks_handle_carries_a_uuid_task_id_that_cancels_it(sqs: Any, server: Server) -> None:
+    dlq_arn, moves, task_id = running_task(sqs, server)
+    [running] = sqs.list_message_move_tasks(SourceArn=dlq_arn)["Results"]
+    assert running["Status"] == "RUNNING"
+    handle = json.loads(base64.urlsafe_b64decode(running["TaskHandle"]))
+    assert set(handle) == {"taskId", "sourceArn"} and handle["sourceArn"] == dlq_arn
+    assert_uuid(handle["taskId"])
+    assert task_id not in running["TaskHandle"] and handle["taskId"] != task_id
+    again = sqs.list_message_move_tasks(SourceArn=dlq_arn)["Results"][0]["TaskHandle"]
+    assert again == running["TaskHandle"]  # the same task, the same id
+    assert sqs.cancel_message_move_task(TaskHandle=running["TaskHandle"])["ApproximateNumberOfMessagesMoved"] == 3
+    assert os.path.exists(os.path.join(moves, task_id + ".cancel"))
+    assert sqs.list_message_move_tasks(SourceArn=dlq_arn)["Results"][0]["Status"] == "CANCELLING"
+
+
+def test_a_started_move_tasks_handle_carries_a_uuid_task_id(sqs: Any) -> None:
+    dlq_url = sqs.create_queue(QueueName=new_name("dlq"))["QueueUrl"]
+    policy = json.dumps({"deadLetterTargetArn": arn_of(sqs, dlq_url), "maxReceiveCount": 1})
+    sqs.create_queue(QueueName=new_name("work"), Attributes={"RedrivePolicy": policy})
+    started = sqs.start_message_move_task(SourceArn=arn_of(sqs, dlq_url))["TaskHandle"]
+    handle = json.loads(base64.urlsafe_b64decode(started))
+    assert_uuid(handle["taskId"])
+
+
+def test_a_handle_that_names_the_vsqs_task_id_cancels_the_task(sqs: Any, server: Server) -> None:
+    """The handles of gateways of earlier vsqs releases (mixed versions on one spool) carry the vsqs task id."""
+    dlq_arn, moves, task_id = running_task(sqs, server)
+    doc = json.dumps({"taskId": task_id, "sourceArn": dlq_arn}, separators=(",", ":"))
+    handle = base64.urlsafe_b64encode(doc.encode()).decode("ascii")
+    assert sqs.cancel_message_move_task(TaskHandle=handle)["ApproximateNumberOfMessagesMoved"] == 3
+    assert os.path.exists(os.path.join(moves, task_id + ".cancel"))

@@ -79,7 +79,8 @@ Decisions (beyond SQS's own rules):
 - Redrive: ListDeadLetterSourceQueues is :meth:`vsqs.Queue.dead_letter_sources`;
   a message move task is :meth:`vsqs.Queue.start_redrive` in the gateway
   process that starts it, its state on disk (any gateway lists or cancels
-  it); its TaskHandle is base64url JSON ``{"taskId", "sourceArn"}``.
+  it); its TaskHandle is base64url JSON ``{"taskId", "sourceArn"}`` (as
+  Amazon's), the taskId a UUID of the vsqs task id (version 5, name-based).
 - Message attributes: ``String`` ones are plain vsqs attributes (library
   users see them as they are, and library attributes come back as String).
   Other types keep their value as text (Binary as base64) and their type in
