@@ -236,6 +236,7 @@ PINNED = {
         "first_received_at": "property -> float | None",
         "group": "property -> str | None",
         "id": "attribute (slot)",
+        "id_of_uuid": "staticmethod (uuid: str) -> str",
         "md5": "property -> str",
         "priority": "property -> int",
         "queue": "attribute (slot)",
@@ -246,6 +247,8 @@ PINNED = {
         "sequence_number": "property -> str",
         "sequence_number_of": "staticmethod (message_id: str) -> str",
         "settled": "property -> bool",
+        "uuid": "property -> str",
+        "uuid_of": "staticmethod (message_id: str) -> str",
     },
     "Worker": {
         "__init__": "constructor (queue: Queue, handler: Callable[[Message], object], *, visibility_timeout: float | None = None, wait: float = 1, concurrency: int = 1, max_messages: int | None = None, burst: bool = False, retry_delay: float = 0) -> None",

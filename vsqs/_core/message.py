@@ -203,6 +203,24 @@ class Message:
         return _format.sequence_number(message_id)
 
     @property
+    def uuid(self) -> str:
+        """The id as a UUID (lower-case 8-4-4-4-12 hex), one to one and reversible:
+        the SQS face's MessageId (see :meth:`uuid_of`, :meth:`id_of_uuid`)."""
+        return _format.key_uuid(self.id)
+
+    @staticmethod
+    def uuid_of(message_id: str) -> str:
+        """The UUID of the message ``message_id`` (e.g. one just published);
+        :class:`InvalidArgument` if it is no message id."""
+        return _format.key_uuid(message_id)
+
+    @staticmethod
+    def id_of_uuid(uuid: str) -> str:
+        """The message id whose UUID is ``uuid`` (an SQS MessageId back to the
+        vsqs id); :class:`InvalidArgument` for a UUID no message id gives."""
+        return _format.key_of_uuid(uuid)
+
+    @property
     def md5(self) -> str:
         """MD5 of the body in hex, as SQS reports it (a checksum, not security)."""
         return hashlib.md5(self.body, usedforsecurity=False).hexdigest()
