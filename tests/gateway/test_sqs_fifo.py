@@ -149,3 +149,18 @@ def test_a_run_dead_letters_after_max_receive_count(sqs: Any) -> None:
             {"Id": str(i), "ReceiptHandle": m["ReceiptHandle"], "VisibilityTimeout": 0} for i, m in enumerate(got)])
     assert again == ["g0", "g1", "g2"]  # the second receive of each; the third dead-letters them
     assert _bodies(sqs.receive_message(QueueUrl=dlq_url, MaxNumberOfMessages=10)) == ["g0", "g1", "g2"]
+
+
+def test_a_fifo_send_with_delay_seconds_0_takes_the_queues_delay(sqs: Any, server: Server) -> None:
+    name, url = fifo_queue(sqs, DelaySeconds="900")
+    sqs.send_message(QueueUrl=url, MessageBody="a", MessageGroupId="g", MessageDeduplicationId="a", DelaySeconds=0)
+    sqs.send_message_batch(QueueUrl=url, Entries=[
+        {"Id": "b", "MessageBody": "b", "MessageGroupId": "g", "MessageDeduplicationId": "b", "DelaySeconds": 0}])
+    assert _bodies(sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10)) == []
+    assert library_queue(server, name).stats().delayed == 2
+
+
+def test_a_standard_send_with_delay_seconds_0_overrides_the_queues_delay(sqs: Any) -> None:
+    url = sqs.create_queue(QueueName=new_name("std"), Attributes={"DelaySeconds": "900"})["QueueUrl"]
+    sqs.send_message(QueueUrl=url, MessageBody="now", DelaySeconds=0)
+    assert _bodies(sqs.receive_message(QueueUrl=url)) == ["now"]  # Amazon: the message's own delay wins
