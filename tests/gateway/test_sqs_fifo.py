@@ -210,3 +210,12 @@ def test_a_standard_delete_with_a_handle_whose_timeout_ran_out_still_deletes(sqs
     handle = sqs.receive_message(QueueUrl=url, VisibilityTimeout=0)["Messages"][0]["ReceiptHandle"]
     sqs.delete_message(QueueUrl=url, ReceiptHandle=handle)  # not received again since: it still holds it
     assert library_queue(server, name).stats().total == 0
+
+
+def test_purge_forgets_the_deduplication_ids_of_what_it_removed(sqs: Any) -> None:
+    _, url = fifo_queue(sqs)
+    first = sqs.send_message(QueueUrl=url, MessageBody="a", MessageGroupId="g", MessageDeduplicationId="d")
+    sqs.purge_queue(QueueUrl=url)
+    again = sqs.send_message(QueueUrl=url, MessageBody="b", MessageGroupId="g", MessageDeduplicationId="d")
+    assert again["MessageId"] != first["MessageId"]
+    assert _bodies(sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10)) == ["b"]
