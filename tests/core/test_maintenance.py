@@ -57,10 +57,15 @@ class FakeGroups:
 class FakeReservations:
     def __init__(self) -> None:
         self.asked: list[tuple[float, set[str]]] = []
+        self.forgotten: list[set[str]] = []
 
     def sweep(self, window: float, present: set[str]) -> int:
         self.asked.append((window, set(present)))
         return 5
+
+    def forget(self, keys: set[str]) -> int:
+        self.forgotten.append(set(keys))
+        return len(keys)
 
 
 class FakeSettings:
@@ -226,12 +231,14 @@ def test_stats_per_group_by_the_groups_name(queue):
 
 
 def test_purge_removes_every_message_but_new_files(queue):
-    queue.put(key(n=1))
-    queue.put(_format.hidden_name(key(n=2), later(60), 1))
-    queue.put(_format.hidden_name(key(n=3), later(60), 0))
+    keys = [key(n=n) for n in (1, 2, 3)]
+    queue.put(keys[0])
+    queue.put(_format.hidden_name(keys[1], later(60), 1))
+    queue.put(_format.hidden_name(keys[2], later(60), 0))
     writing = queue.put(_format.writing_name(key(n=4)))
     assert queue.maintenance.purge() == 3
     assert queue.names() == [writing]
+    assert queue.reservations.forgotten == [set(keys)]  # the ids they held are freed
 
 
 def test_requeue_expired_makes_expired_messages_ready(queue):

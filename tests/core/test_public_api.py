@@ -176,6 +176,7 @@ PINNED = {
         "dead_letter_sources": "method (self) -> list[str]",
         "delete": "method (self, receipt: str) -> None",
         "delete_batch": "method (self, receipts: Iterable[str]) -> list[VsqsError | None]",
+        "held_until": "method (self, receipt: str) -> float",
         "id": "property -> str",
         "message_id": "method (self, receipt: str) -> str",
         "messages": "method (self, *, bodies: bool = False, ids: Iterable[str] | None = None, after: str | None = None, limit: int | None = None, preview: int | None = None) -> Iterator[MessageInfo]",

@@ -64,6 +64,7 @@ def prepare(entry: Mapping[str, Any], queue_name: str, limit: int) -> Prepared:
         if delay:
             raise SqsError("InvalidParameterValue", f"Value {delay} for parameter DelaySeconds is invalid. "
                            "Reason: The request include parameter that is not valid for this queue type.")
+        delay = None  # DelaySeconds=0 sets no delay of its own: the queue's DelaySeconds applies
     elif dedup_id is not None:
         raise SqsError("InvalidParameterValue", f"Value {dedup_id} for parameter MessageDeduplicationId is invalid. "
                        "Reason: The request include parameter that is not valid for this queue type.")
