@@ -1,4 +1,4 @@
-"""Issue 13, item 13: what the CLI prints from a message, a queue, the spool
+"""What the CLI prints from a message, a queue, the spool
 or an error never reaches a terminal as a control sequence; the machine
 formats (--json, --prometheus into a file or a pipe, a body into a pipe)
 stay exact."""

@@ -1,4 +1,4 @@
-"""FIFO behaviours that follow Amazon SQS (issue 12): purge frees groups,
+"""FIFO behaviours that follow Amazon SQS: purge frees groups,
 de-duplication scope, sequence numbers."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The gateway's fast paths keep every check (issue 12, performance).
+"""The gateway's fast paths keep every check.
 
 ``POST /`` goes to the SQS face straight from the middleware
 (:class:`~vsqs._gateway.sqs.endpoint.SqsDispatch`), past FastAPI; each test

@@ -1,4 +1,4 @@
-"""Who can drive a gateway, and what it gives away (issue 13, items 2, 6 and 7),
+"""Who can drive a gateway, and what it gives away,
 against real `vsqs serve` processes on loopback.
 
 * item 2: a web page must not drive a gateway that has no key: requests another

@@ -1,4 +1,4 @@
-"""Issue 13, the gateway's limits: what an unauthenticated or malformed request
+"""The gateway's limits: what an unauthenticated or malformed request
 may cost the server (CPU, memory, a connection slot), and that bad input is
 a 4xx in each face's format, never a 500.
 

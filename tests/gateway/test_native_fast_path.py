@@ -1,5 +1,5 @@
 """The native face's fast path (:mod:`vsqs._gateway.rest.fast`) answers as
-FastAPI does (issue 12, performance).
+FastAPI does.
 
 Each scenario runs the same requests through two apps, each on its own spool:
 one as built, one with the fast path given no routes (every request through

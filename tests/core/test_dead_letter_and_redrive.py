@@ -1,4 +1,6 @@
-"""Dead-letter queues and redrive."""
+"""Dead-letter queues and redrive through the Queue: a message moved after
+max_receives or by dead_letter(), redrive home or elsewhere, groups going on
+(the DeadLetters part alone: test_dead_letters.py)."""
 
 from __future__ import annotations
 
