@@ -30,7 +30,6 @@ import os
 import re
 import socket
 import threading
-import time
 
 import botocore.client
 import pytest
@@ -85,7 +84,6 @@ class _Session:
     nodeid: str | None = None  # the test running now (calls from fixture threads count for it)
     results: dict[str, dict] = {}
     collected: list[str] = []
-    started = time.time()
 
 
 def _one_line(text: str, limit: int = 300) -> str:
