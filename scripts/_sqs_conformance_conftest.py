@@ -8,8 +8,10 @@ by vsqs's test suite. It:
 * keeps only the tests that LocalStack's ``*.validation.json`` files list as
   validated against AWS (VSQS_JUDGE_VALIDATED, a JSON list of node ids) and
   deselects the rest;
-* answers the fixtures that would ask AWS's STS who the caller is: the account
-  and region are the gateway's (``000000000000``, ``us-east-1``);
+* answers who the caller is, which fixtures would ask AWS's STS: the account
+  and region are the gateway's (``000000000000``, ``us-east-1``), both as the
+  ``account_id``/``region_name`` fixtures and as STS GetCallerIdentity, which
+  never leaves the test process (the secondary test key is 000000000002);
 * sends LocalStack's raw signed HTTP client (``aws_http_client_factory``) to
   the gateway instead of the public SQS endpoint;
 * refuses every name lookup but loopback, so a test that reaches for another
@@ -63,8 +65,22 @@ _current = threading.local()
 _real_make_api_call = botocore.client.BaseClient._make_api_call
 
 
+def _caller_identity(client) -> dict:
+    """STS GetCallerIdentity as AWS answers it for the gateway's account (LocalStack's
+    secondary test key is account 000000000002, as LocalStack has it)."""
+    from localstack.testing.config import SECONDARY_TEST_AWS_ACCESS_KEY_ID, SECONDARY_TEST_AWS_ACCOUNT_ID
+
+    key = client._request_signer._credentials.get_frozen_credentials().access_key
+    account = SECONDARY_TEST_AWS_ACCOUNT_ID if key == SECONDARY_TEST_AWS_ACCESS_KEY_ID else ACCOUNT_ID
+    return {"UserId": account, "Account": account, "Arn": f"arn:aws:iam::{account}:root",
+            "ResponseMetadata": {"HTTPStatusCode": 200, "HTTPHeaders": {}, "RetryAttempts": 0}}
+
+
 def _recording_make_api_call(self, operation_name, api_params):
     service = self.meta.service_model.service_name
+    if (service, operation_name) == ("sts", "GetCallerIdentity"):
+        # who the caller is, which fixtures and LocalStack's snapshot fixture ask: not SQS's to answer
+        return _caller_identity(self)
     nodeid = getattr(_current, "nodeid", None) or _Session.nodeid
     error = ""
     try:

@@ -460,6 +460,12 @@ def aws_client(aws_client_factory):
     return base_testing_aws_client(aws_client_factory)
 
 
+@pytest.fixture(scope="session")
+def secondary_aws_client():
+    from localstack.testing.aws.util import base_aws_client_factory, base_testing_aws_client, secondary_aws_session
+    return base_testing_aws_client(base_aws_client_factory(secondary_aws_session()))
+
+
 @pytest.fixture(scope="function")
 def snapshot(_snapshot_session, account_id, region_name):
     from localstack_snapshot.snapshots.transformer import RegexTransformer
@@ -514,6 +520,12 @@ class TestSelfCheck:
         snapshot.match("error", e.value.response["Error"])
 
     @markers.aws.validated
+    def test_caller_identity(self, aws_client, secondary_aws_client):
+        # passes: the harness answers STS GetCallerIdentity for the gateway's account
+        assert aws_client.sts.get_caller_identity()["Account"] == "000000000000"
+        assert secondary_aws_client.sts.get_caller_identity()["Account"] == "000000000002"
+
+    @markers.aws.validated
     def test_reaches_other_service(self, aws_client):
         # fails: the gateway serves SQS only
         aws_client.sns.list_topics()
@@ -554,6 +566,7 @@ SELF_CHECK_EXPECTED = {
     **{f"{_SELF_CHECK_NODE}{name}[{p}]": verdict for p in ("sqs", "sqs_query")
        for name, verdict in (("test_queue_attributes_match", "passed"), ("test_waiver_is_not_honoured", "failed"),
                              ("test_missing_queue_error", "passed"))},
+    f"{_SELF_CHECK_NODE}test_caller_identity": "passed",
     f"{_SELF_CHECK_NODE}test_reaches_other_service": "failed",
 }
 
