@@ -100,6 +100,7 @@ class _Session:
     nodeid: str | None = None  # the test running now (calls from fixture threads count for it)
     results: dict[str, dict] = {}
     collected: list[str] = []
+    collect_errors: dict[str, str] = {}  # a module that did not import: its path, why
 
 
 def _one_line(text: str, limit: int = 300) -> str:
@@ -162,6 +163,11 @@ def _reason(report) -> str:
     return _one_line(text.strip().splitlines()[-1] if text.strip() else report.outcome)
 
 
+def pytest_collectreport(report):
+    if report.failed:
+        _Session.collect_errors[report.nodeid] = _reason(report)
+
+
 def pytest_runtest_logreport(report):
     entry = _Session.results.setdefault(
         report.nodeid, {"outcome": "passed", "reason": "", "phase": "", "seconds": 0.0, "detail": ""}
@@ -184,7 +190,8 @@ def pytest_sessionfinish(session, exitstatus):
             entry["failed_calls"] = [f"{service}.{op}: {error}" for service, op, error in calls if error][:5]
     worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
     with open(f"{RESULTS_PATH}.{worker}.json", "w", encoding="utf-8") as f:
-        json.dump({"collected": _Session.collected, "tests": _Session.results}, f, indent=1)
+        json.dump({"collected": _Session.collected, "tests": _Session.results,
+                   "collect_errors": _Session.collect_errors}, f, indent=1)
 
 
 # --- fixtures that would otherwise ask AWS (STS) or reach the public endpoint ---

@@ -320,6 +320,10 @@ def run_pytest(python: Path, tests_root: Path, run_dir: Path, url: str, raw_path
                "-p", "no:cacheprovider",
                # would write the run's dates into the copied *.validation.json
                "-p", "no:localstack.testing.pytest.validation_tracking",
+               # a difference that goes away on a second try is still one
+               "-p", "no:rerunfailures",
+               # a module that does not import must not stop the others
+               "--continue-on-collection-errors",
                f"--timeout={args.timeout}", "-q", "-rN", "--tb=long", "--color=no", SQS_TESTS]
     if args.keyword:
         command += ["-k", args.keyword]
@@ -340,11 +344,12 @@ def merged_results(run_dir: Path) -> dict | None:
     files = sorted(run_dir.glob("raw-results.*.json"), key=lambda p: p.name != "raw-results.main.json")
     if not files:
         return None
-    merged: dict = {"collected": [], "tests": {}}
+    merged: dict = {"collected": [], "tests": {}, "collect_errors": {}}
     for path in files:
         part = json.loads(path.read_text())
         merged["collected"] += part["collected"]
         merged["tests"].update(part["tests"])
+        merged["collect_errors"].update(part.get("collect_errors", {}))
     return merged
 
 
@@ -354,10 +359,14 @@ _OTHER_SERVICE = "needs another AWS service"
 def judge(raw: dict, validated: set[str], keyword: str | None) -> dict:
     tests = raw["tests"]
     collected = set(raw["collected"])  # after -k
+    # a validated test of a module that did not import is judged, failed: the harness is at fault
+    broken = {nodeid: f"harness: {module} did not import: {why}"
+              for nodeid in validated - collected
+              for module, why in raw.get("collect_errors", {}).items() if nodeid.startswith(module + "::")}
     judged = {}
-    for nodeid in sorted(validated & collected):
+    for nodeid in sorted(validated & collected | broken.keys()):
         entry = dict(tests.get(nodeid) or {"outcome": "failed", "phase": "", "seconds": 0.0, "detail": "",
-                                          "reason": "no result: pytest ended before this test ran"})
+                                          "reason": broken.get(nodeid, "no result: pytest ended before it ran")})
         entry["cause"] = cause(entry) if entry["outcome"] != "passed" else ""
         judged[nodeid] = entry
     passed = sum(1 for e in judged.values() if e["outcome"] == "passed")
@@ -369,7 +378,8 @@ def judge(raw: dict, validated: set[str], keyword: str | None) -> dict:
         "keyword": keyword,
         "causes": dict(by_cause.most_common()),
         # listed as validated but no such test in the checkout (renamed, removed) or left out by -k
-        "validated_not_collected": sorted(validated - collected) if not keyword else [],
+        "validated_not_collected": sorted(validated - collected - broken.keys()) if not keyword else [],
+        "collect_errors": raw.get("collect_errors", {}),
         "tests": judged,
     }
 
@@ -380,6 +390,8 @@ def cause(entry: dict) -> str:
     if others:
         return f"{_OTHER_SERVICE} ({', '.join(others)})"
     reason = entry["reason"]
+    if reason.startswith("harness: "):
+        return reason.split(" did not import")[0] + " did not import"
     if entry["outcome"] == "skipped":
         return "skipped by the test itself"
     if reason.startswith("Failed: Timeout"):  # pytest-timeout's
@@ -415,6 +427,8 @@ def print_report(result: dict, json_path: Path, run_dir: Path) -> None:
     print("\nby cause:")
     for name, count in result["causes"].items():
         print(f"  {count:4d}  {name}")
+    for module, why in result["collect_errors"].items():
+        print(f"\nHARNESS: {module} did not import ({why}); its validated tests count as failed")
     if result["validated_not_collected"]:
         print(f"\n{len(result['validated_not_collected'])} validated ids name no collected test "
               "(not judged; listed in the JSON)")

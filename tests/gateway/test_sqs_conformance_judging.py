@@ -113,3 +113,15 @@ def test_validation_files_give_ids_and_the_seconds_aws_took(script, tmp_path):
     (tmp_path / "sub" / "test_more.validation.json").write_text(json.dumps({"x::test_c": {}}))
 
     assert script.validated_ids(tmp_path) == {SQS + "test_a": 3.5, SQS + "test_b": None, "x::test_c": None}
+
+
+def test_a_validated_test_of_a_module_that_did_not_import_counts_as_failed(script):
+    raw = {"collected": [SQS + "test_a"], "tests": {SQS + "test_a": entry("passed")},
+           "collect_errors": {"tests/aws/services/sqs/test_sqs_move_task.py": "ImportError: no module x"}}
+    moved = "tests/aws/services/sqs/test_sqs_move_task.py::TestSqsMoveTask::test_move[sqs]"
+
+    result = script.judge(raw, {SQS + "test_a", moved, SQS + "test_gone"}, keyword=None)
+
+    assert (result["passed"], result["judged"]) == (1, 2)
+    assert result["tests"][moved]["cause"] == "harness: tests/aws/services/sqs/test_sqs_move_task.py did not import"
+    assert result["validated_not_collected"] == [SQS + "test_gone"]
