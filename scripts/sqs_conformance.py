@@ -322,6 +322,7 @@ def run_pytest(python: Path, tests_root: Path, run_dir: Path, url: str, raw_path
                "-p", "no:localstack.testing.pytest.validation_tracking",
                # a difference that goes away on a second try is still one
                "-p", "no:rerunfailures",
+               "-p", "no:pytest_tinybird",  # LocalStack CI's result upload
                # a module that does not import must not stop the others
                "--continue-on-collection-errors",
                f"--timeout={args.timeout}", "-q", "-rN", "--tb=long", "--color=no", SQS_TESTS]
