@@ -95,6 +95,30 @@ def test_one_handle_takes_all_it_published_with_slow_listings(queue, slow_listin
     assert queue.stats().total == 0
 
 
+def _publish_plain(queue):
+    queue.publish(b"mine")
+
+
+def _publish_with_options(queue):
+    queue.publish(b"mine", attributes={"k": "v"})
+
+
+def _publish_a_batch(queue):
+    queue.publish_batch([b"mine"])
+
+
+def _commit_a_stage(queue):
+    queue.publish_staged([b"mine"], stage="s")
+    queue.commit_stage("s")
+
+
+@pytest.mark.parametrize("publish", [_publish_plain, _publish_with_options, _publish_a_batch, _commit_a_stage])
+def test_what_this_handle_published_after_a_fruitless_listing_is_taken(queue, slow_listings, publish):
+    assert queue.receive() is None  # a listing that found nothing: the next one waits (by its cost)...
+    publish(queue)
+    assert queue.receive().body == b"mine"  # ...but not past a message this handle published itself
+
+
 def test_fruitless_listing_is_not_repeated_at_once(flat_queue, slow_listings):
     # the other half of the rule: after a listing that found nothing to claim,
     # an exhausted cache waits (the heuristic) instead of listing every call

@@ -97,6 +97,7 @@ class Listing:
         self.rest_of_round = False
         self.skipped = False  # names of this listing were dropped after a lost race: list again when out
         self.freed = False  # this handle freed a group's slot since the listing: list again when out
+        self.published = False  # this handle published since the listing: list again when out
 
     def next_candidate(self, may_list: bool = True) -> str | None:
         """The next name to try to claim (not yet validated). The directory is
@@ -109,8 +110,8 @@ class Listing:
             stale = time.monotonic() >= self.stale_at
         else:
             # ran out: at once if the last listing was of use (this handle claimed
-            # from it: more may have come since), if names were left behind, or if
-            # this handle freed a group's slot; after a listing that gave nothing
+            # from it: more may have come since), if names were left behind, if
+            # this handle freed a group's slot or published; after a listing that gave nothing
             # to claim, not too often (by its cost). Never on a timing heuristic
             # alone while a message this handle could claim may be ready.
             age = time.monotonic() - self.listed_at
@@ -118,6 +119,7 @@ class Listing:
                 self.claimed > 0
                 or self.skipped
                 or self.freed
+                or self.published
                 or self.rest_of_round
                 or self.cost < CHEAP_LISTING
                 or age >= EXHAUSTED_FACTOR * self.cost
@@ -268,6 +270,7 @@ class Listing:
         self.claimed = 0
         self.blocked = set()
         self.freed = False
+        self.published = False
         self.listed_at = time.monotonic()
         self.listings += 1
         self.cost = self.listed_at - started

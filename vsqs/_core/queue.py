@@ -7,6 +7,9 @@ it issued, publishing helpers and back-pressure, stages, dead letters, and
 maintenance. The three hot paths (publish of a plain message, receive,
 delete) stay here as single methods that bind what they use to locals:
 that is where the per-message cost is decided (see docs/benchmarks.md).
+The cold paths are its bases: settings, inspection and maintenance in
+:mod:`~vsqs._core.administration`, the dead-letter queue and redrive in
+:mod:`~vsqs._core.redrive`.
 
 Every state change is one call into :mod:`vsqs._core.fs` (an exclusive
 create, a rename or an unlink) on a name built by :mod:`vsqs._core.format`.
@@ -21,7 +24,6 @@ import threading
 import time
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
 from datetime import datetime
-from types import MappingProxyType
 from typing import Any, TypeVar
 
 from vsqs._core import format as _format
@@ -40,8 +42,6 @@ from vsqs._core.errors import (
 )
 from vsqs._core.groups import GroupLeases
 from vsqs._core.limits import (
-    DEFAULT_GC_GRACE,
-    DEFAULT_STAGE_GRACE,
     MAX_BATCH,
     MAX_CLOCK_SKEW,
     MAX_POLL_INTERVAL,
@@ -49,11 +49,11 @@ from vsqs._core.limits import (
     MAX_VISIBILITY_TIMEOUT,
 )
 from vsqs._core.maintenance import Maintenance
-from vsqs._core.message import Body, Message, MessageInfo, Outgoing, QueueStats, to_bytes, to_us
-from vsqs._core.metadata import Store, created_at, open_store
-from vsqs._core.move_tasks import MoveTasks
+from vsqs._core.message import Body, Message, Outgoing, to_bytes, to_us
+from vsqs._core.metadata import Store, open_store
 from vsqs._core.receipts import HeldMessages, IssuedReceipts, read_held, stale_message
 from vsqs._core.receiver import Receiver
+from vsqs._core.redrive import Redrive
 from vsqs._core.rules import check_batch_size, check_priority, check_seconds
 from vsqs._core.settings_store import TTL as _SETTINGS_TTL
 from vsqs._core.settings_store import SettingsStore
@@ -66,7 +66,7 @@ _KEY_LENGTH = _format.KEY_LENGTH
 T = TypeVar("T")
 
 
-class Queue:
+class Queue(Redrive):
     """A queue directory. Cheap to create; it holds the directory open (one descriptor per
     directory and process, see fs.Pin): every operation stays in the queue it opened.
 
@@ -140,6 +140,7 @@ class Queue:
             )
             self._receiver = Receiver(store, settings, self._lock, self._groups, self._receipts, self._throttle,
                                       self._dead_letters, self._skew_us, self._poll_interval)
+            self._listing = self._receiver.listing  # (a bool set on each publish: no lock)
             self._maintenance = Maintenance(
                 layout, self._skew_us, settings, self._dead_letters, self._stages,
                 self._groups, self._reservations, self._lock,
@@ -180,67 +181,6 @@ class Queue:
     def shards(self) -> int:
         """How many shard directories hold the messages (1: the queue directory itself)."""
         return (self._store or self._open_store()).layout.shards
-
-    # -- settings ------------------------------------------------------------
-
-    @property
-    def settings(self) -> Mapping[str, Any]:
-        """The queue's settings (defaults filled in), read-only; at most a second old."""
-        self._open_parts()
-        return MappingProxyType(dict(self._settings.current()))
-
-    @property
-    def created_at(self) -> float | None:
-        """When the queue was created (epoch seconds, from its metadata; ``None``
-        if the metadata does not say). Read from disk on each call."""
-        return created_at(self._open_parts().layout.path)
-
-    @property
-    def settings_changed_at(self) -> float | None:
-        """When the queue's settings were last changed (the newest version's
-        time, epoch seconds; ``None`` if they never were). Read from disk on each call."""
-        self._open_parts()
-        return self._settings.changed_at()
-
-    def configure(self, **changes: Any) -> Mapping[str, Any]:
-        """Change settings (``None`` unsets one); every process sees them within a second.
-
-        Known settings: visibility_timeout, delay, retention, max_messages,
-        max_message_bytes, max_receives, dead_letter, group_concurrency,
-        dedup_window, throttle; tags, policy and kms_* kept, not obeyed (FORMAT.md).
-        """
-        clean = _settings.validate(changes)
-        self._open_parts()
-        if clean.get("dead_letter"):
-            self._dead_letters.path({**self._settings.current(), **clean})  # refuses itself, ancestors
-        mode = None if "file_mode" in clean else self._settings.mode  # (for settings that name no mode yet)
-        result = self._settings.write(clean, mode)
-        if clean.keys() & {"dead_letter", "max_receives"} and result["max_receives"] is not None:
-            self._dead_letters.register()  # a source before its first dead letter (dead_letter_sources)
-        return MappingProxyType(dict(result))
-
-    def update_setting(self, name: str, change: Callable[[Any], Any]) -> Mapping[str, Any]:
-        """Set the setting ``name`` to ``change(its newest value)``, atomically against other
-        writers (after a lost race, ``change`` is called again on the winner's value)."""
-        if name not in _settings.SCHEMA or name in ("dead_letter", "file_mode"):
-            raise InvalidArgument(f"update_setting cannot change {name!r}; use configure")
-        edit = lambda current: _settings.validate({name: change(current[name])})  # noqa: E731
-        self._open_parts()
-        return MappingProxyType(dict(self._settings.write({}, self._settings.mode, edit)))
-
-    def suspend(self, *operations: str) -> None:
-        """Suspend ``operations`` ("publish", "receive", "delete"; none given: all)
-        in every process: they raise :class:`QueueSuspended` until resumed."""
-        self._open_parts()
-        current = set(self._settings.current()["suspended"])
-        self.configure(suspended=sorted(current | set(operations or _settings.OPERATIONS)))
-
-    def resume(self, *operations: str) -> None:
-        """Resume ``operations`` (none given: all)."""
-        _settings.validate({"suspended": list(operations)})
-        self._open_parts()
-        current = set(self._settings.current()["suspended"])
-        self.configure(suspended=sorted(current - set(operations or _settings.OPERATIONS)))
 
     def _check_suspended(self, operation: str, settings: Mapping[str, Any]) -> None:
         _settings.check_suspended(operation, settings, self._path)
@@ -362,6 +302,7 @@ class Queue:
                 publishing.check_moved(layout, temp, name)
             ids.append(stem[:_KEY_LENGTH])
             names.append(name)
+        self._listing.published = True  # this handle's receives list again before they answer empty
         if _hub.watching:  # this process's waiters learn of them at once, on any filesystem
             _hub.published(layout.path, names)
         if durable and ids:
@@ -395,6 +336,7 @@ class Queue:
         name = publishing.final_name(stem, delay)
         if not _fs.rename(temp, layout.message_file(name)):
             publishing.check_moved(layout, temp, name)
+        self._listing.published = True
         if _hub.watching:
             _hub.published(layout.path, (name,))
         if durable:
@@ -425,7 +367,9 @@ class Queue:
         taken back at once (if a consumer was quicker, it is delivered twice:
         at-least-once, never lost)."""
         self._open_parts()
-        return self._stages.commit(stage)
+        committed = self._stages.commit(stage)
+        self._listing.published = True
+        return committed
 
     def abort_stage(self, stage: str) -> int:
         """Drop ``stage`` and its messages unpublished; return how many were dropped."""
@@ -692,99 +636,6 @@ class Queue:
     def _held(self, store: Store) -> HeldMessages:
         return self._receiver.held(self._settings.current()["group_concurrency"] == 1)
 
-    # -- inspection and maintenance ------------------------------------------
-
-    def messages(
-        self, *, bodies: bool = False, ids: Iterable[str] | None = None,
-        after: str | None = None, limit: int | None = None, preview: int | None = None,
-    ) -> Iterator[MessageInfo]:
-        """Every message (or those of ``ids``) in delivery order; changes nothing. With ``bodies=True``
-        each body is read too (a message that moved since the listing is looked up once more).
-        Given ``after``, ``limit`` (1..10,000) or ``preview``: one page after the id ``after``, with the
-        first ``preview`` bytes of each body (``size`` tells the whole); it reads the page's bodies only."""
-        self._open_parts()
-        return self._maintenance.messages(bodies, ids, after, limit, preview)
-
-    def stats(self, *, groups: bool = False) -> QueueStats:
-        """Counts by state and the age of the oldest visible message, from one
-        listing; with ``groups=True`` also counts per message group (reading one
-        message of each group for its name)."""
-        self._open_parts()
-        return self._reopening(lambda: self._maintenance.stats(groups))
-
-    def purge(self, ids: Iterable[str] | None = None) -> int:
-        """Delete every message (or those of ``ids``), in flight and delayed included; return how many."""
-        self._open_parts()
-        removed = self._maintenance.purge(ids)
-        self._receiver.forget_listing()
-        return removed
-
-    def requeue_expired(self) -> int:
-        """Make every hidden message whose time has come ready again, and move
-        those received ``max_receives`` times to the dead-letter queue; return
-        how many moved. Receive already does both as it goes; this pass only
-        tidies the directory so a listing shows the truth."""
-        self._open_parts()
-        return self._maintenance.requeue_expired()
-
-    def dead_letter_queue(self, *, create: bool = True) -> Queue | None:
-        """The queue's dead-letter queue, made on demand; ``None`` without ``max_receives``.
-
-        The ``dead_letter`` setting names a sibling queue (same parent
-        directory) or a path; unset, it is the sibling ``<name>.dlq``.
-        """
-        self._open_parts()
-        return self._dead_letters.queue(create)
-
-    def dead_letter_sources(self) -> list[str]:
-        """Paths of the queues whose dead-letter queue this queue is now: those
-        recorded in its ``.sources`` whose settings still name it."""
-        self._open_parts()
-        return self._dead_letters.live_sources()
-
-    def redrive(self, to: Queue | str | os.PathLike[str] | None = None, *, max_messages: int | None = None) -> int:
-        """Move visible messages of this (dead-letter) queue back, with their
-        receive count reset: to ``to``, or each to the queue it came from.
-        Messages with no known home (and no ``to``) stay. Returns how many moved."""
-        self._open_parts()
-        target = None if to is None else to.path if isinstance(to, Queue) else os.path.abspath(os.fspath(to))
-        return self._dead_letters.redrive(target, max_messages, _format.now_us(), self._skew_us)
-
-    def start_redrive(
-        self, to: Queue | str | os.PathLike[str] | None = None, *, per_second: int | None = None
-    ) -> dict[str, Any]:
-        """Start :meth:`redrive` as a task in a background thread of this process, in
-        steps (about ``per_second`` messages a second, 1..500); returns its state. One
-        active task per queue: :class:`InvalidArgument` while another runs."""
-        target = None if to is None else to.path if isinstance(to, Queue) else os.path.abspath(os.fspath(to))
-        if target is not None:
-            open_store(target)  # QueueNotFound now, not in the task
-        return self._move_tasks().start(target, per_second)
-
-    def redrive_tasks(self) -> list[dict[str, Any]]:
-        """The queue's redrive tasks, newest first, as every process sees them
-        (dicts: docs/FORMAT.md, Redrive tasks; status CANCELLING while a cancel waits)."""
-        return self._move_tasks().list()
-
-    def cancel_redrive(self, task_id: str) -> dict[str, Any] | None:
-        """Ask a running redrive task to stop, whichever process runs it; its state, ``None``
-        if there is no such task, :class:`InvalidArgument` if it is no longer running."""
-        return self._move_tasks().cancel(task_id)
-
-    def _move_tasks(self) -> MoveTasks:
-        return MoveTasks(self._open_parts().layout.path, self._dead_letters, self._skew_us, lambda: self.stats().ready,
-                         self._settings.current_mode)
-
-    def collect_garbage(
-        self, grace: float = DEFAULT_GC_GRACE, *, stage_grace: float = DEFAULT_STAGE_GRACE
-    ) -> int:
-        """Remove ``.new`` files older than ``grace`` seconds (left by publishers
-        that died mid-write), stages untouched for ``stage_grace`` seconds
-        (left by jobs that died before commit), messages sent longer ago than
-        the queue's ``retention``, spent group leases, de-duplication reservations
-        and ``.spark/`` trees untouched for ``stage_grace``; how many files went."""
-        self._open_parts()
-        return self._maintenance.collect_garbage(grace, stage_grace)
 
 
 def _poll_interval(seconds: float | None) -> float | None:

@@ -44,7 +44,7 @@ from vsqs._core.settings_store import SettingsStore
 from vsqs._core.throttle import Throttle
 
 if TYPE_CHECKING:
-    from vsqs._core.queue import Queue
+    from vsqs._core.message import Queue  # the queue a Message belongs to (a part never imports it)
 
 log = logging.getLogger("vsqs")
 
@@ -70,6 +70,7 @@ class Receiver:
         self._groups = groups
         self._skew_us = skew_us
         self._listing = Listing(store.layout, groups, skew_us, lambda: settings.current()["group_concurrency"])
+        self.listing = self._listing  # the queue's publishes mark it (Listing.published)
         self._receipts = receipts
         self._throttle = throttle
         self._group_receiver = GroupReceiver(store, groups, self._listing, lock, receipts, throttle, dead_letters,
