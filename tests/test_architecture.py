@@ -147,7 +147,7 @@ def test_the_contracts_catch_what_they_forbid(tmp_path):
 # -- module sizes --------------------------------------------------------------------
 
 MAX_LINES = 500
-MAX_LINES_OF = {"vsqs/_core/queue.py": 800}  # the Queue facade
+MAX_LINES_OF = {"vsqs/_core/queue.py": 650}  # the Queue facade and its hot paths
 SIZE_EXCEPTIONS: dict[str, str] = {  # {path: "one-line reason"}
     "vsqs/_core/format.py": "every name of the on-disk format in one module, as docs/FORMAT.md describes it",
     "vsqs/_core/fs.py": "every system call in one module: the one patch point of the crash tests, errnos settled once",

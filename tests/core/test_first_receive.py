@@ -14,8 +14,8 @@ import pytest
 
 import vsqs
 from tests.conftest import message_names, message_path
-from vsqs._core import dead_letters as _dead_letters
 from vsqs._core import format as _format
+from vsqs._core import sources as _sources
 from vsqs._core.format import State
 from vsqs._core.layout import Layout
 from vsqs._core.metadata import open_store
@@ -275,7 +275,7 @@ def test_settings_written_to_a_queue_of_an_older_format_stay_readable_by_older_v
 @pytest.fixture(params=[1, 4], ids=["flat", "shards4"])
 def spool(request, tmp_path) -> tuple[vsqs.Queue, vsqs.Queue]:
     """A queue whose messages die at their second receive, and its dead-letter queue."""
-    _dead_letters._SOURCE_NAMES.clear()
+    _sources._SOURCE_NAMES.clear()
     root = vsqs.Spool(tmp_path / "spool", create=True)
     jobs = root.create_queue("jobs", max_receives=2, shards=request.param)
     dlq = root.create_queue("jobs.dlq", shards=request.param)
@@ -406,7 +406,7 @@ def test_the_remembered_sources_follow_a_source_queue_deleted_and_made_again(tmp
     process remembers of the old one (its name) stays right for its dead
     letters, and the new one's are looked up afresh, the dead-letter queue
     deleted and made again too."""
-    _dead_letters._SOURCE_NAMES.clear()
+    _sources._SOURCE_NAMES.clear()
     root = vsqs.Spool(tmp_path / "spool", create=True)
     old = root.create_queue("jobs", max_receives=2, dead_letter="dlq")
     root.create_queue("dlq")
@@ -428,7 +428,7 @@ def test_a_source_entry_read_once_is_remembered(spool, monkeypatch):
     kill(jobs, b"one")
     kill(jobs, b"two")
     reads = []
-    real = _dead_letters._fs.read_control
-    monkeypatch.setattr(_dead_letters._fs, "read_control", lambda path: reads.append(path) or real(path))
+    real = _sources._fs.read_control
+    monkeypatch.setattr(_sources._fs, "read_control", lambda path: reads.append(path) or real(path))
     assert [m.dead_letter_source for m in dlq.receive_batch(10)] == ["jobs", "jobs"]
     assert len(reads) == 1

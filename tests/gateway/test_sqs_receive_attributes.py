@@ -133,7 +133,7 @@ def test_dead_letter_sources_are_looked_up_off_the_event_loop(tmp_path: Any, mon
     event loop: on a network filesystem that read would stall every other
     request. A missing entry too (nothing remembered: it is not read again)."""
     from tests.gateway.test_fast_paths import call, sqs_headers
-    from vsqs._core import dead_letters as _dead_letters
+    from vsqs._core import sources as _sources
     from vsqs._gateway.app import create_app
     from vsqs._gateway.config import GatewayConfig
 
@@ -143,11 +143,11 @@ def test_dead_letter_sources_are_looked_up_off_the_event_loop(tmp_path: Any, mon
     jobs.publish(b"poison")
     assert jobs.receive(visibility_timeout=0) is not None
     jobs.requeue_expired()  # received max_receives times: into the dead-letter queue
-    _dead_letters._SOURCE_NAMES.clear()  # not looked up yet in this process
+    _sources._SOURCE_NAMES.clear()  # not looked up yet in this process
     if entry == "missing":
         os.unlink(os.path.join(spool.queue("jobs-dlq").path, _format.SOURCES_DIR, jobs.id))
     reads: list[bool] = []  # for each read of an entry: whether it ran on an event loop
-    real_read = _dead_letters._fs.read_control
+    real_read = _sources._fs.read_control
 
     def read_control(path: str) -> bytes | None:
         try:
@@ -157,7 +157,7 @@ def test_dead_letter_sources_are_looked_up_off_the_event_loop(tmp_path: Any, mon
             reads.append(False)
         return real_read(path)
 
-    monkeypatch.setattr(_dead_letters._fs, "read_control", read_control)
+    monkeypatch.setattr(_sources._fs, "read_control", read_control)
     real_receive = vsqs.Queue.receive_batch
     attempts: list[int] = []
 

@@ -18,7 +18,6 @@ from vsqs._core.errors import InvalidArgument, QueueNotFound, StorageError
 from vsqs._core.format import State
 from vsqs._core.layout import Layout, move_into
 from vsqs._core.metadata import Store, open_store
-from vsqs._core.rules import is_queue_name
 from vsqs._core.settings import SETTINGS_DIR
 from vsqs._core.settings_store import SettingsStore
 
@@ -223,38 +222,6 @@ def register_source(dead_letter_queue: Layout, source_id: str, source_path: str,
     if not _fs.exists(entry):
         _fs.make_dirs(directory, mode)
         _fs.create_exclusive(entry, source_path.encode(), durable=True, mode=mode)
-
-
-_SOURCE_NAMES: dict[tuple[str, str], str] = {}  # (dead-letter queue path, origin id) -> source queue name
-_MAX_SOURCE_NAMES = 4096  # bound of that cache (forgotten all at once when full)
-
-
-def source_name(dead_letter_queue: str, origin: str) -> str | None:
-    """The name of the queue whose dead letters in the queue at
-    ``dead_letter_queue`` carry the origin id ``origin``: the last component
-    of the path its ``.sources`` entry records, if that is a queue name
-    (see :func:`vsqs._core.rules.is_queue_name`); else, or with no such
-    entry, ``None``. A found name is kept for the process's life: an entry
-    is written once and never changed (a missing one is looked for again)."""
-    key = (dead_letter_queue, origin)
-    found = _SOURCE_NAMES.get(key)
-    if found is not None:
-        return found
-    directory = os.path.join(dead_letter_queue, _format.SOURCES_DIR)
-    if not _format.is_queue_id(origin) or not _fs.is_private_dir(directory):
-        return None
-    try:
-        data = _fs.read_control(os.path.join(directory, origin))
-    except StorageError as exc:  # unreadable: reported, and the attribute is absent
-        log.warning("%s", exc)
-        return None
-    name = os.path.basename(data.decode("utf-8", "replace")) if data else ""
-    if not is_queue_name(name):
-        return None
-    if len(_SOURCE_NAMES) >= _MAX_SOURCE_NAMES:
-        _SOURCE_NAMES.clear()
-    _SOURCE_NAMES[key] = name
-    return name
 
 
 def _store_or_none(path: str) -> Store | None:

@@ -38,7 +38,7 @@ from vsqs._core.receipts import IssuedReceipts
 from vsqs._core.throttle import Throttle
 
 if TYPE_CHECKING:
-    from vsqs._core.queue import Queue
+    from vsqs._core.message import Queue  # the queue a Message belongs to (a part never imports it)
 
 log = logging.getLogger("vsqs")
 

@@ -11,9 +11,10 @@ from typing import TYPE_CHECKING, Any
 from vsqs._core import format as _format
 from vsqs._core.errors import MessageTooLarge
 from vsqs._core.limits import MAX_BODY_BYTES
+from vsqs._core.sources import source_name
 
-if TYPE_CHECKING:
-    from vsqs._core.queue import Queue
+if TYPE_CHECKING:  # a message names its queue: the engine's one back-reference to the facade, type-only
+    from vsqs._core.queue import Queue as Queue  # (re-exported: the parts that make messages name it)
 
 Body = bytes | bytearray | memoryview | str
 
@@ -154,9 +155,6 @@ class Message:
         name = self._name()
         if name is None or not name.origin:
             return None
-        # imported here: dead_letters imports what imports this module
-        from vsqs._core.dead_letters import source_name
-
         return source_name(self.queue.path, name.origin)
 
     def _name(self) -> _format.Name | None:
