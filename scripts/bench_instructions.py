@@ -300,7 +300,7 @@ def parse_args() -> argparse.Namespace:
         with open(a.check, encoding="utf-8") as f:
             a.budget = json.load(f)
         a.counter, a.count, a.body_size = a.budget["counter"], a.budget["count"], a.budget["body_size"]
-        a.clock_of_calls = a.budget["clock_of_calls"]
+        a.clock_of_calls, a.repeat = a.budget["clock_of_calls"], a.budget["repeat"]
         a.modes = ",".join(MODE_OF[label] for label in a.budget["per_message"])
     a.counter = choose_counter(a.counter)
     if a.counter == "callgrind":
