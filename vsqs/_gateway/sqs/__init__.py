@@ -12,7 +12,9 @@ Protocol. A request is ``POST /`` with ``X-Amz-Target: AmazonSQS.<Action>``
 and a JSON body; an answer is JSON (``application/x-amz-json-1.0``) with an
 ``x-amzn-RequestId`` header. An error is HTTP 400 (403 for a refused
 signature, 500/503 for the gateway's own trouble) with the body
-``{"__type": "com.amazonaws.sqs#<Name>", "message": ...}`` and the header
+``{"__type": "com.amazonaws.sqs#<Name>", "message": ...}`` (the two generic
+errors as Amazon names them there: ``InvalidParameterValueException``,
+``MissingRequiredParameterException``) and the header
 ``x-amzn-query-error: <query code>;Sender`` (``Receiver`` for 5xx): botocore maps that pair to
 ``client.exceptions.<Name>`` (``QueueDoesNotExist`` for
 ``AWS.SimpleQueueService.NonExistentQueue``, ``QueueNameExists`` for
@@ -138,8 +140,8 @@ Decisions (beyond SQS's own rules):
   the error's name.
 
 The package, one concern a module: ``protocol`` (the JSON 1.0 wire format,
-errors), ``query_shapes``, ``query`` and ``query_xml`` (the Query protocol:
-its names, its forms read, its XML), ``wire`` (a request's protocol),
+errors), ``query_shapes``, ``query``, ``query_xml`` and ``query_json`` (the
+Query protocol: its names, its forms read, its XML, its JSON answers), ``wire`` (a request's protocol),
 ``parameters`` (reading and checking parameters), ``attributes``
 (queue attributes as settings, message attributes, digests), ``messages``
 (sends and receives), ``receipts`` (handles across visibility changes),

@@ -13,10 +13,11 @@ from typing import Any
 from vsqs import InvalidArgument, Queue, QueueNotFound
 from vsqs._core.rules import check_queue_name, load_json
 from vsqs._core.settings import MAX_TAG_KEY, MAX_TAG_VALUE, MAX_TAGS
+from vsqs._gateway.errors import without_paths
 from vsqs._gateway.limits import MAX_LIST_RESULTS
 from vsqs._gateway.sqs.call import Call
 from vsqs._gateway.sqs.parameters import integer, required_string, string, string_list, string_map
-from vsqs._gateway.sqs.protocol import SqsError
+from vsqs._gateway.sqs.protocol import SqsError, missing
 
 MAX_MOVE_TASKS = 10  # ListMessageMoveTasks' MaxResults
 MAX_MOVE_RATE = 500  # MaxNumberOfMessagesPerSecond
@@ -56,7 +57,7 @@ def _merged_tags(current: dict[str, str], add: dict[str, str], name: str) -> dic
 async def tag_queue(call: Call) -> dict[str, Any]:
     tags = check_tags(string_map(call.params, "Tags"))
     if not tags:
-        raise SqsError("MissingParameter", "The request must contain the parameter Tags.")
+        raise missing("Tags")
     queue = await call.queue()
     name = call.queue_name or ""
     await call.run(queue.update_setting, "tags", lambda current: _merged_tags(current, tags, name))
@@ -66,7 +67,7 @@ async def tag_queue(call: Call) -> dict[str, Any]:
 async def untag_queue(call: Call) -> dict[str, Any]:
     keys = set(string_list(call.params, "TagKeys"))
     if not keys:
-        raise SqsError("MissingParameter", "The request must contain the parameter TagKeys.")
+        raise missing("TagKeys")
     queue = await call.queue()
     await call.run(queue.update_setting, "tags",
                    lambda current: {key: value for key, value in current.items() if key not in keys})
@@ -99,9 +100,9 @@ async def add_permission(call: Call) -> dict[str, Any]:
     accounts = string_list(call.params, "AWSAccountIds")
     actions = string_list(call.params, "Actions")
     if not accounts:
-        raise SqsError("MissingParameter", "The request must contain the parameter AWSAccountIds.")
+        raise missing("AWSAccountIds")
     if not actions:
-        raise SqsError("MissingParameter", "The request must contain the parameter Actions.")
+        raise missing("Actions")
     for action in actions:
         if action not in PERMISSION_ACTIONS:
             raise _invalid("Actions", action, "Not a valid action name.")
@@ -186,12 +187,13 @@ def _queue_of_arn(parameter: str, arn: str) -> str:
         raise _invalid(parameter, arn, str(exc)) from None
 
 
-async def _existing(call: Call, name: str) -> Queue:
+async def _existing(call: Call, name: str, parameter: str) -> Queue:
+    """The queue ``parameter`` (an ARN) names; Amazon's ResourceNotFoundException (404) if there is none."""
     try:
         return await call.run(call.gateway.queue, name)
     except QueueNotFound:
-        raise SqsError("ResourceNotFoundException", f"The resource that you specified for the queue {name} "
-                       "doesn't exist.") from None
+        raise SqsError("ResourceNotFoundException", f"The resource that you specified for the {parameter} "
+                       "parameter doesn't exist.") from None
 
 
 def _task_handle(task_id: str, source_arn: str) -> str:
@@ -205,15 +207,15 @@ async def start_message_move_task(call: Call) -> dict[str, Any]:
     destination_arn = string(call.params, "DestinationArn")
     destination_name = _queue_of_arn("DestinationArn", destination_arn) if destination_arn else None
     rate = integer(call.params, "MaxNumberOfMessagesPerSecond", 1, MAX_MOVE_RATE)
-    source = await _existing(call, source_name)
-    destination = await _existing(call, destination_name) if destination_name else None
+    source = await _existing(call, source_name, "SourceArn")
+    destination = await _existing(call, destination_name, "DestinationArn") if destination_name else None
     if not await call.run(source.dead_letter_sources):
-        raise _invalid("SourceArn", source_arn, "Source queue must be configured as a Dead Letter Queue.")
+        raise SqsError("InvalidParameterValue", "Source queue must be configured as a Dead Letter Queue.")
     try:
         task = await call.run(source.start_redrive, destination, per_second=rate)
-    except InvalidArgument as exc:
-        raise SqsError("UnsupportedOperation", f"Only one active message movement task is supported per queue "
-                       f"at any given time ({exc}).") from None
+    except InvalidArgument:  # (the rate is checked above: another task of the queue is active)
+        raise SqsError("InvalidParameterValue", "There is already a task running. Only one active task is "
+                       "allowed for a source queue arn at a given time.") from None
     return {"TaskHandle": _task_handle(task["id"], call.arn_of(source_name))}
 
 
@@ -221,7 +223,7 @@ async def list_message_move_tasks(call: Call) -> dict[str, Any]:
     source_arn = required_string(call.params, "SourceArn")
     source_name = _queue_of_arn("SourceArn", source_arn)
     limit = integer(call.params, "MaxResults", 1, MAX_MOVE_TASKS) or 1
-    source = await _existing(call, source_name)
+    source = await _existing(call, source_name, "SourceArn")
     tasks = (await call.run(source.redrive_tasks))[:limit]
     root = call.gateway.spool.root
     results = []
@@ -237,9 +239,10 @@ async def list_message_move_tasks(call: Call) -> dict[str, Any]:
             entry["DestinationArn"] = call.arn_of(os.path.basename(destination))
         if task["per_second"]:
             entry["MaxNumberOfMessagesPerSecond"] = task["per_second"]
-        if task["failure"]:  # (Amazon's words for a destination that is gone)
+        if task["failure"]:  # Amazon's code for a destination that is gone; never a path of the spool
             gone = task["failure"].startswith("QueueNotFound")
-            entry["FailureReason"] = "AWS.SimpleQueueService.NonExistentQueue" if gone else task["failure"]
+            entry["FailureReason"] = "AWS.SimpleQueueService.NonExistentQueue" if gone \
+                else without_paths(task["failure"], root)
         results.append(entry)
     return {"Results": results}
 
@@ -250,16 +253,16 @@ async def cancel_message_move_task(call: Call) -> dict[str, Any]:
         doc = load_json(base64.urlsafe_b64decode(handle.encode("ascii")))
         task_id, source_arn = doc["taskId"], doc["sourceArn"]
         assert isinstance(task_id, str) and isinstance(source_arn, str)
-    except (ValueError, UnicodeError, KeyError, TypeError, AssertionError):
-        raise _invalid("TaskHandle", handle, "It is not a task handle this gateway gave out.") from None
-    source = await _existing(call, _queue_of_arn("TaskHandle", source_arn))
+        source_name = _queue_of_arn("TaskHandle", source_arn)
+    except (ValueError, UnicodeError, KeyError, TypeError, AssertionError, SqsError):
+        raise SqsError("InvalidParameterValue", "Value for parameter TaskHandle is invalid.") from None
+    source = await _existing(call, source_name, "SourceArn")
     try:
         task = await call.run(source.cancel_redrive, task_id)
     except InvalidArgument:
         task = None  # finished: Amazon knows only running tasks by their handle
     if task is None:
-        raise SqsError("ResourceNotFoundException", "The resource that you specified for the TaskHandle "
-                       "doesn't exist.")
+        raise SqsError("ResourceNotFoundException", "Task does not exist.")
     return {"ApproximateNumberOfMessagesMoved": task["moved"]}
 
 

@@ -26,7 +26,7 @@ from vsqs._gateway.sqs.attributes import (
 )
 from vsqs._gateway.sqs.call import Call
 from vsqs._gateway.sqs.parameters import integer, is_fifo, required_string, string
-from vsqs._gateway.sqs.protocol import SqsError
+from vsqs._gateway.sqs.protocol import SqsError, missing
 
 _ID_CHARS_RE = re.compile(r"[!-~]{1,128}")  # group and dedup ids: printable ASCII, no space
 
@@ -48,8 +48,8 @@ def prepare(entry: Mapping[str, Any], queue_name: str, limit: int) -> Prepared:
     """Check one SendMessage (or batch entry) against SQS's rules and the queue's type."""
     body = required_string(entry, "MessageBody")
     if not body:
-        raise SqsError("MissingParameter", "The request must contain the parameter MessageBody.")
-    check_text("MessageBody", body)
+        raise missing("MessageBody")
+    check_text(body)
     fifo = is_fifo(queue_name)
     delay = integer(entry, "DelaySeconds", 0, MAX_DELAY_SECONDS)
     group = string(entry, "MessageGroupId")
@@ -60,7 +60,7 @@ def prepare(entry: Mapping[str, Any], queue_name: str, limit: int) -> Prepared:
                            f"{key} can only include alphanumeric and punctuation characters. 1 to 128 in length.")
     if fifo:
         if group is None:
-            raise SqsError("MissingParameter", "The request must contain the parameter MessageGroupId.")
+            raise missing("MessageGroupId")
         if delay:
             raise SqsError("InvalidParameterValue", f"Value {delay} for parameter DelaySeconds is invalid. "
                            "Reason: The request include parameter that is not valid for this queue type.")
@@ -86,11 +86,29 @@ def prepare(entry: Mapping[str, Any], queue_name: str, limit: int) -> Prepared:
                     md5_of_attributes(system) if system else None, size, fifo)
 
 
+def _dedup_needed() -> SqsError:
+    return SqsError("InvalidParameterValue", "The queue should either have ContentBasedDeduplication "
+                    "enabled or MessageDeduplicationId provided explicitly")
+
+
 def check_dedup(prepared: Prepared, queue_name: str, settings: Mapping[str, Any]) -> None:
     """A FIFO send needs a MessageDeduplicationId unless the queue de-duplicates by content."""
     if is_fifo(queue_name) and prepared.message.dedup_id is None and not settings["content_dedup"]:
-        raise SqsError("InvalidParameterValue", "The queue should either have ContentBasedDeduplication "
-                       "enabled or MessageDeduplicationId provided explicitly.")
+        raise _dedup_needed()
+
+
+def check_fifo_batch(entries: list[dict[str, Any]], queue_name: str, settings: Mapping[str, Any]) -> None:
+    """A FIFO batch with an entry that lacks its MessageGroupId, or its
+    MessageDeduplicationId on a queue that does not de-duplicate by content, is
+    refused whole, as Amazon refuses it (InvalidParameterValue), before any entry
+    is checked on its own."""
+    if not is_fifo(queue_name):
+        return
+    for entry in entries:
+        if entry.get("MessageGroupId") is None:
+            raise missing("MessageGroupId", "InvalidParameterValue")
+        if entry.get("MessageDeduplicationId") is None and not settings["content_dedup"]:
+            raise _dedup_needed()
 
 
 def send_result(message_id: str, prepared: Prepared) -> dict[str, Any]:
