@@ -408,3 +408,34 @@ def test_message_attribute_names_as_amazon_reads_them(sqs: Any, names: list[str]
         for name, value in (("Help.Me", "Me"), ("Hello", "There"), ("General", "Kenobi"))})
     got = sqs.receive_message(QueueUrl=url, MessageAttributeNames=names)["Messages"][0]
     assert set(got.get("MessageAttributes", {})) == shown
+
+
+# -- AWSTraceHeader ---------------------------------------------------------------------
+
+TRACE = "Root=1-5759e988-bd862e3fe1be46a994272793;Parent=53995c3f42cd8ad8;Sampled=1"
+
+
+def test_the_x_ray_header_becomes_the_aws_trace_header(server: Server) -> None:
+    """X-Ray's X-Amzn-Trace-Id header on a send is its messages' AWSTraceHeader;
+    MessageSystemAttributes.AWSTraceHeader overrides it, as Amazon documents."""
+    traced = make_client(server)
+
+    def add_header(request: Any, **_: Any) -> None:
+        request.headers["X-Amzn-Trace-Id"] = TRACE
+
+    for operation in ("SendMessage", "SendMessageBatch"):
+        traced.meta.events.register(f"before-sign.sqs.{operation}", add_header)
+    url = traced.create_queue(QueueName=new_name("trace"))["QueueUrl"]
+    traced.send_message(QueueUrl=url, MessageBody="one")
+    traced.send_message_batch(QueueUrl=url, Entries=[{"Id": "a", "MessageBody": "two"}])
+    own = "Root=1-00000000-000000000000000000000000"
+    traced.send_message(QueueUrl=url, MessageBody="three", MessageSystemAttributes={
+        "AWSTraceHeader": {"DataType": "String", "StringValue": own}})
+    seen: dict[str, str | None] = {}
+    for names in (["AWSTraceHeader"], ["All"], ["SenderId"]):
+        for m in traced.receive_message(QueueUrl=url, MaxNumberOfMessages=10, VisibilityTimeout=0,
+                                        MessageSystemAttributeNames=names)["Messages"]:
+            seen[f"{m['Body']} {names[0]}"] = m.get("Attributes", {}).get("AWSTraceHeader")
+    assert seen == {"one AWSTraceHeader": TRACE, "two AWSTraceHeader": TRACE, "three AWSTraceHeader": own,
+                    "one All": TRACE, "two All": TRACE, "three All": own,
+                    "one SenderId": None, "two SenderId": None, "three SenderId": None}

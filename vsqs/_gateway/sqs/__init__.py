@@ -87,7 +87,8 @@ Decisions (beyond SQS's own rules):
   Other types keep their value as text (Binary as base64) and their type in
   the hidden vsqs attribute ``sqs.types`` (JSON name -> DataType).
   MessageDeduplicationId and AWSTraceHeader are kept in ``sqs.dedup_id`` and
-  ``sqs.trace``. Attributes named ``sqs.*`` are never shown to SQS clients
+  ``sqs.trace`` (AWSTraceHeader from MessageSystemAttributes, else from the
+  request's ``X-Amzn-Trace-Id`` header, X-Ray's). Attributes named ``sqs.*`` are never shown to SQS clients
   and refused from them. Message size = body + attribute names, types and
   values, as SQS counts it.
 - Bodies are UTF-8 text. A body published by the library that is not UTF-8

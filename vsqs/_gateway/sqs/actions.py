@@ -224,7 +224,7 @@ async def set_queue_attributes(call: Call) -> dict[str, Any]:
 async def send_message(call: Call) -> dict[str, Any]:
     def send(queue: Queue) -> tuple[Prepared, str]:
         settings = call.settings_now(queue)
-        prepared = prepare(call.params, name, call.message_limit(settings))
+        prepared = prepare(call.params, name, call.message_limit(settings), call.trace_header)
         check_dedup(prepared, name, settings)
         return prepared, queue.publish_batch([prepared.message])[0]
 
@@ -249,7 +249,7 @@ async def send_message_batch(call: Call) -> dict[str, Any]:
         total = 0
         for entry in entries:
             try:
-                prepared = prepare(entry, name, limit)
+                prepared = prepare(entry, name, limit, call.trace_header)
                 check_dedup(prepared, name, settings)
                 total += prepared.size
                 ready.append((entry["Id"], prepared))

@@ -44,8 +44,11 @@ class Prepared:
     fifo: bool = False  # sent to a FIFO queue: the answer has a SequenceNumber
 
 
-def prepare(entry: Mapping[str, Any], queue_name: str, limit: int) -> Prepared:
-    """Check one SendMessage (or batch entry) against SQS's rules and the queue's type."""
+def prepare(entry: Mapping[str, Any], queue_name: str, limit: int, trace: str | None = None) -> Prepared:
+    """Check one SendMessage (or batch entry) against SQS's rules and the queue's type.
+    ``trace``: the request's ``X-Amzn-Trace-Id`` header, kept as the message's
+    AWSTraceHeader unless the entry's MessageSystemAttributes give one (Amazon:
+    the attribute overrides the header); neither counts in the message's size."""
     body = required_string(entry, "MessageBody")
     if not body:
         raise missing("MessageBody")
@@ -80,6 +83,8 @@ def prepare(entry: Mapping[str, Any], queue_name: str, limit: int) -> Prepared:
         stored[DEDUP_ATTRIBUTE] = dedup_id
     if system:
         stored[TRACE_ATTRIBUTE] = system["AWSTraceHeader"]["StringValue"]
+    elif trace:
+        stored[TRACE_ATTRIBUTE] = trace
     message = Outgoing(body.encode("utf-8"), delay=None if delay is None else float(delay),
                        attributes=stored or None, group=group, dedup_id=dedup_id)
     return Prepared(body, message, md5_of_body(body), md5_of_attributes(attributes) if attributes else None,
