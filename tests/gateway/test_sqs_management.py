@@ -153,9 +153,16 @@ def test_add_and_remove_permission_edit_the_policy(sqs: Any, other: Any) -> None
     policy = wait_for(lambda: (found := policy_of(sqs)) and len(found["Statement"]) == 2 and found)
     statements = {s["Sid"]: s for s in policy["Statement"]}
     assert set(statements) == {"senders", "all"}
-    assert statements["senders"]["Action"] == ["SQS:SendMessage"]
-    assert statements["senders"]["Principal"] == {"AWS": ["arn:aws:iam::111122223333:root"]}
-    assert statements["senders"]["Resource"] == arn_of(sqs, url)
+    arn = arn_of(sqs, url)
+    assert (policy["Version"], policy["Id"]) == ("2008-10-17", f"{arn}/SQSDefaultPolicy")  # Amazon's shape
+    assert statements["senders"] == {"Sid": "senders", "Effect": "Allow", "Action": "SQS:SendMessage",
+                                     "Principal": {"AWS": "arn:aws:iam::111122223333:root"}, "Resource": arn}
+    sqs.add_permission(QueueUrl=url, Label="two", AWSAccountIds=["111122223333", "444455556666"],
+                       Actions=["SendMessage", "ReceiveMessage"])
+    two = wait_for(lambda: {s["Sid"]: s for s in policy_of(sqs)["Statement"]}.get("two"))
+    assert two["Principal"] == {"AWS": ["arn:aws:iam::111122223333:root", "arn:aws:iam::444455556666:root"]}
+    assert two["Action"] == ["SQS:SendMessage", "SQS:ReceiveMessage"]
+    sqs.remove_permission(QueueUrl=url, Label="two")
     with pytest.raises(ClientError) as caught:
         sqs.add_permission(QueueUrl=url, Label="senders", AWSAccountIds=["1"], Actions=["SendMessage"])
     assert code_of(caught) == "InvalidParameterValue"

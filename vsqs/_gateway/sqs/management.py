@@ -89,8 +89,13 @@ def _policy_doc(text: str | None, arn: str) -> dict[str, Any]:
     except ValueError:  # (a policy stored by another program): replaced, as one that is not ours
         doc = {}
     if not isinstance(doc, dict) or not isinstance(doc.get("Statement"), list):
-        doc = {"Version": "2012-10-17", "Id": f"{arn}/SQSDefaultPolicy", "Statement": []}
+        doc = {"Version": "2008-10-17", "Id": f"{arn}/SQSDefaultPolicy", "Statement": []}
     return doc
+
+
+def _one_or_list(items: list[str]) -> str | list[str]:
+    """A policy's principals or actions as Amazon writes them: one as a string, more as a list."""
+    return items[0] if len(items) == 1 else items
 
 
 async def add_permission(call: Call) -> dict[str, Any]:
@@ -109,8 +114,8 @@ async def add_permission(call: Call) -> dict[str, Any]:
     queue = await call.queue()
     arn = call.arn_of(call.queue_name or "")
     statement = {"Sid": label, "Effect": "Allow",
-                 "Principal": {"AWS": [f"arn:aws:iam::{account}:root" for account in accounts]},
-                 "Action": [f"SQS:{action}" for action in actions], "Resource": arn}
+                 "Principal": {"AWS": _one_or_list([f"arn:aws:iam::{account}:root" for account in accounts])},
+                 "Action": _one_or_list([f"SQS:{action}" for action in actions]), "Resource": arn}
 
     def add(text: str | None) -> str:
         doc = _policy_doc(text, arn)
