@@ -439,3 +439,18 @@ def test_the_x_ray_header_becomes_the_aws_trace_header(server: Server) -> None:
     assert seen == {"one AWSTraceHeader": TRACE, "two AWSTraceHeader": TRACE, "three AWSTraceHeader": own,
                     "one All": TRACE, "two All": TRACE, "three All": own,
                     "one SenderId": None, "two SenderId": None, "three SenderId": None}
+
+
+def test_attribute_names_with_latin_letters_are_taken(sqs: Any, server: Server) -> None:
+    """Amazon takes Latin letters beyond ASCII in attribute names, though its reference lists ASCII only."""
+    url = sqs.create_queue(QueueName=new_name("latin"))["QueueUrl"]
+    attributes = {"attr.1øßä": {"DataType": "String", "StringValue": "Valida"}}
+    sent = sqs.send_message(QueueUrl=url, MessageBody="test", MessageAttributes=attributes)
+    got = sqs.receive_message(QueueUrl=url, MessageAttributeNames=["All"])["Messages"][0]
+    assert got["MessageAttributes"] == attributes
+    assert got["MD5OfMessageAttributes"] == sent["MD5OfMessageAttributes"]
+    for bad in ("Invalid-§-attr", "Invalid-×-attr", "Invalid-!-attr", "L" * 257):
+        with pytest.raises(ClientError) as caught:
+            sqs.send_message(QueueUrl=url, MessageBody="test", MessageAttributes={
+                bad: {"DataType": "String", "StringValue": "Valid"}})
+        assert error_of(caught) == ("InvalidParameterValue", 400), bad

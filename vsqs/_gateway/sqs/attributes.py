@@ -296,7 +296,7 @@ def message_attributes(value: object, where: str = "MessageAttributes") -> dict[
                 or ".." in name or name.lower().startswith(("aws.", "amazon.", RESERVED_PREFIX))):
             raise SqsError("InvalidParameterValue",
                            f"Message attribute name {name[:100]!r} is invalid: 1-{MAX_ATTRIBUTE_NAME} of "
-                           "A-Z a-z 0-9 _ - ., not starting or ending with '.', no '..', "
+                           "A-Z a-z 0-9 _ - . and Latin letters, not starting or ending with '.', no '..', "
                            "not starting with AWS., Amazon. or sqs.")
         if not isinstance(attribute, dict) or not isinstance(attribute.get("DataType"), str):
             raise SqsError("InvalidParameterValue",
