@@ -720,7 +720,6 @@ def test_redrive_policy_moves_a_message_to_the_dead_letter_queue(sqs: Any, serve
     {"deadLetterTargetArn": "arn:aws:sqs:us-east-1:000000000000:does-not-exist", "maxReceiveCount": 3},
     {"deadLetterTargetArn": "arn:aws:sqs:us-east-1:000000000000:../etc", "maxReceiveCount": 3},
     {"deadLetterTargetArn": "not an arn", "maxReceiveCount": 3},
-    {"deadLetterTargetArn": "arn:aws:sqs:us-east-1:000000000000:SELF", "maxReceiveCount": 3},
     {"deadLetterTargetArn": "arn:aws:sqs:us-east-1:000000000000:DLQ", "maxReceiveCount": 0},
     {"deadLetterTargetArn": "arn:aws:sqs:us-east-1:000000000000:DLQ"},
 ])
@@ -735,6 +734,21 @@ def test_bad_redrive_policies(sqs: Any, server: Server, policy: dict[str, Any]) 
     assert caught.value.response["Error"]["Message"].startswith(f"Value {text} for parameter RedrivePolicy is invalid.")
     assert library_queue(server, name).settings["max_receives"] is None
     assert not os.path.exists(os.path.join(server.spool, "does-not-exist"))
+
+
+def test_a_redrive_policy_naming_the_queue_itself_is_taken_and_moves_nothing(sqs: Any, server: Server) -> None:
+    """Amazon takes it; a message would move to the queue it is in, so vsqs dead-letters nothing."""
+    name = new_name("self")
+    url = sqs.create_queue(QueueName=name)["QueueUrl"]
+    arn = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
+    sqs.set_queue_attributes(QueueUrl=url, Attributes={"RedrivePolicy": json.dumps(
+        {"deadLetterTargetArn": arn, "maxReceiveCount": 1})})
+    sqs.send_message(QueueUrl=url, MessageBody="stays")
+    counts = [sqs.receive_message(QueueUrl=url, VisibilityTimeout=0, AttributeNames=["ApproximateReceiveCount"])
+              ["Messages"][0]["Attributes"]["ApproximateReceiveCount"] for _ in range(3)]
+    assert counts == ["1", "2", "3"]
+    assert library_queue(server, name).settings["max_receives"] is None
+    assert not any(entry.endswith(".dlq") for entry in spool_entries(server))
 
 
 # -- long polling ---------------------------------------------------------------------

@@ -193,8 +193,8 @@ def _redrive_settings(text: str, queue_name: str) -> dict[str, Any]:
         target = check_queue_name(parts[5])
     except InvalidArgument:
         raise invalid("Invalid value for deadLetterTargetArn.") from None
-    if target == queue_name:
-        raise invalid("a queue cannot be its own dead-letter queue.")
+    if target == queue_name:  # Amazon takes it: a message would move to the queue it is in, so none moves
+        return {"dead_letter": None, "max_receives": None}
     if is_fifo(target) != is_fifo(queue_name):
         raise invalid("Dead-letter queue must be same type of queue as the source.")
     return {"dead_letter": target, "max_receives": count}
