@@ -324,6 +324,8 @@ def test_error_texts_are_amazons(sqs: Any) -> None:
                                                                     "SqsManagedSseEnabled": "true"}),
          "InvalidAttributeName", "You can use one type of server-side encryption (SSE) at one time. You can "
          "either enable KMS SSE or SQS SSE."),
+        (lambda: sqs.set_queue_attributes(QueueUrl=url, Attributes={"VisibilityTimeout": "43201"}),
+         "InvalidAttributeValue", "Invalid value for the parameter VisibilityTimeout."),
         (lambda: sqs.set_queue_attributes(QueueUrl=fifo_url, Attributes={"FifoQueue": "false"}),
          "InvalidAttributeValue", "Invalid value for the parameter FifoQueue. Reason: Modifying queue type is not "
          "supported."),

@@ -168,7 +168,9 @@ def test_add_and_remove_permission_edit_the_policy(sqs: Any, other: Any) -> None
     assert code_of(caught) == "InvalidParameterValue"
     with pytest.raises(ClientError) as caught:
         sqs.add_permission(QueueUrl=url, Label="x", AWSAccountIds=["1"], Actions=["DeleteQueue"])
-    assert code_of(caught) == "InvalidParameterValue"
+    assert (code_of(caught), caught.value.response["Error"]["Message"]) == (
+        "InvalidParameterValue", "Value SQS:DeleteQueue for parameter ActionName is invalid. Reason: Please refer to "
+        "the appropriate WSDL for a list of valid actions. ")
     other.remove_permission(QueueUrl=url, Label="senders")
     wait_for(lambda: [s["Sid"] for s in policy_of(sqs)["Statement"]] == ["all"])
     with pytest.raises(ClientError) as caught:

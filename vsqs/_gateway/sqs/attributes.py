@@ -133,7 +133,7 @@ def settings_of(attributes: Mapping[str, str], queue_name: str) -> dict[str, Any
         if name in _NUMERIC_ATTRIBUTES:
             setting, low, high = _NUMERIC_ATTRIBUTES[name]
             if not re.fullmatch(r"[0-9]{1,12}", text) or not low <= int(text) <= high:
-                raise invalid_attribute_value(name, f"{text[:40]!r} is not a whole number {low}..{high}.")
+                raise invalid_attribute_value(name)
             settings[setting] = int(text)
         elif name == "RedrivePolicy":
             settings.update(_redrive_settings(text, queue_name))
@@ -144,12 +144,12 @@ def settings_of(attributes: Mapping[str, str], queue_name: str) -> dict[str, Any
                 raise invalid_attribute_value(name, "Modifying queue type is not supported.")
         elif name == "ContentBasedDeduplication":
             if text.lower() not in ("true", "false"):
-                raise invalid_attribute_value(name, f"{text[:40]!r} is not true or false.")
+                raise invalid_attribute_value(name)
             settings["content_dedup"] = text.lower() == "true"
         elif name in _FIFO_CHOICES:
             setting, choices, _ = _FIFO_CHOICES[name]
             if text not in choices:
-                raise invalid_attribute_value(name, f"{text[:40]!r} is not one of {', '.join(choices)}.")
+                raise invalid_attribute_value(name)
             settings[setting] = choices[text]
         elif name in _READ_ONLY:
             raise unknown_attribute(name)  # Amazon's answer to setting a read-only one

@@ -110,7 +110,8 @@ async def add_permission(call: Call) -> dict[str, Any]:
         raise missing("Actions")
     for action in actions:
         if action not in PERMISSION_ACTIONS:
-            raise _invalid("Actions", action, "Not a valid action name.")
+            raise _invalid("ActionName", f"SQS:{action}", "Please refer to the appropriate WSDL for a list of valid "
+                           "actions. ")  # (Amazon's words, its final space too)
     queue = await call.queue()
     arn = call.arn_of(call.queue_name or "")
     statement = {"Sid": label, "Effect": "Allow",

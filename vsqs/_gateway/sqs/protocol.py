@@ -195,9 +195,10 @@ def missing(parameter: str, name: str = "MissingParameter") -> SqsError:
     return SqsError(name, f"The request must contain the parameter {parameter}.")
 
 
-def invalid_attribute_value(name: str, why: str) -> SqsError:
-    """Amazon's answer to a queue attribute's bad value."""
-    return SqsError("InvalidAttributeValue", f"Invalid value for the parameter {name}. Reason: {why}")
+def invalid_attribute_value(name: str, why: str | None = None) -> SqsError:
+    """Amazon's answer to a queue attribute's bad value (with a reason where Amazon gives one)."""
+    reason = "" if why is None else f" Reason: {why}"
+    return SqsError("InvalidAttributeValue", f"Invalid value for the parameter {name}.{reason}")
 
 
 def invalid_parameter_value(name: str, value: str, why: str) -> SqsError:
