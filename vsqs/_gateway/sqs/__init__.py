@@ -1,14 +1,16 @@
-"""The Amazon SQS face of the gateway: the AWS JSON 1.0 protocol on ``POST /``,
-and beside it SQS's Query protocol (a form, ``POST`` or ``GET``, on ``/`` or
-a queue URL's path, answered in XML: ``query``, ``query_xml``), the same
-actions, checks and errors in each (``wire`` tells them apart).
+"""The Amazon SQS face of the gateway: the AWS JSON 1.0 protocol on ``POST /``
+(or a queue URL's path, where the PHP SDK posts), and beside it SQS's Query
+protocol (a form, ``POST`` or ``GET``, on ``/`` or a queue URL's path,
+answered in XML, or in JSON for ``Accept: application/json``: ``query``,
+``query_xml``, ``query_json``), the same actions, checks and errors in each
+(``wire`` tells them apart).
 
 An unmodified SQS client (boto3, the ``aws sqs`` command, any SDK that speaks
 JSON 1.0) pointed at the gateway's URL works on the spool's queues, beside
 library and CLI users of the same spool. Every action turns into calls of
 the public vsqs API; file I/O runs on the gateway's thread pool.
 
-Protocol. A request is ``POST /`` with ``X-Amz-Target: AmazonSQS.<Action>``
+Protocol. A request is ``POST /`` (or to a queue URL's path) with ``X-Amz-Target: AmazonSQS.<Action>``
 and a JSON body; an answer is JSON (``application/x-amz-json-1.0``) with an
 ``x-amzn-RequestId`` header. An error is HTTP 400 (403 for a refused
 signature, 500/503 for the gateway's own trouble) with the body
