@@ -71,7 +71,8 @@ Decisions (beyond SQS's own rules):
   MaximumMessageSize (the setting, else the gateway's limit),
   ReceiveMessageWaitTimeSeconds, RedrivePolicy (``dead_letter`` and
   ``max_receives``; the target must be an existing queue of the spool of the
-  same type), ContentBasedDeduplication. Read-only: the three message counts
+  same type; a policy naming the queue itself is taken, as Amazon takes it,
+  and dead-letters nothing), ContentBasedDeduplication. Read-only: the three message counts
   (one listing), QueueArn, FifoQueue, CreatedTimestamp
   (:attr:`vsqs.Queue.created_at`), LastModifiedTimestamp
   (:attr:`vsqs.Queue.settings_changed_at`, else the creation). ``All`` is
@@ -106,8 +107,8 @@ Decisions (beyond SQS's own rules):
   DeadLetterQueueSourceArn (:attr:`vsqs.Message.dead_letter_source`, as an
   ARN like QueueArn; looked up in the receive's worker thread).
   ReceiveRequestAttemptId is ignored. ``All`` is taken in any case, message
-  attributes also by ``.*`` and ``prefix.*``; unknown names are ignored, as
-  Amazon ignores them.
+  attributes also by ``*``, ``.*`` and ``prefix.*`` (the names that start
+  with ``prefix``); unknown names are ignored, as Amazon ignores them.
 - Receipts: vsqs gives a message a new receipt when its visibility changes,
   SQS keeps the handle. The gateway remembers, per process and in memory,
   handle -> current receipt after a ChangeMessageVisibility; a handle changed
