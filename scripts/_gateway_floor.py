@@ -67,8 +67,8 @@ def make_app(queue: vsqs.Queue) -> Callable[[Scope, Receive, Send], Awaitable[No
         if target == "SendMessageBatch":
             bodies = [entry["MessageBody"].encode() for entry in params["Entries"]]
             ids = await off_loop(lambda: queue.publish_batch(bodies))
-            return {"Successful": [{"Id": e["Id"], "MessageId": i} for e, i in zip(params["Entries"], ids)],
-                    "Failed": []}
+            sent = zip(params["Entries"], ids, strict=True)
+            return {"Successful": [{"Id": e["Id"], "MessageId": i} for e, i in sent], "Failed": []}
         if target == "ReceiveMessage":
             got = await off_loop(lambda: [(m.id, m.receipt, m.body.decode())
                                           for m in queue.receive_batch(params.get("MaxNumberOfMessages", 1))])

@@ -372,7 +372,9 @@ class Bench:
     def check_count(directory: str, expected: int, what: str) -> None:
         shards = os.path.join(directory, "shards")
         places = [os.path.join(shards, s) for s in os.listdir(shards)] if os.path.isdir(shards) else [directory]
-        found = sum(1 for place in places for name in os.listdir(place) if not name.startswith(".") and name != "shards")
+        found = sum(
+            1 for place in places for name in os.listdir(place) if not name.startswith(".") and name != "shards"
+        )
         if found != expected:
             raise RuntimeError(f"{what}: {found} files in {directory}, expected {expected}")
 

@@ -12,6 +12,16 @@ start-up, imports and the fill cancel out. Run from the repository root::
     .venv/bin/python scripts/bench_instructions.py --repo ../other  # measure another checkout's vsqs
     .venv/bin/python scripts/bench_instructions.py --phase-only --event instructions:k
                                         # perf only: count only the timed phase, kernel counts too
+    .venv/bin/python scripts/bench_instructions.py --check scripts/instruction_budget.json
+                                        # the budget: exit 1 if a path costs more than it allows
+
+The budget (``--check``, run by tests/test_instruction_budget.py and so in
+CI) names the counter, the count and the instructions per message of each
+path; a figure more than its tolerance (3%) above its budget fails, one
+more than that below it asks for the budget to be lowered (a saving kept).
+A change that must cost more raises the budget in the same commit, and says
+why. Callgrind counts the same for the same binary, inputs and environment
+(the workers run with PYTHONHASHSEED=0), whatever else the machine does.
 
 Two counters (``--counter``):
 
@@ -40,17 +50,23 @@ refused with callgrind. ``--syscalls`` needs ``strace``.
 from __future__ import annotations
 
 import argparse
+import itertools
+import json
 import os
 import shutil
 import subprocess
 import sys
 import tempfile
+import time
 
 import _report
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)  # the checkout measured unless --repo names another
 DEFAULT_COUNT = {"perf": 20_000, "callgrind": 5_000}
+LABELS = {"consume": "receive+delete", "publish": "publish", "staged": "staged publish"}
+MODE_OF = {label: mode for mode, label in LABELS.items()}
+CLOCK_OF_CALLS = "BENCH_CLOCK_OF_CALLS"  # set for the workers: see clock_of_calls
 CALLGRIND_EVENT = "Ir"
 
 
@@ -80,12 +96,26 @@ class _Counters:
         self._say("disable")
 
 
+def clock_of_calls(step: float) -> None:
+    """Make ``time.monotonic`` advance by ``step`` seconds a call. What vsqs does
+    by the monotonic clock (re-reading a listing that grew old, checking the
+    queue's path once a second) then happens after as many calls in every
+    run, however slowly callgrind and a busy machine make the process run:
+    the counts of a run repeat. (Under callgrind and the real clock a run
+    that ran slower re-lists more often, and counts several per cent more.)"""
+    start = time.monotonic()
+    ticks = itertools.count()
+    time.monotonic = lambda: start + next(ticks) * step
+
+
 def worker(peer: str, mode: str, path: str, count: int, size: int, repo: str) -> None:
     """``fill``: publish ``count`` messages (one handle); ``consume``: fill, then a
     fresh handle receives and deletes them all; ``publish``: fill, then publish
     ``count`` more (one by one); ``staged``: fill, then stage ``count`` more
     (durably, in chunks of 1,000) and commit them."""
     counters = _Counters()
+    if os.environ.get(CLOCK_OF_CALLS):
+        clock_of_calls(float(os.environ[CLOCK_OF_CALLS]))
     if peer == "vsqs":
         sys.path.insert(0, repo)
         import vsqs
@@ -174,7 +204,8 @@ def count_callgrind(cmd: list[str]) -> int:
     with tempfile.TemporaryDirectory(prefix="callgrind-") as tmp:
         out = os.path.join(tmp, "callgrind.out")
         r = subprocess.run(["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}", *cmd],
-                           stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, check=False)
+                           stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, check=False,
+                           env={**os.environ, "PYTHONHASHSEED": "0"})  # one str hash, one dict layout a run
         if r.returncode != 0 or not os.path.exists(out):
             sys.stderr.write(r.stderr)
             raise SystemExit(f"valgrind --tool=callgrind failed (exit {r.returncode})")
@@ -255,11 +286,22 @@ def parse_args() -> argparse.Namespace:
                    help="perf only: count only the consuming (publishing) phase of one run, "
                         "not (fill + it) - fill")
     _report.add_markdown_option(p)
+    p.add_argument("--clock-of-calls", type=float, metavar="SECONDS",
+                   help="the workers' time.monotonic advances this much a call, not with time (repeatable counts)")
+    p.add_argument("--check", metavar="BUDGET",
+                   help="a budget file (JSON): count with its counter and count, exit 1 past its tolerance")
     p.add_argument("--worker", nargs=2, metavar=("MODE", "PATH"), help=argparse.SUPPRESS)
     a = p.parse_args()
     a.repo = os.path.abspath(a.repo)
     if a.worker:
         return a
+    a.budget = None
+    if a.check:
+        with open(a.check, encoding="utf-8") as f:
+            a.budget = json.load(f)
+        a.counter, a.count, a.body_size = a.budget["counter"], a.budget["count"], a.budget["body_size"]
+        a.clock_of_calls = a.budget["clock_of_calls"]
+        a.modes = ",".join(MODE_OF[label] for label in a.budget["per_message"])
     a.counter = choose_counter(a.counter)
     if a.counter == "callgrind":
         if a.phase_only:
@@ -288,6 +330,9 @@ def main() -> int:
               "instructions executed in user space")
     source = f"vsqs from {a.repo} ({_report.git_head(a.repo)})" if a.peer == "vsqs" else "dirq"
     print(f"{source}, run by {a.python}; {a.count:,} messages of {a.body_size} bytes per run")
+    if a.clock_of_calls:
+        os.environ[CLOCK_OF_CALLS] = repr(a.clock_of_calls)  # for the workers
+        print(f"the workers' monotonic clock: {a.clock_of_calls * 1e6:g} µs a call")
     os.makedirs(a.dir, exist_ok=True)
     scratch = tempfile.mkdtemp(prefix="instr-", dir=a.dir)
     serial = 0
@@ -308,6 +353,7 @@ def main() -> int:
             shutil.rmtree(command[-1], ignore_errors=True)
 
     rows: list[list[str]] = []
+    medians: dict[str, float] = {}
     try:
         for mode in a.modes.split(","):
             per = []
@@ -319,8 +365,9 @@ def main() -> int:
                 both = counted(cmd(mode))
                 per.append((both - base) / a.count)
             per.sort()
-            label = {"consume": "receive+delete", "publish": "publish", "staged": "staged publish"}[mode]
+            label = LABELS[mode]
             median = per[len(per) // 2]
+            medians[label] = median
             runs = ", ".join(f"{x:,.0f}" for x in per)
             print(f"{a.peer} {label:<15} {event} per message: median {median:,.0f} (runs: {runs})", flush=True)
             row = [a.peer, label, event, f"{median:,.0f}", runs]
@@ -345,7 +392,25 @@ def main() -> int:
         extra = f"{'perf stat' if a.counter == 'perf' else 'callgrind'}, {how}, {a.repeat} runs"
         _report.emit([_report.provenance(a.repo, a.dir, extra), _report.table(headers, rows, right=(3,))],
                      a.markdown)
-    return 0
+    return check_budget(a.budget, medians) if a.budget else 0
+
+
+def check_budget(budget: dict, medians: dict[str, float]) -> int:
+    """Compare the figures with the budget's; 1 if one costs more than it allows."""
+    tolerance = budget["tolerance"]
+    over = []
+    for label, allowed in budget["per_message"].items():
+        ratio = medians[label] / allowed
+        verdict = "over budget" if ratio > 1 + tolerance else "within budget"
+        if ratio < 1 - tolerance:
+            verdict += f" (and {1 - ratio:.1%} under it: lower the budget to keep the saving)"
+        print(f"budget {label:<15} {medians[label]:,.0f} of {allowed:,} ({ratio - 1:+.1%}): {verdict}")
+        if ratio > 1 + tolerance:
+            over.append(label)
+    if over:
+        print(f"over the instruction budget by more than {tolerance:.0%}: {', '.join(over)}; "
+              "if the cost is meant, raise the budget (scripts/instruction_budget.json) and say why")
+    return 1 if over else 0
 
 
 if __name__ == "__main__":

@@ -301,7 +301,8 @@ def _cpu_line(run: dict) -> str:
 def _ms(values: list[float]) -> str:
     if not values:
         return "-"
-    return f"median {statistics.median(values):.0f} ms (min {min(values):.0f}, max {max(values):.0f}, {len(values)} batches)"
+    median, low, high = statistics.median(values), min(values), max(values)
+    return f"median {median:.0f} ms (min {low:.0f}, max {high:.0f}, {len(values)} batches)"
 
 
 def main() -> int:

@@ -139,7 +139,9 @@ def main() -> int:
     p.add_argument("--count", type=int, default=50_000)
     p.add_argument("--body-size", type=int, default=100)
     p.add_argument("--master", default="local[2]")
-    p.add_argument("--partitions", type=int, default=0, help="partitions of the DataFrame (default: Spark's parallelism)")
+    p.add_argument(
+        "--partitions", type=int, default=0, help="partitions of the DataFrame (default: Spark's parallelism)"
+    )
     p.add_argument("--rounds", type=int, default=2)
     p.add_argument("--dir", default=os.path.join(REPO, ".bench"))
     _report.add_markdown_option(p)

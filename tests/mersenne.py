@@ -4,7 +4,7 @@ outputs, here read off published vsqs message ids, and predict what the
 generator draws next.
 
 Used by tests/core/test_receipt_forgery.py and
-tests/gateway/test_hardening_access.py (issue 13, item 6).
+tests/gateway/test_hardening_access.py.
 """
 
 from __future__ import annotations

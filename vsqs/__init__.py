@@ -25,8 +25,8 @@ from vsqs._core.format import FORMAT_VERSION
 from vsqs._core.message import Message, MessageInfo, Outgoing, QueueStats
 from vsqs._core.queue import Queue
 from vsqs._core.spool import Spool
-from vsqs._version import __version__
 from vsqs._core.worker import Worker, WorkerStats
+from vsqs._version import __version__
 
 __all__ = [
     "FORMAT_VERSION",

@@ -13,9 +13,8 @@ import pytest
 from click.testing import CliRunner
 
 import vsqs
-from vsqs._cli import main
-
 from tests.conftest import vsqs_command
+from vsqs._cli import main
 
 
 @pytest.fixture
@@ -418,7 +417,7 @@ def test_stats_prometheus_dead_lettered(run, tmp_path):
 def test_stats_prometheus_exact_text(run, queue):
     queue.publish(b"x", group='te"nant')
     queue.receive()  # in flight: nothing ready, so the oldest ready age is 0.0
-    labels = 'queue="q"'  # no path label: the gateway's /metrics labels alike (issue 13, item 7)
+    labels = 'queue="q"'  # no path label: the gateway's /metrics labels alike
     assert run("stats", queue.path, "--prometheus", "--groups").output == "\n".join([
         "# HELP vsqs_messages Messages in the queue, by state.",
         "# TYPE vsqs_messages gauge",

@@ -1,4 +1,4 @@
-"""Issue 13, item 13: what the CLI prints from a message, a queue, the spool
+"""What the CLI prints from a message, a queue, the spool
 or an error never reaches a terminal as a control sequence; the machine
 formats (--json, --prometheus into a file or a pipe, a body into a pipe)
 stay exact."""
@@ -15,10 +15,9 @@ import pytest
 from click.testing import CliRunner
 
 import vsqs
+from tests.conftest import vsqs_command
 from vsqs._cli import main
 from vsqs._cli.text import terminal_text
-
-from tests.conftest import vsqs_command
 
 # what an attacker used: set the window title, clear the screen, the 8-bit CSI
 # (colour), and a right-to-left override that reorders what follows

@@ -44,6 +44,7 @@ What the model holds the queue to:
   nothing and answers its id. The window runs from when a publisher (or gc)
   first finds the message gone (FORMAT.md), not from when it left, which is all
   the README says: see ``dedup_holds`` (an open question, not pinned by a test);
+  a purge forgets the ids of the messages it removes;
 - **lazy dead-lettering**: a message received ``max_receives`` times is not
   claimable once visible, counts as ready until a receive (or a tidying pass)
   moves it; whether one did is read from the queue's listing.
@@ -571,6 +572,8 @@ class QueueMachine(RuleBasedStateMachine):
             assert moved == len(queued), f"purge answered {moved}, {len(queued)} in the queue"
             for m in queued:
                 self.leave(m, PURGED)
+            for key in [key for key, holder in self.dedup.items() if holder in queued]:
+                del self.dedup[key]  # the README: a purge forgets the ids of the messages it removes
             return
         gc = what == "collect_garbage"
         maybe = [m for m in expired if (m.id, m.until_us) in self.maybe_requeued and m not in due]

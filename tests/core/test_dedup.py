@@ -9,7 +9,6 @@ import time
 import pytest
 
 import vsqs
-
 from tests.conftest import message_path
 from vsqs._core import dedup as _dedup
 
@@ -182,3 +181,55 @@ def test_gc_never_shortens_the_window(queue):
     queue.collect_garbage()
     assert queue.publish(b"a", dedup_id="x") == first  # still within the window
     assert queue.stats().total == 0
+
+
+def test_purge_forgets_the_ids_of_the_messages_it_removes(queue):
+    queue.configure(dedup_window=3600)
+    first = queue.publish(b"a", dedup_id="x")
+    queue.publish(b"b", dedup_id="y", group="g")
+    queue.receive_batch(10)  # in flight too
+    gone = queue.publish(b"c", dedup_id="z")
+    queue.receive().delete()  # z's message left before the purge: its window holds
+    assert queue.purge() == 2
+    again = queue.publish(b"a again", dedup_id="x")
+    assert again != first
+    assert queue.publish(b"b again", dedup_id="y", group="g") not in (first, again)
+    assert queue.publish(b"c again", dedup_id="z") == gone  # not removed by the purge: still held
+    assert sorted(m.body for m in queue.receive_batch(10)) == [b"a again", b"b again"]
+
+
+def test_purge_of_ids_forgets_only_theirs(queue):
+    queue.configure(dedup_window=3600)
+    purged = queue.publish(b"a", dedup_id="x")
+    kept = queue.publish(b"b", dedup_id="y")
+    assert queue.purge(ids=[purged]) == 1
+    assert queue.publish(b"b again", dedup_id="y") == kept  # its message is still here
+    assert queue.publish(b"a again", dedup_id="x") != purged
+    assert sorted(m.body for m in queue.receive_batch(10)) == [b"a again", b"b"]
+
+
+def test_purge_leaves_an_id_a_publisher_took_over_meanwhile(queue):
+    queue.configure(dedup_window=3600)
+    purged = queue.publish(b"a", dedup_id="x")
+    digest = _dedup.dedup_hash("x", None)
+    directory = os.path.join(queue.path, ".dedup")
+    newest = max(int(name.rpartition(".")[2]) for name in os.listdir(directory))
+    taken = "9-1795305501723584-892190c0ba724662"  # a publisher moved on: the chain names its key
+    with open(os.path.join(directory, f"{digest}.{newest + 1}"), "w") as f:
+        f.write(f"pending {taken}\n")
+    assert _dedup.Reservations(queue.path).forget({purged}) == 0
+    assert sorted(os.listdir(directory))[-1] == f"{digest}.{newest + 1}"
+    with open(os.path.join(directory, f"{digest}.{newest + 1}")) as f:
+        assert f.read() == f"pending {taken}\n"
+
+
+def test_an_id_forgotten_by_a_purge_is_swept_by_gc(queue):
+    queue.configure(dedup_window=3600)
+    queue.publish(b"a", dedup_id="x")
+    queue.purge()
+    directory = os.path.join(queue.path, ".dedup")
+    old = time.time() - 7200
+    for name in os.listdir(directory):
+        os.utime(os.path.join(directory, name), (old, old))
+    queue.collect_garbage()
+    assert os.listdir(directory) == []

@@ -10,7 +10,6 @@ from datetime import datetime, timedelta, timezone
 import pytest
 
 import vsqs
-
 from tests.conftest import message_names, message_path
 from vsqs._core import format as _format
 

@@ -1,4 +1,4 @@
-"""FIFO behaviours that follow Amazon SQS (issue 12): purge frees groups,
+"""FIFO behaviours that follow Amazon SQS: purge frees groups,
 de-duplication scope, sequence numbers."""
 
 from __future__ import annotations
@@ -9,7 +9,6 @@ import vsqs
 from vsqs._core import format as _format
 from vsqs._core.errors import StaleReceipt
 from vsqs._core.groups import GroupLeases
-
 
 # -- purge frees the groups ---------------------------------------------------------
 

@@ -6,6 +6,7 @@ import json
 import multiprocessing
 import os
 import re
+import uuid
 
 import pytest
 from hypothesis import given
@@ -154,6 +155,57 @@ def test_priority_is_encoded_so_higher_sorts_first():
 
 def test_tags_are_fresh():
     assert len({_format.new_tag() for _ in range(1000)}) == 1000
+
+
+# -- a key as a UUID (the SQS face's MessageId) ------------------------------------
+
+_UUID_TEXT = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-8[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}")
+
+
+@given(keys)
+def test_a_keys_uuid_is_a_version_8_uuid_that_gives_the_key_back(key):
+    text = _format.key_uuid(key)
+    assert _UUID_TEXT.fullmatch(text)
+    parsed = uuid.UUID(text)
+    assert str(parsed) == text and parsed.version == 8 and parsed.variant == uuid.RFC_4122
+    assert _format.key_of_uuid(text) == key
+
+
+@given(keys, keys)
+def test_key_uuids_are_one_to_one_and_sort_as_their_keys(one, two):
+    assert (_format.key_uuid(one) == _format.key_uuid(two)) == (one == two)
+    assert (_format.key_uuid(one) < _format.key_uuid(two)) == (one < two)
+
+
+def test_a_keys_uuid_is_the_one_format_md_gives():
+    """The layout is a contract (other programs compute it): FORMAT.md's example, bit for bit."""
+    assert _format.key_uuid("9-1795305501723584-892190c0ba724662") == "91983488-ac62-8f02-8921-90c0ba724662"
+
+
+def test_the_widest_keys_have_uuids():
+    for key in ("0-0000000000000000-0000000000000000", "9-9999999999999999-ffffffffffffffff"):
+        assert _format.key_of_uuid(_format.key_uuid(key)) == key
+
+
+@pytest.mark.parametrize("text", [
+    "not a uuid", "", "98e1bc9b-f03f-4fff-bfff-ffffffffffff",  # version 4
+    "98e1bc9b-f03f-8fff-7fff-ffffffffffff",  # not the RFC variant
+    "98E1BC9B-F03F-8FFF-BFFF-FFFFFFFFFFFF",  # upper case
+    "98e1bc9bf03f8fffbfffffffffffffff",  # no dashes
+    "a0000000-0000-8000-8000-000000000000",  # P = 10
+    "08e1bc9b-f040-8000-8000-000000000000",  # SENT = 10**16
+    "{98e1bc9b-f03f-8fff-bfff-ffffffffffff}",
+])
+def test_a_uuid_no_key_gives_is_refused(text):
+    with pytest.raises(InvalidArgument):
+        _format.key_of_uuid(text)
+
+
+@pytest.mark.parametrize("text", ["nope", "9-1795825039908395-66868A4DE0DC0C30",
+                                  "98e1bc9b-f03f-8fff-bfff-ffffffffffff"])
+def test_what_is_no_key_has_no_uuid(text):
+    with pytest.raises(InvalidArgument):
+        _format.key_uuid(text)
 
 
 # -- receipts -------------------------------------------------------------------

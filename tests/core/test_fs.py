@@ -237,7 +237,7 @@ def test_enoent_on_rename_is_a_lost_race_even_if_a_stale_cache_still_shows_the_s
         assert _fs.unlink(str(src)) is False
 
 
-# -- a hostile spool (issue 13): what read, create and mkdir never do ---------------
+# -- a hostile spool: what read, create and mkdir never do ---------------
 
 
 def test_read_of_a_fifo_never_blocks(tmp_path):

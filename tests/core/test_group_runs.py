@@ -1,4 +1,4 @@
-"""Group runs (issue 12): ``receive_batch(group_runs=True)`` takes a group's
+"""Group runs: ``receive_batch(group_runs=True)`` takes a group's
 next messages together, as Amazon SQS FIFO does, all held on the group's one
 slot lease; and an older vsqs on the same spool still sees the group held."""
 
@@ -252,3 +252,21 @@ def test_a_member_of_a_run_at_max_receives_goes_to_the_dead_letter_queue(flat_qu
     os.rename(os.path.join(queue.path, names[1]), os.path.join(queue.path, _format.ready_name(g1.stem, 5)))
     assert bodies(queue.receive_batch(10, group_runs=True)) == ["g0", "g2"]
     assert bodies(queue.dead_letter_queue().receive_batch(10)) == ["g1"]
+
+
+def test_an_extension_from_generation_1_after_a_sweep_raises_the_newest_lease(queue):
+    # A run taken at generation 1 (a group's first claim): one member raises
+    # the lease three times (generations 2..4), the sweep removes 2 and 3 (it
+    # keeps 1 and the newest). A member whose receipt still says generation 1
+    # must raise the newest lease, not recreate generation 2 beside it: else
+    # the newest lease runs out while that member is in flight, and another
+    # receiver takes the group.
+    queue.publish_batch(["a0", "a1", "a2"], group="g")
+    first, second, _ = queue.receive_batch(10, visibility_timeout=100, group_runs=True)
+    for timeout in (200, 300, 400):
+        second.change_visibility(timeout)
+    assert queue._groups.sweep(grace=0) == 2
+    other = vsqs.Queue(queue.path)  # (a handle that knows nothing of the chain: it reads it from the receipt on)
+    receipt = other.change_visibility(first.receipt, 1000)
+    assert _format.decode_lease(lease_of(queue, "g")) >= _format.parse_receipt(queue.id, receipt)[0].until_us
+    assert _format.decode_lease(lease_of(queue, "g")) >= until_of(second)

@@ -236,7 +236,8 @@ def test_another_receive_of_the_message_is_not_this_receipts(handle):
     again_same_count = _format.hidden_name(name.stem, NOW_US + SECOND, 1)  # another receive id
     again_next = _format.hidden_name(name.stem, NOW_US + SECOND, 2, name.tag)  # the next receive, same tag
     for other in (again_same_count, again_next):
-        os.rename(handle.store.layout.message_file(str(only_name(handle.store))), handle.store.layout.message_file(other))
+        layout = handle.store.layout
+        os.rename(layout.message_file(str(only_name(handle.store))), layout.message_file(other))
         with pytest.raises(StaleReceipt, match=key):
             handle.held.current(receipt)
 

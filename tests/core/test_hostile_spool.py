@@ -1,4 +1,4 @@
-"""The library on a hostile or damaged spool (issue 13, items 8-12).
+"""The library on a hostile or damaged spool.
 
 Whoever can write the spool can plant anything in it: a FIFO, a directory or
 a huge sparse file named like a message, a symlink named like a queue, a

@@ -296,7 +296,9 @@ def test_the_window_keeps_the_soonest_hidden_names(layout, clocks):
     layout.set([hidden(n, NOW_US + (10 - n) * 1_000_000) for n in range(10)])
     listing = make(layout, window=3)
     listing.relist(NOW_US)
-    assert sorted(listing.hidden) == [(NOW_US + s * 1_000_000, hidden(10 - s, NOW_US + s * 1_000_000)) for s in (1, 2, 3)]
+    assert sorted(listing.hidden) == [
+        (NOW_US + s * 1_000_000, hidden(10 - s, NOW_US + s * 1_000_000)) for s in (1, 2, 3)
+    ]
 
 
 def test_the_window_keeps_the_first_candidates_of_groups(layout):

@@ -57,10 +57,15 @@ class FakeGroups:
 class FakeReservations:
     def __init__(self) -> None:
         self.asked: list[tuple[float, set[str]]] = []
+        self.forgotten: list[set[str]] = []
 
     def sweep(self, window: float, present: set[str]) -> int:
         self.asked.append((window, set(present)))
         return 5
+
+    def forget(self, keys: set[str]) -> int:
+        self.forgotten.append(set(keys))
+        return len(keys)
 
 
 class FakeSettings:
@@ -209,7 +214,8 @@ def test_stats_of_an_empty_queue(queue):
 def test_stats_per_group_by_the_groups_name(queue):
     for n, group in enumerate(["a", "a", "b"]):
         stem = _format.make_stem(key(n=n), group_hash=_format.group_hash(group), envelope=True)
-        queue.put(stem if n else _format.hidden_name(stem, later(60), 1), _envelope.encode_envelope({"group": group}, b""))
+        name = stem if n else _format.hidden_name(stem, later(60), 1)
+        queue.put(name, _envelope.encode_envelope({"group": group}, b""))
     broken = _format.make_stem(key(n=9), group_hash=_format.group_hash("c"), envelope=True)
     queue.put(broken, b"no header line")
     queue.put(key(n=10))
@@ -225,12 +231,14 @@ def test_stats_per_group_by_the_groups_name(queue):
 
 
 def test_purge_removes_every_message_but_new_files(queue):
-    queue.put(key(n=1))
-    queue.put(_format.hidden_name(key(n=2), later(60), 1))
-    queue.put(_format.hidden_name(key(n=3), later(60), 0))
+    keys = [key(n=n) for n in (1, 2, 3)]
+    queue.put(keys[0])
+    queue.put(_format.hidden_name(keys[1], later(60), 1))
+    queue.put(_format.hidden_name(keys[2], later(60), 0))
     writing = queue.put(_format.writing_name(key(n=4)))
     assert queue.maintenance.purge() == 3
     assert queue.names() == [writing]
+    assert queue.reservations.forgotten == [set(keys)]  # the ids they held are freed
 
 
 def test_requeue_expired_makes_expired_messages_ready(queue):

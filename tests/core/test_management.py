@@ -14,6 +14,7 @@ import pytest
 
 import vsqs
 from vsqs._core import move_tasks
+from vsqs._core.dead_letters import DeadLetters
 
 
 def wait_for(predicate, timeout: float = 60.0) -> None:
@@ -228,6 +229,31 @@ def test_a_failed_task_names_no_path_of_the_spool(tmp_path: Path):
         assert str(tmp_path) not in failure_reason(error)
     assert failure_reason(vsqs.QueueNotFound("x")).startswith("QueueNotFound")
     assert failure_reason(ValueError("plain words")) == "ValueError: plain words"
+
+
+def test_a_task_whose_queue_is_deleted_mid_task_fails_without_a_traceback(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+):
+    source, dlq = dead_letters(tmp_path, 3)
+    spool = vsqs.Spool(tmp_path / "spool")
+    real_redrive = DeadLetters.redrive
+
+    def redrive_then_delete_the_queue(self, to, max_messages, now, skew_us):  # noqa: ANN001
+        moved = real_redrive(self, to, max_messages, now, skew_us)
+        spool.delete_queue("dlq")  # mid-task: the task's state goes with the queue
+        return moved
+
+    monkeypatch.setattr(DeadLetters, "redrive", redrive_then_delete_the_queue)
+    uncaught: list[BaseException | None] = []
+    monkeypatch.setattr(threading, "excepthook", lambda args: uncaught.append(args.exc_value))
+    task = dlq.start_redrive(per_second=1)  # a full step of one: the task goes on to record it
+    [runner] = [t for t in threading.enumerate() if t.name == f"vsqs-redrive-{task['id']}"]
+    runner.join(60)
+    assert not runner.is_alive() and uncaught == []
+    [warning] = [r for r in caplog.records if "redrive task" in r.getMessage()]
+    assert warning.getMessage() == (f"redrive task {task['id']} failed after moving 1 message(s): QueueNotFound: "
+                                    "the queue being redriven was deleted; its state could not be recorded")
+    assert warning.exc_info is None and source.stats().ready == 1
 
 
 def test_a_move_tasks_failure_names_no_path() -> None:

@@ -179,7 +179,8 @@ def test_write_new_with_a_header_writes_an_envelope(layout):
 def test_write_new_into_a_stage(layout, tmp_path):
     stage = tmp_path / "stage"
     stage.mkdir()
-    stem, path = publishing.write_new(layout, prepare(b"x", NO_DEFAULTS, SETTINGS), False, None, stage=f"{stage}{os.sep}")
+    prepared = prepare(b"x", NO_DEFAULTS, SETTINGS)
+    stem, path = publishing.write_new(layout, prepared, False, None, stage=f"{stage}{os.sep}")
     assert path == os.path.join(stage, _format.writing_name(stem))
     assert names(layout) == []
 

@@ -11,10 +11,9 @@ from unittest import mock
 import pytest
 
 import vsqs
+from tests.conftest import message_dirs, message_files, message_names, message_path
 from vsqs._core import format as _format
 from vsqs._core import fs as _fs
-
-from tests.conftest import message_dirs, message_files, message_names, message_path
 
 
 def test_open_missing_queue(tmp_path):
@@ -495,6 +494,18 @@ def test_a_stolen_candidate_is_skipped(flat_queue):
 
 
 # -- bodies without a state change, lazy bodies ----------------------------------
+
+
+def test_a_messages_uuid_is_its_ids_and_gives_the_id_back(queue):
+    message_id = queue.publish(b"x", priority=3)
+    message = queue.receive()
+    assert message is not None and message.id == message_id
+    assert message.uuid == vsqs.Message.uuid_of(message_id) != message_id
+    assert vsqs.Message.id_of_uuid(message.uuid) == message_id
+    with pytest.raises(vsqs.InvalidArgument):
+        vsqs.Message.uuid_of("nope")
+    with pytest.raises(vsqs.InvalidArgument):
+        vsqs.Message.id_of_uuid("00000000-0000-4000-8000-000000000000")
 
 
 def test_messages_with_bodies_and_ids(queue):

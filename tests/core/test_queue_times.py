@@ -1,6 +1,7 @@
 """The queue's creation and settings-change times, and the id behind a receipt
 (public accessors the SQS face reports as CreatedTimestamp,
-LastModifiedTimestamp, and uses to tell a deleted message from a stale handle)."""
+LastModifiedTimestamp, and uses to tell a deleted message from a stale handle
+and an expired FIFO handle from a live one)."""
 
 from __future__ import annotations
 
@@ -51,3 +52,23 @@ def test_message_id_of_a_receipt_stale_or_not(tmp_path):
     other = vsqs.Queue(tmp_path / "other", create=True)
     with pytest.raises(vsqs.InvalidReceipt):
         other.message_id(message.receipt)
+
+
+def test_held_until_is_the_end_of_the_receipts_lease(tmp_path):
+    queue = vsqs.Queue(tmp_path / "q", create=True)
+    queue.publish(b"x", group="g")
+    before = time.time()
+    message = queue.receive(visibility_timeout=600)
+    after = time.time()
+    assert message is not None
+    first = message.receipt
+    assert before + 600 - 1e-6 <= queue.held_until(first) <= after + 600 + 1e-6
+    extended = message.change_visibility(3600)
+    assert queue.held_until(extended) >= after + 3600 - 1e-6 > queue.held_until(first)  # each receipt its own
+    message.delete()
+    assert queue.held_until(extended) > after  # read from the receipt alone, held or not
+    with pytest.raises(vsqs.InvalidReceipt):
+        queue.held_until("garbage")
+    other = vsqs.Queue(tmp_path / "other", create=True)
+    with pytest.raises(vsqs.InvalidReceipt):
+        other.held_until(first)

@@ -1,4 +1,4 @@
-"""Receipts cannot be forged (issue 13, item 6), on real directories.
+"""Receipts cannot be forged, on real directories.
 
 A receipt names the message's hidden file, and ``Queue.current_receipt``
 follows a receipt to the message's current name after a visibility change.

@@ -18,13 +18,12 @@ from unittest import mock
 import pytest
 
 import vsqs
+from tests.conftest import message_dirs, message_files, message_path
+from tests.racing import Race, run_race
 from vsqs._core import format as _format
 from vsqs._core import fs as _fs
 from vsqs._core import listing as _listing
 from vsqs._core.metadata import open_store
-
-from tests.conftest import message_dirs, message_files, message_path
-from tests.racing import Race, run_race
 
 
 @pytest.fixture

@@ -581,7 +581,7 @@ def test_processes_waiting_in_line_each_get_their_own_messages_once(hubs, flat_q
     _until(lambda: not os.listdir(waiting), 10)  # each left the line as it exited
 
 
-# -- what a review found ------------------------------------------------------------------
+# -- odd spools, shards and cancelled waits ----------------------------------------------
 
 
 def test_a_directory_planted_in_the_line_stops_no_waiting_receive(hubs, flat_queue):

@@ -1,4 +1,4 @@
-"""The gateway's fast paths keep every check (issue 12, performance).
+"""The gateway's fast paths keep every check.
 
 ``POST /`` goes to the SQS face straight from the middleware
 (:class:`~vsqs._gateway.sqs.endpoint.SqsDispatch`), past FastAPI; each test
@@ -105,7 +105,7 @@ def test_sqs_requests_skip_fastapi(monkeypatch: pytest.MonkeyPatch, spool: str) 
 def test_the_size_cap_applies_to_sqs_requests(spool: str) -> None:
     """Over the face's cap, declared (refused before the body is read) or streamed
     without a length (refused as it grows): 413, in SQS's shape."""
-    config = GatewayConfig(spool=spool, max_message_bytes=1024)
+    config = GatewayConfig(spool=spool, max_body_bytes=1024)
     app = create_app(config)
     over = config.max_sqs_request_bytes + 1
     status, headers, body = call(app, "POST", "/", sqs_headers("SendMessage", **{"content-length": str(over)}),

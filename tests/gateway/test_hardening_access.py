@@ -1,4 +1,4 @@
-"""Who can drive a gateway, and what it gives away (issue 13, items 2, 6 and 7),
+"""Who can drive a gateway, and what it gives away,
 against real `vsqs serve` processes on loopback.
 
 * item 2: a web page must not drive a gateway that has no key: requests another
@@ -235,13 +235,14 @@ def test_a_receipt_handle_made_from_published_ids_deletes_nothing(server):
     ids: list[str] = []
     while len(ids) < KEYS_NEEDED + 88:
         sent = sqs.send_message_batch(QueueUrl=url, Entries=[{"Id": str(i), "MessageBody": "x"} for i in range(10)])
-        ids += [entry["MessageId"] for entry in sorted(sent["Successful"], key=lambda e: int(e["Id"]))]
+        entries = sorted(sent["Successful"], key=lambda e: int(e["Id"]))
+        ids += [vsqs.Message.id_of_uuid(entry["MessageId"]) for entry in entries]  # a MessageId gives its key back
     predicted = next_tag_after(ids)
     victim = sqs.receive_message(QueueUrl=url, VisibilityTimeout=600)["Messages"][0]
     real_tag = victim["ReceiptHandle"].rsplit(".", 1)[1]
     queue_id = own.split(":", 1)[0]
     for tag in (predicted, real_tag[:6] + ("000000" if real_tag[6:] != "000000" else "ffffff")):
-        forged = f"{queue_id}:{victim['MessageId']}.1700000000000000.1.{tag}"
+        forged = f"{queue_id}:{vsqs.Message.id_of_uuid(victim['MessageId'])}.1700000000000000.1.{tag}"
         sqs.delete_message(QueueUrl=url, ReceiptHandle=forged)  # SQS: a stale handle deletes nothing, quietly
         sqs.change_message_visibility(QueueUrl=url, ReceiptHandle=victim["ReceiptHandle"], VisibilityTimeout=600)
     stats = vsqs.Spool(server.spool).queue("forgery").stats()

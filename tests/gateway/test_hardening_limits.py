@@ -1,4 +1,4 @@
-"""Issue 13, the gateway's limits: what an unauthenticated or malformed request
+"""The gateway's limits: what an unauthenticated or malformed request
 may cost the server (CPU, memory, a connection slot), and that bad input is
 a 4xx in each face's format, never a 500.
 
@@ -262,9 +262,10 @@ def test_a_body_that_never_comes_in_full_is_answered_408(impatient: Server, face
     """A head announcing 100 bytes, then one: after --body-timeout the server answers
     408 in the face's format and closes the connection."""
     host, port = impatient.url.removeprefix("http://").split(":")
-    head = (b"PUT /queues/slow HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n" if face == "native" else
-            b"POST / HTTP/1.1\r\nHost: localhost\r\nX-Amz-Target: AmazonSQS.ListQueues\r\n"
-            b"Content-Type: application/x-amz-json-1.0\r\n")
+    native = b"PUT /queues/slow HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n"
+    sqs = (b"POST / HTTP/1.1\r\nHost: localhost\r\nX-Amz-Target: AmazonSQS.ListQueues\r\n"
+           b"Content-Type: application/x-amz-json-1.0\r\n")
+    head = native if face == "native" else sqs
     with socket.create_connection((host, int(port))) as sock:
         sock.sendall(head + b"Content-Length: 100\r\n\r\n{")
         answer = _read_until_closed(sock)
@@ -418,7 +419,8 @@ SQS_BAD = [  # (action, parameters as JSON text, with {url} for the queue's URL;
      "SerializationException"),
     ("SetQueueAttributes", json.dumps({"QueueUrl": "{url}", "Attributes": {"RedrivePolicy": "[" * 5000 + "]" * 5000}}),
      400, "InvalidParameterValueException"),
-    ("SetQueueAttributes", json.dumps({"QueueUrl": "{url}", "Attributes": {"RedrivePolicy": _redrive(count="9" * 5000)}}),
+    ("SetQueueAttributes",
+     json.dumps({"QueueUrl": "{url}", "Attributes": {"RedrivePolicy": _redrive(count="9" * 5000)}}),
      400, "InvalidParameterValueException"),
     ("SetQueueAttributes", json.dumps({"QueueUrl": "{url}", "Attributes": {"RedrivePolicy": _redrive(count="\u00b2")}}),
      400, "InvalidParameterValueException"),

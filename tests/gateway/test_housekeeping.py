@@ -1,4 +1,4 @@
-"""The gateway's housekeeping (issue 12): a periodic garbage collection of the
+"""The gateway's housekeeping: a periodic garbage collection of the
 spool, claimed by one process per period among all gateways on the spool,
 counted in /metrics. Real `vsqs serve` processes on loopback; short
 intervals through --gc-interval; every wait polls for the outcome with a

@@ -24,7 +24,7 @@ MAX_MESSAGE = 4096  # the module's gateway takes bodies up to this size
 def server(tmp_path_factory):
     spool = str(tmp_path_factory.mktemp("gateway") / "spool")
     os.mkdir(spool)
-    with running_gateway(spool, "--max-message-bytes", str(MAX_MESSAGE)) as server:
+    with running_gateway(spool, "--max-body-bytes", str(MAX_MESSAGE)) as server:
         yield server
 
 

@@ -1,5 +1,5 @@
 """The native face's fast path (:mod:`vsqs._gateway.rest.fast`) answers as
-FastAPI does (issue 12, performance).
+FastAPI does.
 
 Each scenario runs the same requests through two apps, each on its own spool:
 one as built, one with the fast path given no routes (every request through
@@ -123,7 +123,7 @@ def scenario(app: Any, spool: str) -> list[tuple[int, dict[str, str], bytes]]:
 def make_app(tmp_path: Any, name: str) -> tuple[Any, str]:
     spool = str(tmp_path / name)
     vsqs.Spool(spool, create=True).create_queue("q")
-    return create_app(GatewayConfig(spool=spool, api_key=API_KEY, max_message_bytes=1024,
+    return create_app(GatewayConfig(spool=spool, api_key=API_KEY, max_body_bytes=1024,
                                     gc_interval=0, console_interval=0)), spool
 
 

@@ -1,5 +1,5 @@
 """A raw body answered with the Content-Type it was published with is data,
-never a page of the gateway's origin (issue 13: the gateway's HTML outputs).
+never a page of the gateway's origin.
 
 Anyone who can publish chooses that type. Served as ``text/html`` and
 rendered, a body's script would run in the gateway's origin, where its

@@ -23,7 +23,7 @@ pytestmark = pytest.mark.timeout(600)
 def gateway(tmp_path_factory):
     spool = str(tmp_path_factory.mktemp("schema") / "spool")
     os.mkdir(spool)
-    with running_gateway(spool, "--max-message-bytes", "2048") as server:
+    with running_gateway(spool, "--max-body-bytes", "2048") as server:
         yield server
 
 

@@ -155,9 +155,11 @@ def test_a_host_rewritten_by_a_proxy_is_accepted_as_signed() -> None:
 
 
 @pytest.mark.parametrize("header", [
-    "AWS4-HMAC-SHA1 Credential=AKIDEXAMPLE/20260101/us-east-1/sqs/aws4_request, SignedHeaders=host, Signature=" + "0" * 64,
+    "AWS4-HMAC-SHA1 Credential=AKIDEXAMPLE/20260101/us-east-1/sqs/aws4_request, SignedHeaders=host, "
+    "Signature=" + "0" * 64,
     "AWS4-HMAC-SHA256 Credential=AKIDEXAMPLE/20260101/us-east-1/sqs/aws4_request, SignedHeaders=host",
-    "AWS4-HMAC-SHA256 Credential=AKIDEXAMPLE/2026/us-east-1/sqs/aws4_request, SignedHeaders=host, Signature=" + "0" * 64,
+    "AWS4-HMAC-SHA256 Credential=AKIDEXAMPLE/2026/us-east-1/sqs/aws4_request, SignedHeaders=host, "
+    "Signature=" + "0" * 64,
     "AWS4-HMAC-SHA256 Credential=AKIDEXAMPLE/20260101/us-east-1/sqs/aws4_request, SignedHeaders=x-amz-date, "
     "Signature=" + "0" * 64,
     "AWS4-HMAC-SHA256 Credential=AKIDEXAMPLE/20260101/us-east-1/sqs/aws4_request, SignedHeaders=x-amz-date;host, "

@@ -7,8 +7,11 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from tests.gateway.server import Server
+import pytest
+from botocore.exceptions import ClientError
+
 from tests.gateway import test_sqs as _base
+from tests.gateway.server import Server
 from tests.gateway.test_sqs import library_queue, new_name
 
 # the servers and client of test_sqs.py (fixtures, found by name)
@@ -149,3 +152,70 @@ def test_a_run_dead_letters_after_max_receive_count(sqs: Any) -> None:
             {"Id": str(i), "ReceiptHandle": m["ReceiptHandle"], "VisibilityTimeout": 0} for i, m in enumerate(got)])
     assert again == ["g0", "g1", "g2"]  # the second receive of each; the third dead-letters them
     assert _bodies(sqs.receive_message(QueueUrl=dlq_url, MaxNumberOfMessages=10)) == ["g0", "g1", "g2"]
+
+
+def test_a_fifo_send_with_delay_seconds_0_takes_the_queues_delay(sqs: Any, server: Server) -> None:
+    name, url = fifo_queue(sqs, DelaySeconds="900")
+    sqs.send_message(QueueUrl=url, MessageBody="a", MessageGroupId="g", MessageDeduplicationId="a", DelaySeconds=0)
+    sqs.send_message_batch(QueueUrl=url, Entries=[
+        {"Id": "b", "MessageBody": "b", "MessageGroupId": "g", "MessageDeduplicationId": "b", "DelaySeconds": 0}])
+    assert _bodies(sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10)) == []
+    assert library_queue(server, name).stats().delayed == 2
+
+
+def test_a_standard_send_with_delay_seconds_0_overrides_the_queues_delay(sqs: Any) -> None:
+    url = sqs.create_queue(QueueName=new_name("std"), Attributes={"DelaySeconds": "900"})["QueueUrl"]
+    sqs.send_message(QueueUrl=url, MessageBody="now", DelaySeconds=0)
+    assert _bodies(sqs.receive_message(QueueUrl=url)) == ["now"]  # Amazon: the message's own delay wins
+
+
+def _expired_text(handle: str) -> str:
+    return f"Value {handle} for parameter ReceiptHandle is invalid. Reason: The receipt handle has expired."
+
+
+def test_a_fifo_delete_with_a_handle_whose_timeout_ran_out_is_refused(sqs: Any, server: Server) -> None:
+    name, url = fifo_queue(sqs)
+    _send(sqs, url, "g", "a")
+    handle = sqs.receive_message(QueueUrl=url, VisibilityTimeout=0)["Messages"][0]["ReceiptHandle"]
+    with pytest.raises(ClientError) as caught:
+        sqs.delete_message(QueueUrl=url, ReceiptHandle=handle)
+    error = caught.value.response["Error"]
+    assert (error["Code"], error["Message"]) == ("InvalidParameterValue", _expired_text(handle))
+    assert caught.value.response["ResponseMetadata"]["HTTPStatusCode"] == 400
+    assert library_queue(server, name).stats().total == 1  # nothing deleted: the message comes back
+    batch = sqs.delete_message_batch(QueueUrl=url, Entries=[{"Id": "0", "ReceiptHandle": handle}])
+    assert batch["Failed"] == [{"Id": "0", "SenderFault": True, "Code": "InvalidParameterValue",
+                                "Message": _expired_text(handle)}]
+    again = sqs.receive_message(QueueUrl=url, VisibilityTimeout=3600)["Messages"][0]  # received again
+    with pytest.raises(ClientError) as caught:
+        sqs.delete_message(QueueUrl=url, ReceiptHandle=handle)
+    assert caught.value.response["Error"]["Message"] == _expired_text(handle)
+    sqs.delete_message(QueueUrl=url, ReceiptHandle=again["ReceiptHandle"])
+    assert library_queue(server, name).stats().total == 0
+
+
+def test_a_fifo_delete_after_an_extension_uses_the_extended_timeout(sqs: Any, server: Server) -> None:
+    name, url = fifo_queue(sqs, VisibilityTimeout="0")
+    _send(sqs, url, "g", "a")
+    handle = sqs.receive_message(QueueUrl=url, VisibilityTimeout=3600)["Messages"][0]["ReceiptHandle"]
+    sqs.change_message_visibility(QueueUrl=url, ReceiptHandle=handle, VisibilityTimeout=7200)
+    sqs.delete_message(QueueUrl=url, ReceiptHandle=handle)
+    assert library_queue(server, name).stats().total == 0
+
+
+def test_a_standard_delete_with_a_handle_whose_timeout_ran_out_still_deletes(sqs: Any, server: Server) -> None:
+    name = new_name("std")
+    url = sqs.create_queue(QueueName=name)["QueueUrl"]
+    sqs.send_message(QueueUrl=url, MessageBody="a")
+    handle = sqs.receive_message(QueueUrl=url, VisibilityTimeout=0)["Messages"][0]["ReceiptHandle"]
+    sqs.delete_message(QueueUrl=url, ReceiptHandle=handle)  # not received again since: it still holds it
+    assert library_queue(server, name).stats().total == 0
+
+
+def test_purge_forgets_the_deduplication_ids_of_what_it_removed(sqs: Any) -> None:
+    _, url = fifo_queue(sqs)
+    first = sqs.send_message(QueueUrl=url, MessageBody="a", MessageGroupId="g", MessageDeduplicationId="d")
+    sqs.purge_queue(QueueUrl=url)
+    again = sqs.send_message(QueueUrl=url, MessageBody="b", MessageGroupId="g", MessageDeduplicationId="d")
+    assert again["MessageId"] != first["MessageId"]
+    assert _bodies(sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10)) == ["b"]

@@ -1,4 +1,4 @@
-"""Claim manifests stay inside the queue (issue 22, item 1): a ``.spark``
+"""Claim manifests stay inside the queue: a ``.spark``
 directory (or one below it) that is a symbolic link is never followed, and
 a queue directory swapped, after a handle opened it, for a link or for
 another queue is refused: no manifest is written, read from or removed

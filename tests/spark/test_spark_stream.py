@@ -1,4 +1,4 @@
-"""Faults of the streaming read (issue 15): executors claim and record what
+"""Faults of the streaming read: executors claim and record what
 they claimed in manifests, so a retried task or a replayed batch re-reads the
 same messages, and a restarted query finishes what a killed one held.
 

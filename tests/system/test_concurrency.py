@@ -8,7 +8,6 @@ import time
 from collections import defaultdict
 
 import vsqs
-
 from tests.conftest import message_files
 from tests.racing import Race, run_race
 

@@ -19,11 +19,10 @@ from collections.abc import Callable
 import pytest
 
 import vsqs
+from tests.conftest import message_files
 from vsqs._core import fs as _fs
 from vsqs._core import groups as _groups
 from vsqs._core import synced as _synced
-
-from tests.conftest import message_files
 
 LEASE = 0.1  # short leases, so recovery by expiry is quick
 
@@ -558,3 +557,26 @@ def test_stage_commit(monkeypatch, fresh, small_sync_batches):
 
     steps = crash_everywhere(monkeypatch, setup, lambda q: q.commit_stage("s"), check)
     assert steps >= len(STAGED) + 1  # a rename each; one directory fsync
+
+
+def test_purge_forgetting_dedup_ids(monkeypatch, fresh):
+    def setup():
+        q = fresh()
+        q.configure(dedup_window=3600)
+        return q, q.publish(b"purged", dedup_id="x"), q.publish(b"kept", dedup_id="y")
+
+    def check(state, completed):
+        q, purged, kept = state
+        q2 = recover(q)
+        assert_one_file_per_message(q2)
+        left = {m.id for m in q2.messages()}
+        assert kept in left and left <= {purged, kept}  # the purge never touches the other message
+        assert q2.publish(b"kept again", dedup_id="y") == kept  # nor its id
+        again = q2.publish(b"purged again", dedup_id="x")
+        if completed:
+            assert again != purged  # freed: stored
+        # held (by its message, or by the window after a crash before the ids were freed): nothing stored
+        assert {m.id for m in q2.messages()} == left if again == purged else left | {again}
+
+    steps = crash_everywhere(monkeypatch, setup, lambda s: s[0].purge(ids=[s[1]]), check)
+    assert steps >= 3  # the listing, the unlink, the reservation's create

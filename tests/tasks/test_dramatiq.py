@@ -467,7 +467,7 @@ def test_no_delay_queues_and_join_waits_for_an_empty_queue(broker: VsqsBroker) -
     assert broker.queue("q").stats().total == 0
 
 
-# -- what a review found ------------------------------------------------------------
+# -- edge cases -----------------------------------------------------------------------
 
 
 def test_a_message_whose_follow_up_publish_failed_is_not_deleted_by_its_ack(broker: VsqsBroker) -> None:

@@ -82,7 +82,7 @@ class VsqsGroup(click.Group):
         except VsqsError as exc:
             _error(ctx, str(exc))
         except click.ClickException as exc:  # usage errors quote arguments, which may come from data
-            exc.message = terminal_text(exc.message)
+            exc.message = terminal_text(exc.message)  # type: ignore[misc]  # click's Final, set after the fact
             raise
         except BrokenPipeError:  # `vsqs ls q | head`
             sys.stderr.close()

@@ -163,7 +163,8 @@ class Reservations:
         if kind == "pending" or window <= 0:
             return None  # never published (its publisher failed), or no window to keep
         # published, now gone: mark when it was first seen gone; the window runs from there
-        if _fs.create_exclusive(self._path(digest, gen + 1), f"gone {now:.6f} {key}\n".encode(), durable=False, mode=self.mode):
+        record = f"gone {now:.6f} {key}\n".encode()
+        if _fs.create_exclusive(self._path(digest, gen + 1), record, durable=False, mode=self.mode):
             return key
         return ""
 
@@ -180,6 +181,28 @@ class Reservations:
             if written is not None and written > time.time() - WRITE_GRACE:
                 return None, True
         return None, False
+
+    def forget(self, keys: set[str]) -> int:
+        """Free the ids held by the messages ``keys`` (a purge removed them): each chain whose newest
+        generation names one of them gets ``gone 0 KEY``, a window that ended long ago. A chain a
+        publisher moved on meanwhile (its newest names another key, or is being written) is left
+        alone; a lost create is looked at again. How many ids were freed."""
+        if not keys or not _fs.is_private_dir(self._dir):
+            return 0
+        freed = 0
+        for digest in {name.partition(".")[0] for name in _fs.list_names(self._dir)}:
+            if len(digest) != 32:
+                continue
+            while True:
+                gen = self._newest(digest)
+                parsed, writing = self._readable(digest, gen) if gen else (None, False)
+                if writing or parsed is None or parsed[1] not in keys or (parsed[0] == "gone" and parsed[2] == 0):
+                    break
+                mark = f"gone 0 {parsed[1]}\n".encode()
+                if _fs.create_exclusive(self._path(digest, gen + 1), mark, durable=False, mode=self.mode):
+                    freed += 1
+                    break
+        return freed
 
     def sweep(self, window: float, present: set[str]) -> int:
         """Remove chains whose id nobody holds any more, oldest generation first.

@@ -366,6 +366,41 @@ def sequence_number(key: str) -> str:
     return str(int(key[2:18]) * 2**64 + int(key[19:], 16))
 
 
+# A key packed into a UUID (RFC 9562, version 8: a layout of its own): the
+# 122 bits a UUID leaves free after its version and variant hold P (4 bits),
+# SENT (54 bits: 16 decimal digits < 2**54) and RAND (64 bits), in that order,
+# so the mapping is one to one, reversible, and keeps the keys' order.
+_UUID_RE = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-8[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}")
+_LOW_62 = (1 << 62) - 1
+_LOW_64 = (1 << 64) - 1
+_SENT_LIMIT = 10**16
+
+
+def key_uuid(key: str) -> str:
+    """Message ``key`` as a UUID (8-4-4-4-12 lower-case hex, version 8, variant
+    RFC 9562): P, SENT and RAND packed into its 122 free bits. Distinct keys
+    give distinct UUIDs, which sort as the keys do; :func:`key_of_uuid` undoes it."""
+    if not is_key(key):
+        raise InvalidArgument(f"not a message id: {key!r}")
+    packed = (int(key[0]) << 118) | (int(key[2:18]) << 64) | int(key[19:], 16)
+    value = (packed >> 74) << 80 | 0x8 << 76 | ((packed >> 62) & 0xFFF) << 64 | 0b10 << 62 | (packed & _LOW_62)
+    text = f"{value:032x}"
+    return f"{text[:8]}-{text[8:12]}-{text[12:16]}-{text[16:20]}-{text[20:]}"
+
+
+def key_of_uuid(text: str) -> str:
+    """The message key that :func:`key_uuid` made ``text`` of; :class:`InvalidArgument`
+    for any other text (another UUID, upper case, no UUID at all)."""
+    if not isinstance(text, str) or not _UUID_RE.fullmatch(text):
+        raise InvalidArgument(f"not the UUID of a message id: {text!r}")
+    value = int(text.replace("-", ""), 16)
+    packed = (value >> 80) << 74 | ((value >> 64) & 0xFFF) << 62 | (value & _LOW_62)
+    priority, sent = packed >> 118, (packed >> 64) & ((1 << 54) - 1)
+    if priority > MAX_PRIORITY or sent >= _SENT_LIMIT:
+        raise InvalidArgument(f"not the UUID of a message id: {text!r}")
+    return f"{priority}-{sent:016d}-{packed & _LOW_64:016x}"
+
+
 # -- stages: private directories whose messages a commit publishes at once --
 
 _STAGE_RE = re.compile(rf"[A-Za-z0-9_-]{{1,{limits.MAX_STAGE_NAME}}}")
@@ -467,7 +502,7 @@ class SlotRef(NamedTuple):
     (A named tuple: one is made on every claim, and a frozen dataclass costs
     several times as much to make.)"""
 
-    index: int
+    index: int  # type: ignore[assignment]  # the field hides tuple.index, which nothing here calls
     gen: int
     run: int = 0  # 0: a message alone on its slot
     member: int = 0
@@ -603,7 +638,8 @@ class Metadata(NamedTuple):
 
 def check_shards(shards: object) -> int:
     """A shard count: a power of two from 1 to MAX_SHARDS."""
-    if isinstance(shards, bool) or not isinstance(shards, int) or not 1 <= shards <= MAX_SHARDS or shards & (shards - 1):
+    if (isinstance(shards, bool) or not isinstance(shards, int)
+            or not 1 <= shards <= MAX_SHARDS or shards & (shards - 1)):
         raise InvalidArgument(f"shards must be a power of two from 1 to {MAX_SHARDS}, not {shards!r}")
     return shards
 

@@ -126,8 +126,9 @@ class GroupReceiver:
                     taken.failure = taken.failure or exc
                 break  # not moved: the run ends before it, in order
             if settings["throttle"] is not None:
+                count, seconds = settings["throttle"]
                 with lock:
-                    if not self._throttle.take(*settings["throttle"], time.time()):
+                    if not self._throttle.take(count, seconds, time.time()):
                         break
             if not self._move(following_name, member, until, members):
                 break  # moved since the listing: the run ends before it, in order

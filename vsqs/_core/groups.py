@@ -134,7 +134,7 @@ class GroupLeases:
         group's chain."""
         data = _fs.read_control(self._path(group, index, gen))
         until = _format.decode_lease(data) if data else None
-        return bool(until) and until > _format.now_us()
+        return until is not None and until > _format.now_us()
 
     def _listed_beyond(self, group: str, index: int, gen: int) -> bool:
         """Whether a listing shows a generation of the slot after ``gen`` (and

@@ -246,15 +246,19 @@ class Maintenance:
         held by the in-flight messages it removed are freed (see
         :meth:`GroupLeases.free_purged`), so their groups go on at once. A
         message of ``ids`` that moved (was received) while it went is looked
-        up once more."""
+        up once more. Then the de-duplication ids the removed messages held are
+        freed (:meth:`Reservations.forget`): a message published again with one
+        is stored. (A crash before that leaves them held, as a delete would.)"""
         wanted = None if ids is None else set(ids)
-        removed = self._purge(wanted)
+        keys: set[str] = set()
+        removed = self._purge(wanted, keys)
         if wanted:  # those not removed may have moved between the listing and the unlink
-            removed += self._purge(wanted)
+            removed += self._purge(wanted, keys)
+        self._reservations.forget(keys)
         return removed
 
-    def _purge(self, wanted: set[str] | None) -> int:
-        """One pass of :meth:`purge`; the ids it removes leave ``wanted``."""
+    def _purge(self, wanted: set[str] | None, keys: set[str]) -> int:
+        """One pass of :meth:`purge`: how many files it removed; their ids leave ``wanted``, join ``keys``."""
         removed = 0
         held: dict[str, set[int]] = {}
         for name in self._layout.files():
@@ -263,6 +267,7 @@ class Maintenance:
             if name.state is not State.WRITING and _fs.unlink(self._layout.message_file(str(name))):
                 if wanted is not None:
                     wanted.discard(name.key)
+                keys.add(name.key)
                 removed += 1
                 if name.group_hash and name.state is State.HIDDEN and name.receive_count:
                     held.setdefault(name.group_hash, set()).add(name.until_us)

@@ -167,10 +167,12 @@ class Message:
     @property
     def body(self) -> bytes:
         """The body; read now if it was received with ``read_bodies=False``."""
-        if self._body is None:
+        body = self._body
+        if body is None:
             read = self.queue.read_message(self.receipt)
-            self._body, self._header = read._body, read._header
-        return self._body
+            body, self._header = read.body, read._header
+            self._body = body
+        return body
 
     @property
     def attributes(self) -> dict[str, str]:
@@ -199,6 +201,24 @@ class Message:
     def sequence_number_of(message_id: str) -> str:
         """The sequence number of the message ``message_id`` (e.g. one just published)."""
         return _format.sequence_number(message_id)
+
+    @property
+    def uuid(self) -> str:
+        """The id as a UUID (lower-case 8-4-4-4-12 hex), one to one and reversible:
+        the SQS face's MessageId (see :meth:`uuid_of`, :meth:`id_of_uuid`)."""
+        return _format.key_uuid(self.id)
+
+    @staticmethod
+    def uuid_of(message_id: str) -> str:
+        """The UUID of the message ``message_id`` (e.g. one just published);
+        :class:`InvalidArgument` if it is no message id."""
+        return _format.key_uuid(message_id)
+
+    @staticmethod
+    def id_of_uuid(uuid: str) -> str:
+        """The message id whose UUID is ``uuid`` (an SQS MessageId back to the
+        vsqs id); :class:`InvalidArgument` for a UUID no message id gives."""
+        return _format.key_of_uuid(uuid)
 
     @property
     def md5(self) -> str:

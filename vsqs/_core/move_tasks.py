@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import errno
 import json
+import logging
 import os
 import re
 import secrets
@@ -28,8 +29,10 @@ from typing import Any
 from vsqs._core import format as _format
 from vsqs._core import fs as _fs
 from vsqs._core.dead_letters import DeadLetters
-from vsqs._core.errors import InvalidArgument, QueueNotFound
+from vsqs._core.errors import InvalidArgument, QueueNotFound, VsqsError
 from vsqs._core.rules import load_json
+
+log = logging.getLogger("vsqs")
 
 MOVES_DIR = ".moves"
 STEP = 1000  # messages moved per step without a rate
@@ -57,7 +60,9 @@ class MoveTasks:
         mode: Callable[[], int | None],
     ) -> None:
         self._dir = os.path.join(directory, MOVES_DIR)
-        self._redrive = lambda to, count: dead_letters.redrive(to, count, _format.now_us(), skew_us)
+        self._redrive: Callable[[str | None, int | None], int] = (
+            lambda to, count: dead_letters.redrive(to, count, _format.now_us(), skew_us)
+        )
         self._backlog = backlog
         self._mode = mode
 
@@ -78,15 +83,16 @@ class MoveTasks:
             self._remove(old["id"])
         _fs.make_dirs(self._dir, self._mode())
         now = time.time()
-        task = {"id": f"{int(now * 1000):013d}-{secrets.token_hex(4)}", "status": "RUNNING",
+        task_id = f"{int(now * 1000):013d}-{secrets.token_hex(4)}"
+        task = {"id": task_id, "status": "RUNNING",
                 "destination": to, "per_second": per_second, "moved": 0, "to_move": self._backlog(),
                 "started": now, "updated": now, "failure": None}
         data = json.dumps(task).encode()
-        if not _fs.create_exclusive(self._file(task["id"], ".json"), data, durable=True, mode=self._mode()):
+        if not _fs.create_exclusive(self._file(task_id, ".json"), data, durable=True, mode=self._mode()):
             raise InvalidArgument("two redrive tasks started in the same millisecond; try again")
-        older = [other for other in self.list() if other["status"] in ACTIVE and other["id"] < task["id"]]
+        older = [other for other in self.list() if other["status"] in ACTIVE and other["id"] < task_id]
         if older:  # another process started one between our listing and our create: the older one runs
-            self._remove(task["id"])
+            self._remove(task_id)
             raise InvalidArgument(f"a redrive task is already active on this queue ({older[0]['id']}): "
                                   "only one at a time")
         threading.Thread(target=self._run, args=(dict(task),), name=f"vsqs-redrive-{task['id']}",
@@ -126,24 +132,45 @@ class MoveTasks:
     # -- the runner ---------------------------------------------------------
 
     def _run(self, task: dict[str, Any]) -> None:
+        """The task's thread: its steps, then its last state. If the queue is deleted meanwhile,
+        the task fails, and with its state file gone it is logged instead (one line)."""
         try:
-            while True:
-                if _fs.exists(self._file(task["id"], ".cancel")):
-                    task["status"] = "CANCELLED"
-                    break
-                began = time.monotonic()
-                step = task["per_second"] or STEP
-                moved = self._redrive(task["destination"], step)
-                task["moved"] += moved
-                if moved < step:
-                    task["status"] = "COMPLETED"
-                    break
-                self._write(task)
-                if task["per_second"]:
-                    time.sleep(max(0.0, 1.0 - (time.monotonic() - began)))
+            self._steps(task)
         except Exception as exc:  # noqa: BLE001 - any failure ends the task, reported as Amazon does
-            task["status"], task["failure"] = "FAILED", failure_reason(exc)
-        self._write(task)
+            task["status"], task["failure"] = "FAILED", self._failure(exc)
+        try:
+            self._write(task)
+        except VsqsError as exc:
+            task["status"], task["failure"] = "FAILED", self._failure(exc)
+            log.warning("redrive task %s failed after moving %d message(s): %s; its state could not be recorded",
+                        task["id"], task["moved"], task["failure"])
+
+    def _failure(self, exc: Exception) -> str:
+        """Why the task failed; a queue not found is the task's own if its directory is gone."""
+        if isinstance(exc, QueueNotFound):
+            try:
+                here = _fs.is_private_dir(self._dir)
+            except QueueNotFound:  # (a held directory that was removed)
+                here = False
+            if not here:
+                return "QueueNotFound: the queue being redriven was deleted"
+        return failure_reason(exc)
+
+    def _steps(self, task: dict[str, Any]) -> None:
+        while True:
+            if _fs.exists(self._file(task["id"], ".cancel")):
+                task["status"] = "CANCELLED"
+                return
+            began = time.monotonic()
+            step = task["per_second"] or STEP
+            moved = self._redrive(task["destination"], step)
+            task["moved"] += moved
+            if moved < step:
+                task["status"] = "COMPLETED"
+                return
+            self._write(task)
+            if task["per_second"]:
+                time.sleep(max(0.0, 1.0 - (time.monotonic() - began)))
 
     def _write(self, task: dict[str, Any]) -> None:
         task["updated"] = time.time()

@@ -303,24 +303,15 @@ class Queue:
         """
         if dedup_id is not None and dedup is not None:
             raise InvalidArgument("give dedup_id or dedup, not both")
-        if delay is at is attributes is group is dedup_id is dedup is None:  # every option unset
+        if delay is at is attributes is group is dedup_id is dedup is None:  # type: ignore[comparison-overlap]  # every option unset
             try:
                 return self._publish_plain(body, priority, durable)
             except QueueNotFound:
                 if not self._reopened():
                     raise
                 return self._publish_plain(body, priority, durable)
-        return self.publish_batch(
-            [body],
-            delay=delay,
-            at=at,
-            priority=priority,
-            attributes=attributes,
-            group=group,
-            dedup=dedup,
-            durable=durable,
-            _dedup_id=dedup_id,
-        )[0]
+        return self.publish_batch([body], delay=delay, at=at, priority=priority, attributes=attributes, group=group,
+                                  dedup=dedup, durable=durable, _dedup_id=dedup_id)[0]
 
     def publish_batch(
         self,
@@ -663,6 +654,12 @@ class Queue:
         """The id of the message ``receipt`` names (whether or not it still
         holds it); :class:`InvalidReceipt` if it is not a receipt of this queue."""
         return _format.parse_receipt(self.id, receipt)[0].key
+
+    def held_until(self, receipt: str) -> float:
+        """When the lease ``receipt`` proves runs out (epoch seconds, written in it: reads nothing); after
+        it the receipt holds its message only until a receive takes it. :class:`InvalidReceipt` as for
+        :meth:`message_id`."""
+        return _format.parse_receipt(self.id, receipt)[0].until_us / 1e6
 
     def release(self, receipt: str) -> None:
         """Make the message visible again now (ready), keeping its receive count."""

@@ -26,8 +26,8 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from vsqs._core import envelope as _envelope
 from vsqs._core import format as _format
 from vsqs._core import fs as _fs
-from vsqs._core import settings as _settings
 from vsqs._core import hub as _hub
+from vsqs._core import settings as _settings
 from vsqs._core import wakeup as _wakeup
 from vsqs._core.dead_letters import DeadLetters
 from vsqs._core.errors import DamagedEntry, StorageError
@@ -299,7 +299,7 @@ class Receiver:
         while len(got) < limit:
             with lock:
                 if cache.visible and not (cache.hidden or cache.grouped) and time.monotonic() < cache.stale_at:
-                    name = heapq.heappop(cache.visible)  # the common case of next_candidate, inlined
+                    name: str | None = heapq.heappop(cache.visible)  # the common case of next_candidate, inlined
                 else:
                     listings = cache.listings
                     name = cache.next_candidate(lists_left > 0)

@@ -12,7 +12,7 @@ import json
 import math
 import re
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, TypeGuard, cast
 
 from vsqs._core import limits
 from vsqs._core.errors import InvalidArgument
@@ -125,7 +125,7 @@ def check_attributes(attributes: object) -> dict[str, str]:
     problem = attributes_problem(attributes)
     if problem is not None:
         raise InvalidArgument(problem)
-    return dict(attributes)  # type: ignore[call-overload]
+    return dict(cast(Mapping[str, str], attributes))  # checked just above
 
 
 def is_group(group: object) -> bool:
@@ -139,7 +139,7 @@ def check_group(group: object) -> str:
     return group  # type: ignore[return-value]
 
 
-def is_dedup_id(dedup_id: object) -> bool:
+def is_dedup_id(dedup_id: object) -> TypeGuard[str]:
     """Whether ``dedup_id`` can be a de-duplication id: 1-128 characters, no NUL."""
     return (
         isinstance(dedup_id, str) and 0 < len(dedup_id) <= limits.MAX_DEDUP_ID and "\x00" not in dedup_id

@@ -16,11 +16,12 @@ import re
 from urllib.parse import urlsplit
 
 import click
+from click.core import ParameterSource
 
 from vsqs import Spool, VsqsError
 from vsqs._core import settings as _settings
 from vsqs._gateway.config import (
-    DEFAULT_MAX_MESSAGE_BYTES,
+    DEFAULT_MAX_BODY_BYTES,
     GatewayConfig,
     check_host_name,
 )
@@ -29,7 +30,7 @@ from vsqs._gateway.limits import (
     CONSOLE_INTERVAL,
     GC_INTERVAL,
     HEADER_TIMEOUT,
-    MAX_MESSAGE_BYTES_CEILING,
+    MAX_BODY_BYTES_CEILING,
     MAX_REQUEST_TIMEOUT,
 )
 
@@ -91,6 +92,14 @@ def _public_url(url: str | None) -> str | None:
     return f"{parts.scheme}://{parts.netloc}"
 
 
+def _old_name_of_max_body_bytes(ctx: click.Context, param: click.Parameter, value: int | None) -> int | None:
+    """``--max-message-bytes``, the old name of ``--max-body-bytes``: taken, with a warning."""
+    if value is not None:
+        click.echo("vsqs serve: warning: --max-message-bytes is deprecated, use --max-body-bytes "
+                   "(max_message_bytes is a queue's setting)", err=True)
+    return value
+
+
 @click.command(context_settings={"help_option_names": ["-h", "--help"]})
 @click.argument("spool", type=click.Path(file_okay=False, path_type=str))
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on (loopback unless told).")
@@ -103,9 +112,11 @@ def _public_url(url: str | None) -> str | None:
               help="AWS shared-credentials file: the key pairs the SQS face accepts "
               "[also $VSQS_AWS_ACCESS_KEY_ID and $VSQS_AWS_SECRET_ACCESS_KEY].")
 @click.option("--region", default="us-east-1", show_default=True, help="Region in queue ARNs and signatures.")
-@click.option("--max-message-bytes", type=click.IntRange(1, MAX_MESSAGE_BYTES_CEILING),
-              default=DEFAULT_MAX_MESSAGE_BYTES,
-              show_default=True, help="Largest body the gateway takes (a queue's own limit may be lower).")
+@click.option("--max-body-bytes", type=click.IntRange(1, MAX_BODY_BYTES_CEILING), default=DEFAULT_MAX_BODY_BYTES,
+              show_default=True, help="Largest message body the gateway takes, and the most one SQS batch carries "
+              "(a queue's own max_message_bytes may be lower).")
+@click.option("--max-message-bytes", "old_max_body_bytes", type=click.IntRange(1, MAX_BODY_BYTES_CEILING),
+              default=None, hidden=True, callback=_old_name_of_max_body_bytes)
 @click.option("--file-mode", default=None, metavar="MODE",
               help="Octal mode for the queues the gateway creates, e.g. 660 for a group-shared spool.")
 @click.option("--limit-concurrency", type=click.IntRange(1), default=None,
@@ -136,7 +147,8 @@ def _public_url(url: str | None) -> str | None:
               "0.1-0.35 ms of CPU a request, and /metrics counts requests by operation and outcome.")
 def serve(
     spool: str, host: str, port: int, workers: int, api_key_file: str | None, aws_credentials_file: str | None,
-    region: str, max_message_bytes: int, file_mode: str | None, limit_concurrency: int | None,
+    region: str, max_body_bytes: int, old_max_body_bytes: int | None, file_mode: str | None,
+    limit_concurrency: int | None,
     public_hosts: tuple[str, ...], public_url: str | None, header_timeout: float, body_timeout: float,
     gc_interval: float, console_interval: float, create: bool, log_level: str, access_log: bool,
 ) -> None:
@@ -152,6 +164,10 @@ def serve(
         raise click.ClickException(
             f"vsqs serve needs the server extra: pip install 'vsqs[server]' ({exc})") from None
 
+    if old_max_body_bytes is not None:
+        if click.get_current_context().get_parameter_source("max_body_bytes") is not ParameterSource.DEFAULT:
+            raise click.UsageError("give --max-body-bytes only (--max-message-bytes is its old name)")
+        max_body_bytes = old_max_body_bytes
     Spool(spool, create=create)  # QueueNotFound (a clear one-line error) if it is missing
     api_key = _read_secret_file(api_key_file) if api_key_file else os.environ.get("VSQS_API_KEY") or None
     if file_mode is not None:
@@ -161,7 +177,7 @@ def serve(
             raise click.BadParameter(str(exc), param_hint="--file-mode") from None
     config = GatewayConfig(
         spool=os.path.abspath(spool), api_key=api_key, aws_credentials=_aws_credentials(aws_credentials_file),
-        region=region, max_message_bytes=max_message_bytes, file_mode=file_mode,
+        region=region, max_body_bytes=max_body_bytes, file_mode=file_mode,
         listen_host=host, public_hosts=_public_hosts(public_hosts), public_url=_public_url(public_url),
         header_timeout=header_timeout, body_timeout=body_timeout, gc_interval=gc_interval,
         console_interval=console_interval,

@@ -20,7 +20,7 @@ from vsqs._gateway.limits import (
 
 CONFIG_FILE_ENV = "VSQS_GATEWAY_CONFIG_FILE"  # `vsqs serve --workers N`: the path of the config file of each worker
 SECRET_ENVS = ("VSQS_API_KEY", "VSQS_AWS_SECRET_ACCESS_KEY")  # read at start, kept out of the workers' environment
-DEFAULT_MAX_MESSAGE_BYTES = SQS_MAX_MESSAGE_BYTES
+DEFAULT_MAX_BODY_BYTES = SQS_MAX_MESSAGE_BYTES
 _CAP_MESSAGES = 10  # the native request cap holds this many full-size bodies (a batch of small ones may hold 100)
 _CONFIG_FILE = "config.json"
 _HOST_NAME = re.compile(r"[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?(\.[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?)*")
@@ -35,7 +35,7 @@ class GatewayConfig:
     aws_credentials: dict[str, str] = field(default_factory=dict)  # access key id -> secret
     region: str = "us-east-1"
     account_id: str = "000000000000"
-    max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES  # --max-body-bytes: the largest message (an SQS batch: all of it)
     file_mode: str | None = None  # given to the queues the gateway creates (e.g. "0660")
     listen_host: str = "127.0.0.1"  # --host: the address the server was started for
     public_hosts: list[str] = field(default_factory=list)  # --public-host: more names clients may use (a proxy's)
@@ -49,13 +49,13 @@ class GatewayConfig:
     @property
     def max_request_bytes(self) -> int:
         """The native API's cap: _CAP_MESSAGES full-size bodies in base64, plus the JSON around them."""
-        return (_CAP_MESSAGES * self.max_message_bytes * 4) // 3 + 256 * 1024
+        return (_CAP_MESSAGES * self.max_body_bytes * 4) // 3 + 256 * 1024
 
     @property
     def max_sqs_request_bytes(self) -> int:
         """The SQS face's cap: SQS takes at most one message's worth per request (a batch
         included); JSON escapes may triple non-ASCII text."""
-        return 3 * self.max_message_bytes + 64 * 1024
+        return 3 * self.max_body_bytes + 64 * 1024
 
     def to_json(self) -> str:
         return json.dumps(self.__dict__)

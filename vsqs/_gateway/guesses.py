@@ -59,7 +59,8 @@ import socket
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from typing import Any
 
 from vsqs._gateway.limits import KEY_GUESS_ADDRESSES as MAX_ADDRESSES
 from vsqs._gateway.limits import KEY_GUESS_BURST as BURST
@@ -280,7 +281,7 @@ def _chain(address: str) -> tuple[Key, ...]:
     return tuple([(version, number & mask, length) for mask, length in _MASKS[version]])
 
 
-def client_address(scope: dict) -> str:
+def client_address(scope: Mapping[str, Any]) -> str:
     """The address that wrong keys count against: the client's IPv4 address (also
     when a dual-stack socket shows it as ``::ffff:a.b.c.d``), its IPv6 /64, or
     :data:`NOT_AN_IP` (no client: a Unix socket; or text that is no address, which

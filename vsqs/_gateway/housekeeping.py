@@ -2,7 +2,8 @@
 
 Messages past their queue's ``retention``, ``.new`` files left by publishers
 that died, stale stages, spent group leases, de-duplication reservations and
-the leftovers of Spark streaming queries in ``.spark/`` go only when someone runs :meth:`vsqs.Queue.collect_garbage` (``vsqs gc``).
+the leftovers of Spark streaming queries in ``.spark/`` go only when someone runs
+:meth:`vsqs.Queue.collect_garbage` (``vsqs gc``).
 A gateway does it by itself every ``--gc-interval`` seconds: at the start of
 each period every gateway process (``--workers N``, other hosts) tries
 :meth:`vsqs.Spool.claim_period`; the one that wins runs the sweep over the
@@ -67,7 +68,7 @@ async def run_periodically(spool: Spool, metrics: GatewayMetrics, interval: floa
         await asyncio.sleep(interval - time.time() % interval)  # to the start of the next period
         try:
             await anyio.to_thread.run_sync(sweep_if_claimed, spool, metrics, interval)
-        except (VsqsError, OSError) as exc:  # the spool failed (gone, read-only...): said in one line, tried next period
+        except (VsqsError, OSError) as exc:  # the spool failed (gone, read-only...): one line, tried next period
             metrics.gc_errors.inc()
             log.warning("housekeeping: the sweep failed: %s", exc)
         except Exception:  # a bug must not end housekeeping either: logged whole, tried next period

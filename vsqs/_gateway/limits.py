@@ -26,7 +26,7 @@ MAX_WAIT_SECONDS = int(MAX_WAIT)
 MAX_DELAY_SECONDS = 900  # DelaySeconds
 MAX_BATCH = 10  # entries per batch request, and messages per receive
 MAX_MESSAGE_ATTRIBUTES = 10  # per message
-SQS_MAX_MESSAGE_BYTES = 1024 * 1024  # SQS's own limit since 2025: the default --max-message-bytes
+SQS_MAX_MESSAGE_BYTES = 1024 * 1024  # SQS's own limit since 2025: the default --max-body-bytes
 MIN_MESSAGE_BYTES = 1024  # the lowest MaximumMessageSize
 MIN_RETENTION, MAX_RETENTION = 60, 1_209_600  # MessageRetentionPeriod: a minute .. 14 days
 SQS_DEFAULT_RETENTION = 345_600  # MessageRetentionPeriod reported for a queue that sets none (Amazon's: 4 days)
@@ -37,7 +37,7 @@ FIFO_DEDUP_WINDOW = 300.0  # seconds a FIFO queue made through the SQS face hold
 
 # -- the gateway's own --
 MAX_JSON_BATCH = 100  # messages per native JSON request
-MAX_MESSAGE_BYTES_CEILING = 64 * 1024 * 1024  # the largest --max-message-bytes
+MAX_BODY_BYTES_CEILING = 64 * 1024 * 1024  # the largest --max-body-bytes
 
 # -- how long a client may take to send a request (vsqs._gateway.timeouts) --
 MAX_REQUEST_HEAD_BYTES = 16 * 1024  # request line and headers (h11's own default, made explicit)

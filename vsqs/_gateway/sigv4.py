@@ -248,19 +248,6 @@ def canonical_parts(
     return CanonicalRequest(head, tail)
 
 
-def canonical_request(
-    method: str,
-    raw_path: str,
-    raw_query: str,
-    headers: Mapping[str, str],
-    signed_headers: Sequence[str],
-    payload_hash: str,
-) -> str:
-    """The canonical request, with the ``host`` of ``headers``."""
-    parts = canonical_parts(method, raw_path, raw_query, headers, signed_headers, payload_hash)
-    return parts.with_host(headers.get("host", ""))
-
-
 def string_to_sign(amz_date: str, scope: str, canonical: str) -> str:
     digest = hashlib.sha256(canonical.encode("utf-8")).hexdigest()
     return f"{ALGORITHM}\n{amz_date}\n{scope}\n{digest}"

@@ -184,7 +184,7 @@ if HttpToolsProtocol is not None:
             super().on_response_complete()
 
 
-def protocol_factory(header_timeout: float) -> functools.partial[asyncio.Protocol]:
+def protocol_factory(header_timeout: float) -> functools.partial[Any]:
     """What uvicorn's ``http`` takes: a callable that makes the protocol (a partial
     of a module-level class, so it travels to ``--workers`` processes). The
     httptools one when httptools is installed (the ``server`` extra has it),

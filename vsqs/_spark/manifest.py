@@ -144,8 +144,9 @@ class Manifest:
             self.sealed_chunks = chunks
             return chunks
         again = read_manifest(self.place)
-        self.sealed_chunks = again.sealed_chunks if again.sealed else chunks
-        return self.sealed_chunks
+        stands = again.sealed_chunks if again.sealed and again.sealed_chunks is not None else chunks
+        self.sealed_chunks = stands
+        return stands
 
 
 def claimed_in(queue: Queue, query: str, batch: int) -> int | None:
@@ -196,7 +197,8 @@ def read_manifest(place: Place) -> Manifest:
             if match.group(2) == "end":
                 chunks = content.get("chunks")
                 if type(chunks) is int and chunks >= 0:
-                    manifest.sealed_chunks = min(chunks, manifest.sealed_chunks if manifest.sealed else chunks)
+                    sealed = manifest.sealed_chunks
+                    manifest.sealed_chunks = chunks if sealed is None else min(chunks, sealed)
                 continue
             chunk = int(match.group(2))
             receipts = content.get("receipts")

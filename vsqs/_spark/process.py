@@ -70,7 +70,8 @@ def _results(value: object) -> list[Body]:
             if item is None:
                 continue
             if not isinstance(item, (bytes, bytearray, memoryview, str)):
-                raise TypeError(f"fn must return bytes, str, None or a list of them, not a list holding {type(item).__name__}")
+                kind = type(item).__name__
+                raise TypeError(f"fn must return bytes, str, None or a list of them, not a list holding {kind}")
             out.append(bytes(item) if not isinstance(item, str) else item)
         return out
     raise TypeError(f"fn must return bytes, str, None or a list of them, not {type(value).__name__}")
@@ -313,25 +314,24 @@ def _task_spec(
     max_messages: object,
 ) -> _TaskSpec:
     """process_queue's arguments, checked, as what each of its ``tasks`` tasks runs."""
-    concurrency = _count("concurrency", concurrency)
-    batch_size = _count("batch_size", batch_size, allow_none=True)
-    if batch_size is not None and batch_size > MAX_BATCH:
-        raise InvalidArgument(f"batch_size must be at most {MAX_BATCH}, not {batch_size}")
+    threads: int = _count("concurrency", concurrency)
+    size: int | None = _count("batch_size", batch_size, allow_none=True)
+    if size is not None and size > MAX_BATCH:
+        raise InvalidArgument(f"batch_size must be at most {MAX_BATCH}, not {size}")
     timeout = _seconds("visibility_timeout", visibility_timeout, MAX_VISIBILITY_TIMEOUT, positive=True)
-    wait = _seconds("wait", wait, MAX_WAIT)
+    waited = _seconds("wait", wait, MAX_WAIT)
     delay = timeout if retry_delay is None else _seconds("retry_delay", retry_delay, MAX_VISIBILITY_TIMEOUT)
-    if max_messages is not None:
-        max_messages = _count("max_messages", max_messages)
+    most = None if max_messages is None else _count("max_messages", max_messages)
     return _TaskSpec(
         queue=queue,
         output=output,
         fn=fn,
-        batch_size=batch_size,
+        batch_size=size,
         visibility_timeout=timeout,
-        wait=wait,
-        concurrency=concurrency,
+        wait=waited,
+        concurrency=threads,
         retry_delay=delay,
-        max_messages=None if max_messages is None else math.ceil(max_messages / tasks),  # a task's share
+        max_messages=None if most is None else math.ceil(most / tasks),  # a task's share
     )
 
 

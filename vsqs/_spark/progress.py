@@ -182,9 +182,10 @@ class ProgressServer:
         if state["attempt"] is None:  # the first line: token and attempt
             if len(words) != 2 or not secrets.compare_digest(words[0], self._token):
                 return False
-            state["attempt"] = words[1][:64].decode("ascii", "replace")
+            attempt = words[1][:64].decode("ascii", "replace")
+            state["attempt"] = attempt
             with self._lock:
-                self.reports.setdefault(state["attempt"], AttemptReport(dict.fromkeys(FIELDS, 0)))
+                self.reports.setdefault(attempt, AttemptReport(dict.fromkeys(FIELDS, 0)))
             return True
         with self._lock:
             report = self.reports[state["attempt"]]

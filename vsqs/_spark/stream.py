@@ -175,7 +175,7 @@ class ClaimingStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         planned = self._planned.pop(seq, None)
         self._planned.clear()  # (only the batch after seq is planned next)
         claimed = manifests.claimed_in(queue, query, seq)
-        self._last_full = bool(planned) and claimed is not None and claimed >= planned
+        self._last_full = planned is not None and planned != 0 and claimed is not None and claimed >= planned
         if claimed is None:  # a batch that only deleted, or one already settled
             return
         if self._budget is not None and planned is not None:

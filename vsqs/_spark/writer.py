@@ -8,6 +8,7 @@ publishes each row once. A streaming write does the same per micro-batch.
 
 from __future__ import annotations
 
+import functools
 import logging
 import secrets
 import threading
@@ -112,7 +113,7 @@ def _stage_rows(open_queue: Callable[[], Queue], stage_prefix: str, chunks: Iter
                 written = threading.Event()
                 future = pool.submit(_stage_chunk, open_queue, chunk, stage, turn, written)
                 # a chunk that failed or was cancelled before writing passes the turn on as well
-                future.add_done_callback(lambda _, written=written: written.set())
+                future.add_done_callback(functools.partial(_set_when_done, written))
                 in_flight.append(future)
                 turn = written
             while in_flight:
@@ -125,7 +126,11 @@ def _stage_rows(open_queue: Callable[[], Queue], stage_prefix: str, chunks: Iter
 
 
 def _stage_chunk(
-    open_queue: Callable[[], Queue], chunk: list[Any], stage: str, turn: threading.Event | None, written: threading.Event
+    open_queue: Callable[[], Queue],
+    chunk: list[Any],
+    stage: str,
+    turn: threading.Event | None,
+    written: threading.Event,
 ) -> list[str]:
     """Stage one chunk through a handle of its own (one thread's), once the
     chunk before has written its files (``turn``); ``written`` is set once this one has."""
@@ -235,3 +240,7 @@ class StagedStreamWriter(_StreamWriterBase):
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         _drop_stages(self.options.queue(), self._prefix(batchId))
+
+
+def _set_when_done(event: threading.Event, _future: object) -> None:
+    event.set()

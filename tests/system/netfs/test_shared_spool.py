@@ -13,7 +13,6 @@ import threading
 import time
 
 import vsqs
-
 from tests.racing import Race, run_race
 
 

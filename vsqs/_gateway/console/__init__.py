@@ -1,14 +1,9 @@
 """The web console at ``/ui`` of ``vsqs serve``: server-rendered pages of the
 spool's queues, their history, their messages, and the operator's actions.
 
-Modules: :mod:`.routes` (the routes and :class:`~.routes.Console`, what they
-share), :mod:`.views` (what a page shows, from the public API),
-:mod:`.session` (signed session cookies, CSRF tokens), :mod:`.history` (the
-sampled series, shared by the workers through the spool), :mod:`.charts`
-(SVG geometry), :mod:`.forms` (form bodies, the settings form),
-:mod:`.humane` (numbers for people, safe text). Templates (Jinja2,
-autoescaped) and the static CSS and script ship in the package: the
-console needs no network and no build step. docs/console.md describes it.
+Templates (Jinja2, autoescaped) and the static CSS and script ship in the
+package: the console needs no network and no build step. docs/console.md
+describes it; docs/ARCHITECTURE.md maps its modules.
 """
 
 from __future__ import annotations

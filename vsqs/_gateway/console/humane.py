@@ -111,7 +111,9 @@ def plain(text: object) -> str:
     return "".join(out)
 
 
-def body_view(data: bytes | None, force_hex: bool = False, cut: bool = False) -> tuple[str, list[tuple[str, str]] | str]:
+def body_view(
+    data: bytes | None, force_hex: bool = False, cut: bool = False
+) -> tuple[str, list[tuple[str, str]] | str]:
     """How to show a body's preview: ``("text", parts)`` for UTF-8 text (a
     preview ``cut`` from a longer body may end mid-character), ``("hex",
     "68 65 6c ...")`` for anything else (or when asked)."""

@@ -33,7 +33,7 @@ import json
 import math
 from dataclasses import dataclass
 from itertools import islice
-from typing import Any
+from typing import Any, TypeGuard
 
 from vsqs import QueueStats, VsqsError
 from vsqs._core.rules import is_queue_name, load_json
@@ -130,7 +130,7 @@ def _count(value: Any) -> bool:
     return type(value) is int and 0 <= value < MAX_COUNT
 
 
-def _finite(value: Any) -> bool:
+def _finite(value: Any) -> TypeGuard[float]:
     """A number of the record's range: an int or a finite float below 2**63 in size, no bool."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return False

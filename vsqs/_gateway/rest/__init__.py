@@ -7,6 +7,5 @@ statuses in one place (404 unknown queue, 400 malformed receipt, 409 stale recei
 large, 422 bad value naming the parameter, 429 full or throttled, 503
 suspended, 507 disk full).
 
-``models`` holds the request and response schemas (the OpenAPI schema is
-generated from them), ``routes`` the handlers.
+Its modules: docs/ARCHITECTURE.md.
 """

@@ -34,7 +34,7 @@ def body_limits(route: str, config: GatewayConfig) -> tuple[int, int, str]:
     if route == "publish":  # a JSON batch of up to MAX_JSON_BATCH messages
         return config.max_request_bytes, MAX_BATCH_JSON_VALUES, "request_too_large"
     if route == "publish_raw":  # one message, as is
-        return config.max_message_bytes, 0, "message_too_large"
+        return config.max_body_bytes, 0, "message_too_large"
     return MAX_SMALL_BODY_BYTES, MAX_SMALL_JSON_VALUES, "request_too_large"
 
 

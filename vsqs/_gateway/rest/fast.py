@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Awaitable, Callable, Mapping
-from typing import Any
+from typing import Any, cast
 
 from fastapi import FastAPI
 from fastapi.routing import APIRoute
@@ -150,7 +150,7 @@ class NativeFastPath:
         and then, for that handler's own error, by the app's. An error neither
         answers: the server-error answer is sent and the error raised (for the
         server to log), as the app's ServerErrorMiddleware does."""
-        handlers = self.app.exception_handlers
+        handlers = cast(Mapping[Any, Handler], self.app.exception_handlers)
         try:
             for _layer in ("route", "app"):
                 error_handler = _handler_of(handlers, exc)

@@ -32,7 +32,9 @@ QueueName = Annotated[
               min_length=1, max_length=MAX_QUEUE_NAME, pattern=rf"^{QUEUE_NAME_RE.pattern}$")
 ]
 ReceiptPath = Annotated[str, Path(description="A receipt, as received", min_length=1, max_length=512)]
-Wait = Annotated[float | None, Query(ge=0, le=MAX_WAIT, description="Long-poll seconds [default: the queue's receive_wait]")]
+Wait = Annotated[
+    float | None, Query(ge=0, le=MAX_WAIT, description="Long-poll seconds [default: the queue's receive_wait]")
+]
 VisibilityQuery = Annotated[
     float | None, Query(ge=0, le=MAX_VISIBILITY_TIMEOUT,
                         description="Seconds the message stays hidden [default: the queue's setting]")

@@ -233,7 +233,7 @@ async def publish_raw(
 ) -> Response:
     """Store the request body as is, whatever its Content-Type (kept for GET)."""
     gateway = gateway_of(request)
-    data = await request.body()  # at most --max-message-bytes: the route's cap (rest/bodies.py)
+    data = await request.body()  # at most --max-body-bytes: the route's cap (rest/bodies.py)
     content_type = request.headers.get("content-type")
     if content_type is not None and not _is_media_type(content_type):
         raise ApiError(422, "invalid_parameter", "Content-Type must be a media type such as text/plain",
@@ -281,7 +281,7 @@ async def publish(request: Request, queue: QueueName, batch: PublishRequest) -> 
     """Publish 1-100 messages together (one directory fsync); all are stored or none."""
     gateway = gateway_of(request)
     bodies = [entry.data() for entry in batch.messages]
-    limit = gateway.config.max_message_bytes
+    limit = gateway.config.max_body_bytes
     for position, data in enumerate(bodies):
         if len(data) > limit:
             raise ApiError(413, "message_too_large", f"messages.{position}: {len(data)} bytes, over the "

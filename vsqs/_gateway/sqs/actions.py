@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import base64
 import logging
+import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -68,7 +69,7 @@ def _outcome_of(fn: Callable[..., Any], *args: Any) -> Any:
     """``fn(*args)``, or the vsqs error it raised (a batch entry's outcome)."""
     try:
         return fn(*args)
-    except (StaleReceipt, InvalidReceipt, InvalidArgument) as exc:
+    except (StaleReceipt, InvalidReceipt, InvalidArgument, SqsError) as exc:
         return exc
 
 
@@ -99,6 +100,29 @@ def _change_visibility(call: Call, queue: Queue, handle: str, timeout: float) ->
         if any(True for _ in queue.messages(ids=[queue.message_id(handle)])):
             return None
         raise _not_changeable(handle) from None
+
+
+def _expired(handle: str) -> SqsError:
+    """Amazon's answer to DeleteMessage on a FIFO queue with a handle whose visibility timeout ran out."""
+    return SqsError("InvalidParameterValue", f"Value {handle[:1024]} for parameter ReceiptHandle is invalid. "
+                    "Reason: The receipt handle has expired.")
+
+
+def _delete(call: Call, queue: Queue, handle: str, fifo: bool) -> None:
+    """Delete ``handle``'s message (blocking); StaleReceipt if it no longer holds it. On a FIFO
+    queue, as Amazon, a handle whose visibility timeout has run out deletes nothing (the
+    message comes back): InvalidParameterValue, "The receipt handle has expired"."""
+    def delete(receipt: str) -> None:
+        if fifo and queue.held_until(receipt) <= time.time():
+            raise StaleReceipt("the receipt's visibility timeout ran out")  # (follow looks for a later one)
+        queue.delete(receipt)
+
+    try:
+        call.aliases.follow(queue, handle, delete)
+    except StaleReceipt:
+        if fifo and queue.held_until(call.aliases.current(handle)) <= time.time():
+            raise _expired(handle) from None
+        raise
 
 
 def _failed(entry_id: str, error: SqsError) -> dict[str, Any]:
@@ -135,9 +159,9 @@ async def create_queue(call: Call) -> dict[str, Any]:
         try:
             existing = spool.queue(name)
         except QueueNotFound:
-            extra = {"dedup_window": FIFO_DEDUP_WINDOW, "group_concurrency": 1} if is_fifo(name) else {}
-            if is_fifo(name):
-                extra["dedup_scope"] = "queue"  # Amazon's default DeduplicationScope
+            extra: dict[str, object] = {}
+            if is_fifo(name):  # Amazon's de-duplication interval and scope, one message of a group at a time
+                extra.update(dedup_window=FIFO_DEDUP_WINDOW, group_concurrency=1, dedup_scope="queue")
             call.gateway.create_queue(name, **{**extra, **settings, **({"tags": tags} if tags else {})})
             return
         current = {**existing.settings}
@@ -236,7 +260,7 @@ async def send_message(call: Call) -> dict[str, Any]:
 async def send_message_batch(call: Call) -> dict[str, Any]:
     name = queue_name_of_url(call.params)
     entries = batch_entries(call.params, "SendMessageBatch")
-    batch_limit = call.gateway.config.max_message_bytes  # SQS: a batch may be as large as one message can
+    batch_limit = call.gateway.config.max_body_bytes  # SQS: a batch may be as large as one message can
 
     def send(queue: Queue) -> tuple[list[dict[str, Any]], list[tuple[str, Prepared]], list[str | SqsError]]:
         """Check the entries (against the queue's settings), then publish the good
@@ -325,8 +349,9 @@ async def receive_message(call: Call) -> dict[str, Any]:
 
 async def delete_message(call: Call) -> dict[str, Any]:
     handle = required_string(call.params, "ReceiptHandle")
+    fifo = is_fifo(queue_name_of_url(call.params))
     try:
-        await call.on_queue(lambda queue: call.aliases.follow(queue, handle, queue.delete))
+        await call.on_queue(lambda queue: _delete(call, queue, handle, fifo))
     except InvalidReceipt:
         raise _invalid_handle(handle) from None
     except StaleReceipt:
@@ -346,13 +371,15 @@ async def delete_message_batch(call: Call) -> dict[str, Any]:
             failed.append(_failed(entry["Id"], missing("ReceiptHandle")))
         else:
             todo.append((entry["Id"], handle))
-    outcomes = await call.on_queue(lambda queue: [_outcome_of(call.aliases.follow, queue, handle, queue.delete)
+    fifo = is_fifo(queue_name_of_url(call.params))
+    outcomes = await call.on_queue(lambda queue: [_outcome_of(_delete, call, queue, handle, fifo)
                                                   for _, handle in todo])
     successful: list[dict[str, Any]] = []
     stale = False
     for (entry_id, handle), outcome in zip(todo, outcomes, strict=True):
-        if isinstance(outcome, InvalidReceipt):
-            failed.append(_failed(entry_id, _invalid_handle(handle)))
+        if isinstance(outcome, (InvalidReceipt, SqsError)):
+            error = _invalid_handle(handle) if isinstance(outcome, InvalidReceipt) else outcome
+            failed.append(_failed(entry_id, error))
             continue
         stale = stale or isinstance(outcome, StaleReceipt)
         call.aliases.settled(handle)

@@ -70,4 +70,4 @@ class Call:
         return dict(queue.settings)
 
     def message_limit(self, settings: Mapping[str, Any]) -> int:
-        return int(settings["max_message_bytes"] or self.gateway.config.max_message_bytes)
+        return int(settings["max_message_bytes"] or self.gateway.config.max_body_bytes)

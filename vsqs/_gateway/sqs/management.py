@@ -8,6 +8,7 @@ from __future__ import annotations
 import base64
 import json
 import os
+import uuid
 from typing import Any
 
 from vsqs import InvalidArgument, Queue, QueueNotFound
@@ -202,9 +203,34 @@ async def _existing(call: Call, name: str, parameter: str) -> Queue:
                        "parameter doesn't exist.") from None
 
 
+# A redrive task's id as SQS shows it (in its TaskHandle): a name-based UUID
+# (RFC 9562, version 5) of the vsqs task id, which the face treats as opaque.
+_TASK_NAMESPACE = uuid.uuid5(uuid.NAMESPACE_URL, "urn:vsqs:redrive-task")
+
+
+def _task_uuid(task_id: str) -> str:
+    return str(uuid.uuid5(_TASK_NAMESPACE, task_id))
+
+
 def _task_handle(task_id: str, source_arn: str) -> str:
-    doc = json.dumps({"taskId": task_id, "sourceArn": source_arn}, separators=(",", ":"))
+    """Amazon's TaskHandle is opaque; Amazon's own is base64 JSON of the task's
+    UUID and the source queue's ARN, and so is this one."""
+    doc = json.dumps({"taskId": _task_uuid(task_id), "sourceArn": source_arn}, separators=(",", ":"))
     return base64.urlsafe_b64encode(doc.encode()).decode("ascii")
+
+
+def _cancel_task(source: Queue, handle_id: str) -> dict[str, Any] | None:
+    """Cancel the task of ``source`` that a handle's ``taskId`` names (blocking):
+    its UUID, or the vsqs task id itself (what the handles of gateways of earlier
+    vsqs releases carry: mixed versions may share a spool). Its state, ``None`` if no
+    task has it or the task is no longer running."""
+    for task in source.redrive_tasks():  # at most a few kept tasks (FORMAT.md, Redrive tasks)
+        if handle_id in (_task_uuid(task["id"]), task["id"]):
+            try:
+                return source.cancel_redrive(task["id"])
+            except InvalidArgument:
+                return None  # finished: Amazon knows only running tasks by their handle
+    return None
 
 
 async def start_message_move_task(call: Call) -> dict[str, Any]:
@@ -263,10 +289,7 @@ async def cancel_message_move_task(call: Call) -> dict[str, Any]:
     except (ValueError, UnicodeError, KeyError, TypeError, AssertionError, SqsError):
         raise SqsError("InvalidParameterValue", "Value for parameter TaskHandle is invalid.") from None
     source = await _existing(call, source_name, "SourceArn")
-    try:
-        task = await call.run(source.cancel_redrive, task_id)
-    except InvalidArgument:
-        task = None  # finished: Amazon knows only running tasks by their handle
+    task = await call.run(_cancel_task, source, task_id)
     if task is None:
         raise SqsError("ResourceNotFoundException", "Task does not exist.")
     return {"ApproximateNumberOfMessagesMoved": task["moved"]}

@@ -67,6 +67,7 @@ def prepare(entry: Mapping[str, Any], queue_name: str, limit: int, trace: str | 
         if delay:
             raise SqsError("InvalidParameterValue", f"Value {delay} for parameter DelaySeconds is invalid. "
                            "Reason: The request include parameter that is not valid for this queue type.")
+        delay = None  # DelaySeconds=0 sets no delay of its own: the queue's DelaySeconds applies
     elif dedup_id is not None:
         raise SqsError("InvalidParameterValue", f"Value {dedup_id} for parameter MessageDeduplicationId is invalid. "
                        "Reason: The request include parameter that is not valid for this queue type.")
@@ -117,7 +118,9 @@ def check_fifo_batch(entries: list[dict[str, Any]], queue_name: str, settings: M
 
 
 def send_result(message_id: str, prepared: Prepared) -> dict[str, Any]:
-    result: dict[str, Any] = {"MessageId": message_id, "MD5OfMessageBody": prepared.md5_body}
+    """The answer to a send of the message ``message_id`` (its vsqs id: for a
+    de-duplicated send, the first message's): SQS's MessageId is the id's UUID."""
+    result: dict[str, Any] = {"MessageId": Message.uuid_of(message_id), "MD5OfMessageBody": prepared.md5_body}
     if prepared.md5_attributes:
         result["MD5OfMessageAttributes"] = prepared.md5_attributes
     if prepared.md5_system:
@@ -152,7 +155,7 @@ def received_message(call: Call, message: Message, fifo: bool, content_dedup: bo
     :func:`dead_letter_sources` looked up (this runs on the event loop: no I/O)."""
     body = message.body.decode("utf-8", errors="replace")
     stored = message.attributes
-    out: dict[str, Any] = {"MessageId": message.id, "ReceiptHandle": message.receipt,
+    out: dict[str, Any] = {"MessageId": message.uuid, "ReceiptHandle": message.receipt,
                            "MD5OfBody": md5_of_body(body), "Body": body}
     system: dict[str, str] = {}
     dedup_id = stored.get(DEDUP_ATTRIBUTE)

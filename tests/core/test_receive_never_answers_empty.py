@@ -1,5 +1,5 @@
 """Receive must not answer "empty" while this handle could claim a message,
-whatever its listings cost (issue 11: three bugs found on a fresh clone).
+whatever its listings cost.
 
 A handle re-lists an exhausted cache at once only when its last listing was
 cheap, else after a while (a cost heuristic). These tests make every

@@ -1,4 +1,6 @@
-"""Dead-letter queues and redrive."""
+"""Dead-letter queues and redrive through the Queue: a message moved after
+max_receives or by dead_letter(), redrive home or elsewhere, groups going on
+(the DeadLetters part alone: test_dead_letters.py)."""
 
 from __future__ import annotations
 
@@ -8,9 +10,8 @@ import stat
 import pytest
 
 import vsqs
-from vsqs._core import format as _format
-
 from tests.conftest import message_files
+from vsqs._core import format as _format
 
 
 @pytest.fixture
