@@ -60,7 +60,7 @@ from vsqs._gateway.sqs.parameters import (
     string_list,
     string_map,
 )
-from vsqs._gateway.sqs.protocol import SqsError, missing, sqs_error_of
+from vsqs._gateway.sqs.protocol import SqsError, invalid_parameter_value, missing, sqs_error_of
 
 log = logging.getLogger("vsqs.gateway.sqs")
 
@@ -81,8 +81,8 @@ def _invalid_handle(handle: str) -> SqsError:
 
 def _not_changeable(handle: str) -> SqsError:
     """Amazon's answer to ChangeMessageVisibility for a message that is gone."""
-    return SqsError("InvalidParameterValue", f"Value {handle[:1024]} for parameter ReceiptHandle is invalid. "
-                    "Reason: Message does not exist or is not available for visibility timeout change.")
+    return invalid_parameter_value("ReceiptHandle", handle[:1024],
+                                   "Message does not exist or is not available for visibility timeout change.")
 
 
 def _change_visibility(call: Call, queue: Queue, handle: str, timeout: float) -> str | None:
@@ -104,8 +104,7 @@ def _change_visibility(call: Call, queue: Queue, handle: str, timeout: float) ->
 
 def _expired(handle: str) -> SqsError:
     """Amazon's answer to DeleteMessage on a FIFO queue with a handle whose visibility timeout ran out."""
-    return SqsError("InvalidParameterValue", f"Value {handle[:1024]} for parameter ReceiptHandle is invalid. "
-                    "Reason: The receipt handle has expired.")
+    return invalid_parameter_value("ReceiptHandle", handle[:1024], "The receipt handle has expired.")
 
 
 def _delete(call: Call, queue: Queue, handle: str, fifo: bool) -> None:

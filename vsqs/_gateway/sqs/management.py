@@ -18,7 +18,7 @@ from vsqs._gateway.errors import without_paths
 from vsqs._gateway.limits import MAX_LIST_RESULTS
 from vsqs._gateway.sqs.call import Call
 from vsqs._gateway.sqs.parameters import integer, required_string, string, string_list, string_map
-from vsqs._gateway.sqs.protocol import SqsError, missing
+from vsqs._gateway.sqs.protocol import SqsError, invalid_parameter_value, missing
 
 MAX_MOVE_TASKS = 10  # ListMessageMoveTasks' MaxResults
 MAX_MOVE_RATE = 500  # MaxNumberOfMessagesPerSecond
@@ -28,8 +28,7 @@ _LABEL_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz01
 
 
 def _invalid(parameter: str, value: str, reason: str) -> SqsError:
-    return SqsError("InvalidParameterValue", f"Value {value[:100]} for parameter {parameter} is invalid. "
-                    f"Reason: {reason}")
+    return invalid_parameter_value(parameter, value[:100], reason)
 
 
 # -- tags -------------------------------------------------------------------------

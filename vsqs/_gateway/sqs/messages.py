@@ -26,7 +26,7 @@ from vsqs._gateway.sqs.attributes import (
 )
 from vsqs._gateway.sqs.call import Call
 from vsqs._gateway.sqs.parameters import integer, is_fifo, required_string, string
-from vsqs._gateway.sqs.protocol import SqsError, missing
+from vsqs._gateway.sqs.protocol import SqsError, invalid_parameter_value, missing
 
 _ID_CHARS_RE = re.compile(r"[!-~]{1,128}")  # group and dedup ids: printable ASCII, no space
 
@@ -44,6 +44,11 @@ class Prepared:
     fifo: bool = False  # sent to a FIFO queue: the answer has a SequenceNumber
 
 
+def _not_for_this_queue_type(parameter: str, value: str) -> SqsError:
+    return invalid_parameter_value(parameter, value, "The request include parameter that is not valid for this "
+                                   "queue type.")  # (Amazon's words)
+
+
 def prepare(entry: Mapping[str, Any], queue_name: str, limit: int, trace: str | None = None) -> Prepared:
     """Check one SendMessage (or batch entry) against SQS's rules and the queue's type.
     ``trace``: the request's ``X-Amzn-Trace-Id`` header, kept as the message's
@@ -59,18 +64,16 @@ def prepare(entry: Mapping[str, Any], queue_name: str, limit: int, trace: str | 
     dedup_id = string(entry, "MessageDeduplicationId")
     for key, value in (("MessageGroupId", group), ("MessageDeduplicationId", dedup_id)):
         if value is not None and not _ID_CHARS_RE.fullmatch(value):
-            raise SqsError("InvalidParameterValue", f"Value {value[:128]} for parameter {key} is invalid. Reason: "
-                           f"{key} can only include alphanumeric and punctuation characters. 1 to 128 in length.")
+            raise invalid_parameter_value(key, value[:128], f"{key} can only include alphanumeric and punctuation "
+                                          "characters. 1 to 128 in length.")
     if fifo:
         if group is None:
             raise missing("MessageGroupId")
         if delay:
-            raise SqsError("InvalidParameterValue", f"Value {delay} for parameter DelaySeconds is invalid. "
-                           "Reason: The request include parameter that is not valid for this queue type.")
+            raise _not_for_this_queue_type("DelaySeconds", str(delay))
         delay = None  # DelaySeconds=0 sets no delay of its own: the queue's DelaySeconds applies
     elif dedup_id is not None:
-        raise SqsError("InvalidParameterValue", f"Value {dedup_id} for parameter MessageDeduplicationId is invalid. "
-                       "Reason: The request include parameter that is not valid for this queue type.")
+        raise _not_for_this_queue_type("MessageDeduplicationId", dedup_id[:128])
     attributes = message_attributes(entry.get("MessageAttributes"))
     system = message_attributes(entry.get("MessageSystemAttributes"), "MessageSystemAttributes")
     if set(system) - {"AWSTraceHeader"} or any(v["DataType"] != "String" for v in system.values()):

@@ -12,7 +12,7 @@ from urllib.parse import urlsplit
 from vsqs import InvalidArgument
 from vsqs._core.rules import check_queue_name
 from vsqs._gateway.limits import MAX_BATCH, MAX_SQS_QUEUE_NAME
-from vsqs._gateway.sqs.protocol import SqsError, missing, no_such_queue
+from vsqs._gateway.sqs.protocol import SqsError, invalid_parameter_value, missing, no_such_queue
 
 FIFO_SUFFIX = ".fifo"
 # Amazon's wording for a bad queue name (InvalidParameterValue)
@@ -47,9 +47,7 @@ def integer(params: Mapping[str, Any], key: str, low: int, high: int) -> int | N
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
-        raise SqsError("InvalidParameterValue",
-                       f"Value {str(value)[:40]} for parameter {key} is invalid. "
-                       f"Reason: Must be between {low} and {high}, if provided.")
+        raise invalid_parameter_value(key, str(value)[:40], f"Must be between {low} and {high}, if provided.")
     return value
 
 

@@ -35,7 +35,7 @@ from urllib.parse import unquote_to_bytes
 
 from vsqs._gateway.asgi import Scope
 from vsqs._gateway.limits import MAX_QUERY_FIELDS
-from vsqs._gateway.sqs.protocol import SqsError, is_queue_path, missing
+from vsqs._gateway.sqs.protocol import SqsError, invalid_parameter_value, is_queue_path, missing
 from vsqs._gateway.sqs.query_shapes import INPUTS, ListOf, MapOf, Scalar, Shape, Struct
 
 FORM_CONTENT_TYPE = "application/x-www-form-urlencoded"
@@ -186,8 +186,7 @@ def _place(node: dict[Any, Any], shape: Shape, segments: list[str], at: int, val
 
 def _integer(text: str, name: str) -> int:
     if not _INTEGER_RE.fullmatch(text):
-        raise SqsError("InvalidParameterValue", f"Value {text[:40]} for parameter {name} is invalid. "
-                       "Reason: it must be a whole number.")
+        raise invalid_parameter_value(name, text[:40], "it must be a whole number.")
     return int(text)
 
 
