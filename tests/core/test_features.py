@@ -82,10 +82,17 @@ def test_attributes_survive_dead_lettering_and_redrive(tmp_path):
     assert q.receive().attributes == {"k": "v"}
 
 
+def test_attribute_names_take_latin_letters(queue):
+    queue.publish(b"x", attributes={"attr.1øßä": "v", "Ā-ſ": "w"})
+    assert queue.receive().attributes == {"attr.1øßä": "v", "Ā-ſ": "w"}
+
+
 @pytest.mark.parametrize(
     "attributes, match",
     [
         ({"bad name": "v"}, "attribute name"),
+        ({"a×b": "v"}, "attribute name"),  # a sign among the Latin letters
+        ({"ø" * 200: "v" * (64 * 1024 - 300)}, "bytes in all"),  # a Latin letter is two bytes
         ({"k": 1}, "must be a str"),
         ({f"k{i}": "v" for i in range(51)}, "at most 50"),
         ({"k": "v" * 70000}, "bytes in all"),

@@ -3,6 +3,7 @@ atomic updates of one setting, dead-letter sources, and redrive tasks."""
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import threading
@@ -253,3 +254,18 @@ def test_a_task_whose_queue_is_deleted_mid_task_fails_without_a_traceback(
     assert warning.getMessage() == (f"redrive task {task['id']} failed after moving 1 message(s): QueueNotFound: "
                                     "the queue being redriven was deleted; its state could not be recorded")
     assert warning.exc_info is None and source.stats().ready == 1
+
+
+def test_a_move_tasks_failure_names_no_path() -> None:
+    """A client reads a task's failure: a directory gone under the move is a queue
+    that was deleted (QueueNotFound), and no other reason names a path."""
+    from vsqs._core.move_tasks import failure_reason
+
+    gone = [vsqs.StorageError(errno.ENOTDIR, "not a directory: /srv/spool/dest", "/srv/spool/dest"),
+            vsqs.StorageError(errno.ENOENT, "open: No such file or directory", "/srv/spool/dest/x"),
+            vsqs.QueueNotFound("no queue at /srv/spool/dest")]
+    assert {failure_reason(exc) for exc in gone} == {"QueueNotFound: a queue of the move does not exist"}
+    others = [vsqs.StorageError(errno.EIO, "read failed in /srv/spool/dest", "/srv/spool/dest"),
+              vsqs.InvalidArgument("bad '/srv/spool/x'"), vsqs.StorageError(errno.EIO, "Input/output error", "/srv")]
+    reasons = [failure_reason(exc) for exc in others]
+    assert reasons == ["StorageError", "InvalidArgument", "StorageError: Input/output error"]

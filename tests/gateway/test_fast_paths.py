@@ -110,11 +110,11 @@ def test_the_size_cap_applies_to_sqs_requests(spool: str) -> None:
     over = config.max_sqs_request_bytes + 1
     status, headers, body = call(app, "POST", "/", sqs_headers("SendMessage", **{"content-length": str(over)}),
                                  [b"x" * over])
-    assert status == 413 and sqs_type(body) == "InvalidParameterValue" and headers["x-amzn-query-error"]
+    assert status == 413 and sqs_type(body) == "InvalidParameterValueException" and headers["x-amzn-query-error"]
     chunk = b" " * 65536
     chunks = [chunk] * (over // len(chunk) + 2)
     status, _, body = call(app, "POST", "/", sqs_headers("SendMessage", **{"transfer-encoding": "chunked"}), chunks)
-    assert status == 413 and sqs_type(body) == "InvalidParameterValue"
+    assert status == 413 and sqs_type(body) == "InvalidParameterValueException"
     status, _, metrics = call(app, "GET", "/metrics", [(b"host", b"localhost")])
     counted = 'vsqs_gateway_requests_total{operation="sqs.SendMessage",outcome="413"} 1.0'
     assert counted in metrics.decode()  # the streamed one under its action, as before the fast path

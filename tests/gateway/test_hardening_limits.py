@@ -312,7 +312,7 @@ def test_each_route_caps_its_body_before_reading_it(server: Server) -> None:
     receipts = httpx.post(f"{server.url}/queues/q/messages/delete", json={"receipts": [pad]}, timeout=WAIT)
     assert (receipts.status_code, receipts.json()["error"]["code"]) == (413, "request_too_large")
     listing = sqs_call(server.url, "ListQueues", json.dumps({"QueueNamePrefix": pad}).encode())
-    assert (listing.status_code, listing.json()["__type"]) == (413, "com.amazonaws.sqs#InvalidParameterValue")
+    assert (listing.status_code, listing.json()["__type"]) == (413, "com.amazonaws.sqs#InvalidParameterValueException")
     big = {"messages": [{"body": "b" * 1_000_000} for _ in range(10)]}
     published = httpx.post(f"{server.url}/queues/q/messages/batch", json=big, timeout=WAIT)
     assert published.status_code == 201 and len(published.json()["messages"]) == 10
@@ -412,22 +412,23 @@ def _redrive(arn: str = "arn:aws:sqs:us-east-1:000000000000:dlq", count: object 
     return json.dumps({"deadLetterTargetArn": arn, "maxReceiveCount": count})
 
 
-SQS_BAD = [  # (action, parameters as JSON text, with {url} for the queue's URL; status, error name)
+SQS_BAD = [  # (action, parameters as JSON text, with {url} for the queue's URL; status, error's JSON type)
     ("ListQueues", "[" * 900 + "]" * 900, 400, "SerializationException"),
     ("ListQueues", '{"a":' * 900 + "1" + "}" * 900, 400, "SerializationException"),
     ("SendMessage", '{"QueueUrl":"{url}","MessageBody":"x","X":' + "[" * 5000 + "]" * 5000 + "}", 400,
      "SerializationException"),
     ("SetQueueAttributes", json.dumps({"QueueUrl": "{url}", "Attributes": {"RedrivePolicy": "[" * 5000 + "]" * 5000}}),
-     400, "InvalidAttributeValue"),
+     400, "InvalidParameterValueException"),
     ("SetQueueAttributes",
      json.dumps({"QueueUrl": "{url}", "Attributes": {"RedrivePolicy": _redrive(count="9" * 5000)}}),
-     400, "InvalidAttributeValue"),
+     400, "InvalidParameterValueException"),
     ("SetQueueAttributes", json.dumps({"QueueUrl": "{url}", "Attributes": {"RedrivePolicy": _redrive(count="\u00b2")}}),
-     400, "InvalidAttributeValue"),
+     400, "InvalidParameterValueException"),
     ("SendMessage", '{"QueueUrl":"{url}","MessageBody":"\\ud800"}', 400, "InvalidMessageContents"),
     ("SendMessage", '{"QueueUrl":"{url}","MessageBody":"x","MessageAttributes":{"a":{"DataType":"String",'
      '"StringValue":"\\udc00"}}}', 400, "InvalidMessageContents"),
-    ("SendMessage", '{"QueueUrl":"{url}","MessageBody":"x","MessageGroupId":"\\ud800"}', 400, "InvalidParameterValue"),
+    ("SendMessage", '{"QueueUrl":"{url}","MessageBody":"x","MessageGroupId":"\\ud800"}', 400,
+     "InvalidParameterValueException"),
     ("SendMessage", '{"QueueUrl":"{url}","MessageBody":"x","DelaySeconds":1e999}', 400, "SerializationException"),
     ("ReceiveMessage", '{"QueueUrl":"{url}","VisibilityTimeout":' + "9" * 5000 + "}", 400, "SerializationException"),
 ]

@@ -114,12 +114,13 @@ def md5(text: str) -> str:
     return hashlib.md5(text.encode()).hexdigest()
 
 
-def signed_post(server: Server, target: str, body: bytes, key: str = KEY, secret: str = SECRET) -> httpx.Response:
-    """A raw POST / signed as botocore signs, for bodies boto3 would never send."""
+def signed_post(server: Server, target: str, body: bytes, key: str = KEY, secret: str = SECRET,
+                path: str = "/") -> httpx.Response:
+    """A raw POST (to ``path``) signed as botocore signs, for bodies boto3 would never send."""
     headers = {"Content-Type": "application/x-amz-json-1.0", "X-Amz-Target": target}
-    request = AWSRequest(method="POST", url=server.url + "/", data=body, headers=headers)
+    request = AWSRequest(method="POST", url=server.url + path, data=body, headers=headers)
     SigV4Auth(Credentials(key, secret), "sqs", REGION).add_auth(request)
-    return httpx.post(server.url + "/", content=body, headers=dict(request.headers.items()), timeout=30)
+    return httpx.post(server.url + path, content=body, headers=dict(request.headers.items()), timeout=30)
 
 
 def raw_error(response: httpx.Response) -> tuple[int, str, str]:
@@ -244,7 +245,7 @@ def test_message_counts_by_state(sqs: Any) -> None:
     ({"MaximumMessageSize": "1023"}, "InvalidAttributeValue", "InvalidAttributeValue"),
     ({"MessageRetentionPeriod": "59"}, "InvalidAttributeValue", "InvalidAttributeValue"),
     ({"ReceiveMessageWaitTimeSeconds": "21"}, "InvalidAttributeValue", "InvalidAttributeValue"),
-    ({"RedrivePolicy": "not json"}, "InvalidAttributeValue", "InvalidAttributeValue"),
+    ({"RedrivePolicy": "not json"}, "ClientError", "InvalidParameterValue"),
 ])
 def test_bad_queue_attributes_are_refused(sqs: Any, server: Server, attributes: dict[str, str], exception: str,
                                           code: str) -> None:
@@ -460,7 +461,7 @@ def test_bad_receive_parameters(sqs: Any, kwargs: dict[str, Any], exception: str
     ({"MessageBody": "x", "MessageAttributes": {f"a{i}": {"DataType": "String", "StringValue": "v"}
                                                  for i in range(11)}}, "InvalidParameterValue"),
     ({"MessageBody": "x", "MessageAttributes": {"a": {"DataType": "String", "StringValue": "\x01"}}},
-     "InvalidMessageContents"),
+     "InvalidParameterValue"),
 ])
 def test_bad_messages_are_refused_and_nothing_is_written(sqs: Any, server: Server, kwargs: dict[str, Any],
                                                          code: str) -> None:
@@ -719,7 +720,6 @@ def test_redrive_policy_moves_a_message_to_the_dead_letter_queue(sqs: Any, serve
     {"deadLetterTargetArn": "arn:aws:sqs:us-east-1:000000000000:does-not-exist", "maxReceiveCount": 3},
     {"deadLetterTargetArn": "arn:aws:sqs:us-east-1:000000000000:../etc", "maxReceiveCount": 3},
     {"deadLetterTargetArn": "not an arn", "maxReceiveCount": 3},
-    {"deadLetterTargetArn": "arn:aws:sqs:us-east-1:000000000000:SELF", "maxReceiveCount": 3},
     {"deadLetterTargetArn": "arn:aws:sqs:us-east-1:000000000000:DLQ", "maxReceiveCount": 0},
     {"deadLetterTargetArn": "arn:aws:sqs:us-east-1:000000000000:DLQ"},
 ])
@@ -728,10 +728,27 @@ def test_bad_redrive_policies(sqs: Any, server: Server, policy: dict[str, Any]) 
     sqs.create_queue(QueueName=dlq)
     url = sqs.create_queue(QueueName=name)["QueueUrl"]
     text = json.dumps(policy).replace("SELF", name).replace("DLQ", dlq)
-    with pytest.raises(sqs.exceptions.InvalidAttributeValue):
+    with pytest.raises(ClientError) as caught:
         sqs.set_queue_attributes(QueueUrl=url, Attributes={"RedrivePolicy": text})
+    assert error_of(caught) == ("InvalidParameterValue", 400)
+    assert caught.value.response["Error"]["Message"].startswith(f"Value {text} for parameter RedrivePolicy is invalid.")
     assert library_queue(server, name).settings["max_receives"] is None
     assert not os.path.exists(os.path.join(server.spool, "does-not-exist"))
+
+
+def test_a_redrive_policy_naming_the_queue_itself_is_taken_and_moves_nothing(sqs: Any, server: Server) -> None:
+    """Amazon takes it; a message would move to the queue it is in, so vsqs dead-letters nothing."""
+    name = new_name("self")
+    url = sqs.create_queue(QueueName=name)["QueueUrl"]
+    arn = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
+    sqs.set_queue_attributes(QueueUrl=url, Attributes={"RedrivePolicy": json.dumps(
+        {"deadLetterTargetArn": arn, "maxReceiveCount": 1})})
+    sqs.send_message(QueueUrl=url, MessageBody="stays")
+    counts = [sqs.receive_message(QueueUrl=url, VisibilityTimeout=0, AttributeNames=["ApproximateReceiveCount"])
+              ["Messages"][0]["Attributes"]["ApproximateReceiveCount"] for _ in range(3)]
+    assert counts == ["1", "2", "3"]
+    assert library_queue(server, name).settings["max_receives"] is None
+    assert not os.path.exists(os.path.join(server.spool, f"{name}.dlq"))  # (vsqs's default dead-letter queue)
 
 
 # -- long polling ---------------------------------------------------------------------
@@ -942,10 +959,10 @@ def test_bad_queue_urls_touch_no_file(sqs: Any, server: Server, url_tail: str) -
     (b"{not json", "SerializationException", "SerializationException"),
     (b"[1, 2]", "SerializationException", "SerializationException"),
     (b"\xff\xfe", "SerializationException", "SerializationException"),
-    (b'{"QueueName": 5}', "InvalidParameterValue", "InvalidParameterValue"),
-    (b'{"QueueName": "x", "Attributes": {"VisibilityTimeout": 5}}', "InvalidParameterValue",
+    (b'{"QueueName": 5}', "InvalidParameterValueException", "InvalidParameterValue"),
+    (b'{"QueueName": "x", "Attributes": {"VisibilityTimeout": 5}}', "InvalidParameterValueException",
      "InvalidParameterValue"),
-    (b'{}', "MissingParameter", "MissingParameter"),
+    (b'{}', "MissingRequiredParameterException", "MissingParameter"),
 ])
 def test_malformed_requests(server: Server, body: bytes, kind: str, code: str) -> None:
     entries = spool_entries(server)
@@ -957,12 +974,12 @@ def test_missing_parameters(sqs: Any, server: Server) -> None:
     for target in ("SendMessage", "ReceiveMessage", "DeleteQueue", "PurgeQueue", "GetQueueAttributes",
                    "CreateQueue", "GetQueueUrl"):
         assert raw_error(signed_post(server, f"AmazonSQS.{target}", b"{}")) == (
-            400, "MissingParameter", "MissingParameter")
+            400, "MissingRequiredParameterException", "MissingParameter")
     url = sqs.create_queue(QueueName=new_name("missing"))["QueueUrl"]
     for target in ("SendMessage", "DeleteMessage", "ChangeMessageVisibility", "SendMessageBatch",
                    "SetQueueAttributes"):
         response = signed_post(server, f"AmazonSQS.{target}", json.dumps({"QueueUrl": url}).encode())
-        assert raw_error(response) == (400, "MissingParameter", "MissingParameter"), target
+        assert raw_error(response) == (400, "MissingRequiredParameterException", "MissingParameter"), target
 
 
 def test_a_request_over_the_size_cap_writes_nothing(sqs: Any, server: Server) -> None:
@@ -971,7 +988,8 @@ def test_a_request_over_the_size_cap_writes_nothing(sqs: Any, server: Server) ->
     # over the SQS face's cap (3 MiB + 64 KiB at the default 1 MiB per message), far under the native one
     body = json.dumps({"QueueUrl": url, "MessageBody": "x" * (4 * 1024 * 1024)}).encode()
     response = signed_post(server, "AmazonSQS.SendMessage", body)
-    assert (response.status_code, response.json()["__type"]) == (413, "com.amazonaws.sqs#InvalidParameterValue")
+    assert (response.status_code, response.json()["__type"]) == (
+        413, "com.amazonaws.sqs#InvalidParameterValueException")
     unsigned = refused_status(lambda: httpx.post(server.url, content=body,
                                                  headers={"X-Amz-Target": "AmazonSQS.SendMessage"}))
     assert unsigned in (413, None)  # refused before the body is read or the signature checked

@@ -76,7 +76,7 @@ def test_message_attribute_names_take_prefixes(sqs: Any) -> None:
     shown = [set(sqs.receive_message(QueueUrl=url, MessageAttributeNames=names, VisibilityTimeout=60)
                  ["Messages"][0].get("MessageAttributes", {}))
              for names in (["foo.*"], [".*"], ["bar", "nothing.*"])]
-    assert shown == [{"foo.a", "foo.b"}, {"foo.a", "foo.b", "food", "bar"}, {"bar"}]
+    assert shown == [{"foo.a", "foo.b", "food"}, {"foo.a", "foo.b", "food", "bar"}, {"bar"}]  # foo.*: prefix "foo"
 
 
 def test_unknown_names_on_receive_are_ignored(sqs: Any) -> None:
@@ -175,7 +175,7 @@ def test_a_superseded_handle_changes_nothing_and_succeeds(sqs: Any, server: Serv
     sqs.change_message_visibility(QueueUrl=url, ReceiptHandle=old, VisibilityTimeout=0)
     changed = sqs.change_message_visibility_batch(QueueUrl=url, Entries=[
         {"Id": "old", "ReceiptHandle": old, "VisibilityTimeout": 0}])
-    assert [e["Id"] for e in changed["Successful"]] == ["old"] and changed["Failed"] == []
+    assert [e["Id"] for e in changed["Successful"]] == ["old"] and "Failed" not in changed
     assert library_queue(server, name).stats().in_flight == 1  # still held by the second receive
     assert "Messages" not in sqs.receive_message(QueueUrl=url)
     sqs.delete_message(QueueUrl=url, ReceiptHandle=current)
@@ -267,8 +267,12 @@ def test_retention_is_reported_with_amazons_default_and_creating_with_it_is_the_
 # -- error texts ------------------------------------------------------------------------------
 
 
+DUMMY_REDRIVE = json.dumps({"deadLetterTargetArn": "dummy", "maxReceiveCount": 42})
+
+
 def test_error_texts_are_amazons(sqs: Any) -> None:
     url = sqs.create_queue(QueueName=new_name("texts"))["QueueUrl"]
+    fifo_url = sqs.create_queue(QueueName=new_name("texts") + ".fifo", Attributes={"FifoQueue": "true"})["QueueUrl"]
     cases: list[tuple[Any, str, str]] = [
         (lambda: sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=11), "InvalidParameterValue",
          "Value 11 for parameter MaxNumberOfMessages is invalid. Reason: Must be between 1 and 10, if provided."),
@@ -298,8 +302,7 @@ def test_error_texts_are_amazons(sqs: Any) -> None:
          "Can't cast the value of message (user) attribute 'n' to a number."),
         (lambda: sqs.send_message(QueueUrl=url, MessageBody="x", MessageAttributes={
             "s": {"DataType": "String", "StringValue": ""}}), "InvalidParameterValue",
-         "The message attribute 's' must contain non-empty message attribute value for message attribute "
-         "type 'String'."),
+         "Message (user) attribute 's' must contain a non-empty value of type 'String'."),
         (lambda: sqs.send_message(QueueUrl=url, MessageBody="x", MessageAttributes={
             "t": {"DataType": "Text", "StringValue": "v"}}), "InvalidParameterValue",
          "The message attribute 't' has an invalid message attribute type, the set of supported type prefixes "
@@ -310,8 +313,146 @@ def test_error_texts_are_amazons(sqs: Any) -> None:
         (lambda: sqs.change_message_visibility_batch(QueueUrl=url, Entries=[]),
          "AWS.SimpleQueueService.EmptyBatchRequest",
          "There should be at least one ChangeMessageVisibilityBatchRequestEntry in the request."),
+        (lambda: sqs.send_message(QueueUrl=url, MessageBody="x", MessageAttributes={
+            "s": {"DataType": "String", "StringValue": "bell \x08"}}), "InvalidParameterValue",
+         "Invalid characters found. Valid unicode characters are #x9 | #xA | #xD | #x20 to #xD7FF | #xE000 to "
+         "#xFFFD | #x10000 to #x10FFFF"),
+        (lambda: sqs.set_queue_attributes(QueueUrl=url, Attributes={"RedrivePolicy": DUMMY_REDRIVE}),
+         "InvalidParameterValue", f"Value {DUMMY_REDRIVE} for parameter RedrivePolicy is invalid. Reason: Invalid "
+         "value for deadLetterTargetArn."),
+        (lambda: sqs.set_queue_attributes(QueueUrl=url, Attributes={"KmsMasterKeyId": "testKeyId",
+                                                                    "SqsManagedSseEnabled": "true"}),
+         "InvalidAttributeName", "You can use one type of server-side encryption (SSE) at one time. You can "
+         "either enable KMS SSE or SQS SSE."),
+        (lambda: sqs.set_queue_attributes(QueueUrl=url, Attributes={"VisibilityTimeout": "43201"}),
+         "InvalidAttributeValue", "Invalid value for the parameter VisibilityTimeout."),
+        (lambda: sqs.set_queue_attributes(QueueUrl=fifo_url, Attributes={"FifoQueue": "false"}),
+         "InvalidAttributeValue", "Invalid value for the parameter FifoQueue. Reason: Modifying queue type is not "
+         "supported."),
+        (lambda: sqs.send_message(QueueUrl=fifo_url, MessageBody="x", MessageGroupId="g"), "InvalidParameterValue",
+         "The queue should either have ContentBasedDeduplication enabled or MessageDeduplicationId provided "
+         "explicitly"),
+        (lambda: sqs.send_message(QueueUrl=fifo_url, MessageBody="x", MessageDeduplicationId="d"),
+         "MissingParameter", "The request must contain the parameter MessageGroupId."),
     ]
     for call, code, text in cases:
         with pytest.raises(ClientError) as caught:
             call()
         assert (error_of(caught)[0], message(caught)) == (code, text)
+
+
+# -- error shapes, batches, attribute names ------------------------------------------
+
+
+def test_generic_errors_carry_amazons_json_types(sqs: Any, server: Server) -> None:
+    """Amazon's JSON answers name the two generic errors ...Exception in __type,
+    and their query codes (what clients see as the code) in x-amzn-query-error."""
+    url = sqs.create_queue(QueueName=new_name("types"))["QueueUrl"]
+    invalid = signed_post(server, "AmazonSQS.ReceiveMessage",
+                          json.dumps({"QueueUrl": url, "MaxNumberOfMessages": 11}).encode())
+    assert invalid.json()["__type"] == "com.amazonaws.sqs#InvalidParameterValueException"
+    assert invalid.headers["x-amzn-query-error"] == "InvalidParameterValue;Sender"
+    missing = signed_post(server, "AmazonSQS.SendMessage", json.dumps({"QueueUrl": url}).encode())
+    assert missing.json()["__type"] == "com.amazonaws.sqs#MissingRequiredParameterException"
+    assert missing.headers["x-amzn-query-error"] == "MissingParameter;Sender"
+    with pytest.raises(ClientError) as caught:
+        sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=11)
+    assert caught.value.response["Error"] == {
+        "Code": "InvalidParameterValue", "QueryErrorCode": "InvalidParameterValueException", "Type": "Sender",
+        "Message": "Value 11 for parameter MaxNumberOfMessages is invalid. Reason: Must be between 1 and 10, if "
+                   "provided."}
+
+
+@pytest.mark.parametrize(("entry", "text"), [
+    ({"MessageDeduplicationId": "d2"}, "The request must contain the parameter MessageGroupId."),
+    ({"MessageGroupId": "g"}, "The queue should either have ContentBasedDeduplication enabled or "
+                              "MessageDeduplicationId provided explicitly"),
+])
+def test_a_fifo_batch_with_an_entry_missing_an_id_fails_whole(sqs: Any, server: Server, entry: dict[str, str],
+                                                               text: str) -> None:
+    name = new_name("fifobatch") + ".fifo"
+    url = sqs.create_queue(QueueName=name, Attributes={"FifoQueue": "true"})["QueueUrl"]
+    entries = [{"Id": "good", "MessageBody": "a", "MessageGroupId": "g", "MessageDeduplicationId": "d1"},
+               {"Id": "bad", "MessageBody": "b", **entry}]
+    with pytest.raises(ClientError) as caught:
+        sqs.send_message_batch(QueueUrl=url, Entries=entries)
+    assert (error_of(caught), message(caught)) == (("InvalidParameterValue", 400), text)
+    assert library_queue(server, name).stats().total == 0  # the good entry is not sent either
+
+
+def test_a_batch_with_nothing_failed_has_no_failed_member(sqs: Any, server: Server) -> None:
+    url = sqs.create_queue(QueueName=new_name("nofailed"))["QueueUrl"]
+    sent = signed_post(server, "AmazonSQS.SendMessageBatch", json.dumps({"QueueUrl": url, "Entries": [
+        {"Id": "a", "MessageBody": "x"}, {"Id": "b", "MessageBody": "y"}]}).encode()).json()
+    assert set(sent) == {"Successful"}
+    got = sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10)["Messages"]
+    handles = [{"Id": str(i), "ReceiptHandle": m["ReceiptHandle"]} for i, m in enumerate(got)]
+    changed = sqs.change_message_visibility_batch(QueueUrl=url, Entries=[{**h, "VisibilityTimeout": 60}
+                                                                         for h in handles])
+    deleted = sqs.delete_message_batch(QueueUrl=url, Entries=handles)
+    assert "Failed" not in changed and "Failed" not in deleted and len(deleted["Successful"]) == len(got)
+    failing = sqs.delete_message_batch(QueueUrl=url, Entries=[{"Id": "x", "ReceiptHandle": "garbage"}])
+    assert "Successful" not in failing and [e["Id"] for e in failing["Failed"]] == ["x"]
+
+
+@pytest.mark.parametrize(("names", "shown"), [
+    (["*"], {"Help.Me", "Hello", "General"}),
+    (["All"], {"Help.Me", "Hello", "General"}),
+    ([".*"], {"Help.Me", "Hello", "General"}),
+    (["Hel.*"], {"Help.Me", "Hello"}),
+    (["Foo", "Hello"], {"Hello"}),
+    (["AWS."], set()),
+])
+def test_message_attribute_names_as_amazon_reads_them(sqs: Any, names: list[str], shown: set[str]) -> None:
+    url = sqs.create_queue(QueueName=new_name("attrnames"))["QueueUrl"]
+    sqs.send_message(QueueUrl=url, MessageBody="msg", MessageAttributes={
+        name: {"DataType": "String", "StringValue": value}
+        for name, value in (("Help.Me", "Me"), ("Hello", "There"), ("General", "Kenobi"))})
+    got = sqs.receive_message(QueueUrl=url, MessageAttributeNames=names)["Messages"][0]
+    assert set(got.get("MessageAttributes", {})) == shown
+
+
+# -- AWSTraceHeader ---------------------------------------------------------------------
+
+TRACE = "Root=1-5759e988-bd862e3fe1be46a994272793;Parent=53995c3f42cd8ad8;Sampled=1"
+
+
+def test_the_x_ray_header_becomes_the_aws_trace_header(server: Server) -> None:
+    """X-Ray's X-Amzn-Trace-Id header on a send is its messages' AWSTraceHeader;
+    MessageSystemAttributes.AWSTraceHeader overrides it, as Amazon documents."""
+    traced = make_client(server)
+
+    def add_header(request: Any, **_: Any) -> None:
+        request.headers["X-Amzn-Trace-Id"] = TRACE
+
+    for operation in ("SendMessage", "SendMessageBatch"):
+        traced.meta.events.register(f"before-sign.sqs.{operation}", add_header)
+    url = traced.create_queue(QueueName=new_name("trace"))["QueueUrl"]
+    traced.send_message(QueueUrl=url, MessageBody="one")
+    traced.send_message_batch(QueueUrl=url, Entries=[{"Id": "a", "MessageBody": "two"}])
+    own = "Root=1-00000000-000000000000000000000000"
+    traced.send_message(QueueUrl=url, MessageBody="three", MessageSystemAttributes={
+        "AWSTraceHeader": {"DataType": "String", "StringValue": own}})
+    seen: dict[str, str | None] = {}
+    for names in (["AWSTraceHeader"], ["All"], ["SenderId"]):
+        for m in traced.receive_message(QueueUrl=url, MaxNumberOfMessages=10, VisibilityTimeout=0,
+                                        MessageSystemAttributeNames=names)["Messages"]:
+            seen[f"{m['Body']} {names[0]}"] = m.get("Attributes", {}).get("AWSTraceHeader")
+    assert seen == {"one AWSTraceHeader": TRACE, "two AWSTraceHeader": TRACE, "three AWSTraceHeader": own,
+                    "one All": TRACE, "two All": TRACE, "three All": own,
+                    "one SenderId": None, "two SenderId": None, "three SenderId": None}
+
+
+def test_attribute_names_with_latin_letters_are_taken(sqs: Any, server: Server) -> None:
+    """Amazon takes Latin letters beyond ASCII in attribute names, though its reference lists ASCII only."""
+    url = sqs.create_queue(QueueName=new_name("latin"))["QueueUrl"]
+    attributes = {"attr.1øßä": {"DataType": "String", "StringValue": "Valida"}}
+    sent = sqs.send_message(QueueUrl=url, MessageBody="test", MessageAttributes=attributes)
+    got = sqs.receive_message(QueueUrl=url, MessageAttributeNames=["All"])["Messages"][0]
+    assert got["MessageAttributes"] == attributes
+    assert got["MD5OfMessageAttributes"] == sent["MD5OfMessageAttributes"]
+    for bad in ("Invalid-§-attr", "Invalid-×-attr", "Invalid-!-attr", "L" * 257):
+        with pytest.raises(ClientError) as caught:
+            sqs.send_message(QueueUrl=url, MessageBody="test", MessageAttributes={
+                bad: {"DataType": "String", "StringValue": "Valid"}})
+        assert error_of(caught) == ("InvalidParameterValue", 400), bad

@@ -5,6 +5,7 @@ sees)."""
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import subprocess
@@ -152,15 +153,24 @@ def test_add_and_remove_permission_edit_the_policy(sqs: Any, other: Any) -> None
     policy = wait_for(lambda: (found := policy_of(sqs)) and len(found["Statement"]) == 2 and found)
     statements = {s["Sid"]: s for s in policy["Statement"]}
     assert set(statements) == {"senders", "all"}
-    assert statements["senders"]["Action"] == ["SQS:SendMessage"]
-    assert statements["senders"]["Principal"] == {"AWS": ["arn:aws:iam::111122223333:root"]}
-    assert statements["senders"]["Resource"] == arn_of(sqs, url)
+    arn = arn_of(sqs, url)
+    assert (policy["Version"], policy["Id"]) == ("2008-10-17", f"{arn}/SQSDefaultPolicy")  # Amazon's shape
+    assert statements["senders"] == {"Sid": "senders", "Effect": "Allow", "Action": "SQS:SendMessage",
+                                     "Principal": {"AWS": "arn:aws:iam::111122223333:root"}, "Resource": arn}
+    sqs.add_permission(QueueUrl=url, Label="two", AWSAccountIds=["111122223333", "444455556666"],
+                       Actions=["SendMessage", "ReceiveMessage"])
+    two = wait_for(lambda: {s["Sid"]: s for s in policy_of(sqs)["Statement"]}.get("two"))
+    assert two["Principal"] == {"AWS": ["arn:aws:iam::111122223333:root", "arn:aws:iam::444455556666:root"]}
+    assert two["Action"] == ["SQS:SendMessage", "SQS:ReceiveMessage"]
+    sqs.remove_permission(QueueUrl=url, Label="two")
     with pytest.raises(ClientError) as caught:
         sqs.add_permission(QueueUrl=url, Label="senders", AWSAccountIds=["1"], Actions=["SendMessage"])
     assert code_of(caught) == "InvalidParameterValue"
     with pytest.raises(ClientError) as caught:
         sqs.add_permission(QueueUrl=url, Label="x", AWSAccountIds=["1"], Actions=["DeleteQueue"])
-    assert code_of(caught) == "InvalidParameterValue"
+    assert (code_of(caught), caught.value.response["Error"]["Message"]) == (
+        "InvalidParameterValue", "Value SQS:DeleteQueue for parameter ActionName is invalid. Reason: Please refer to "
+        "the appropriate WSDL for a list of valid actions. ")
     other.remove_permission(QueueUrl=url, Label="senders")
     wait_for(lambda: [s["Sid"] for s in policy_of(sqs)["Statement"]] == ["all"])
     with pytest.raises(ClientError) as caught:
@@ -188,8 +198,7 @@ def test_encryption_attributes_are_accepted_stored_and_reported(sqs: Any, other:
     got = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["KmsDataKeyReusePeriodSeconds"])["Attributes"]
     assert got == {"KmsDataKeyReusePeriodSeconds": "300"}  # Amazon's default
     for bad in ({"KmsDataKeyReusePeriodSeconds": "59"}, {"KmsDataKeyReusePeriodSeconds": "86401"},
-                {"SqsManagedSseEnabled": "maybe"},
-                {"SqsManagedSseEnabled": "true", "KmsMasterKeyId": "alias/other"}):
+                {"SqsManagedSseEnabled": "maybe"}):
         with pytest.raises(ClientError) as caught:
             sqs.set_queue_attributes(QueueUrl=url, Attributes=bad)
         assert code_of(caught) == "InvalidAttributeValue"
@@ -270,7 +279,10 @@ def test_message_move_task_to_a_destination_at_a_rate_cancelled_from_another_gat
                                          MaxNumberOfMessagesPerSecond=1)["TaskHandle"]
     with pytest.raises(ClientError) as caught:
         other.start_message_move_task(SourceArn=dlq_arn)  # one active task per queue, across gateways
-    assert code_of(caught) in ("AWS.SimpleQueueService.UnsupportedOperation", "UnsupportedOperation")
+    assert caught.value.response["Error"] == {
+        "Code": "InvalidParameterValue", "Type": "Sender", "QueryErrorCode": "InvalidParameterValueException",
+        "Message": "There is already a task running. Only one active task is allowed for a source queue arn at a "
+                   "given time."}
     [running] = other.list_message_move_tasks(SourceArn=dlq_arn, MaxResults=10)["Results"]
     assert running["Status"] == "RUNNING" and running["TaskHandle"] == handle
     assert running["DestinationArn"] == target_arn and running["MaxNumberOfMessagesPerSecond"] == 1
@@ -288,23 +300,40 @@ def test_message_move_task_to_a_destination_at_a_rate_cancelled_from_another_gat
 
 
 def test_message_move_task_errors(sqs: Any, servers: tuple[Server, Server]) -> None:
+    """Amazon's codes, texts and statuses (a resource that is not there is a 404)."""
     plain_url = sqs.create_queue(QueueName=new_name("plain"))["QueueUrl"]
     plain_arn = arn_of(sqs, plain_url)
     missing_arn = plain_arn.rsplit(":", 1)[0] + ":no-such-queue"
-    with pytest.raises(ClientError) as caught:
-        sqs.start_message_move_task(SourceArn=plain_arn)  # not a dead-letter queue
-    assert code_of(caught) == "InvalidParameterValue"
-    with pytest.raises(ClientError) as caught:
-        sqs.start_message_move_task(SourceArn=missing_arn)
-    assert code_of(caught) == "ResourceNotFoundException"
-    with pytest.raises(ClientError) as caught:
-        sqs.list_message_move_tasks(SourceArn=missing_arn)
-    assert code_of(caught) == "ResourceNotFoundException"
+    _, dlq_url, _, _ = with_dead_letters(sqs, servers[0], 1)
+    dlq_arn = arn_of(sqs, dlq_url)
+
+    def handle_of(task_id: str, source_arn: str) -> str:
+        doc = json.dumps({"taskId": task_id, "sourceArn": source_arn}).encode()
+        return base64.urlsafe_b64encode(doc).decode()
+
+    def refusal(call: Any, **kwargs: Any) -> tuple[int, str, str]:
+        with pytest.raises(ClientError) as caught:
+            call(**kwargs)
+        answer = caught.value.response
+        return answer["ResponseMetadata"]["HTTPStatusCode"], answer["Error"]["Code"], answer["Error"]["Message"]
+
+    no_source = (404, "ResourceNotFoundException",
+                 "The resource that you specified for the SourceArn parameter doesn't exist.")
+    assert refusal(sqs.start_message_move_task, SourceArn=plain_arn) == (
+        400, "InvalidParameterValue", "Source queue must be configured as a Dead Letter Queue.")
+    assert refusal(sqs.start_message_move_task, SourceArn=missing_arn) == no_source
+    assert refusal(sqs.list_message_move_tasks, SourceArn=missing_arn) == no_source
+    assert refusal(sqs.start_message_move_task, SourceArn=dlq_arn, DestinationArn=missing_arn) == (
+        404, "ResourceNotFoundException", "The resource that you specified for the DestinationArn parameter "
+        "doesn't exist.")
+    assert refusal(sqs.cancel_message_move_task, TaskHandle=handle_of("1-2", missing_arn)) == no_source
+    assert refusal(sqs.cancel_message_move_task, TaskHandle=handle_of("1-2", dlq_arn)) == (
+        404, "ResourceNotFoundException", "Task does not exist.")
+    for garbage in ("garbage", handle_of("1-2", "not-an-arn")):
+        assert refusal(sqs.cancel_message_move_task, TaskHandle=garbage) == (
+            400, "InvalidParameterValue", "Value for parameter TaskHandle is invalid.")
     with pytest.raises(ClientError) as caught:
         sqs.start_message_move_task(SourceArn="not-an-arn")
-    assert code_of(caught) == "InvalidParameterValue"
-    with pytest.raises(ClientError) as caught:
-        sqs.cancel_message_move_task(TaskHandle="garbage")
     assert code_of(caught) == "InvalidParameterValue"
     assert sqs.list_message_move_tasks(SourceArn=plain_arn)["Results"] == []
     listed = run_aws(servers[0], "list-message-move-tasks", "--source-arn", plain_arn)

@@ -531,3 +531,72 @@ def test_answers_escape_what_xml_would_read_as_markup(server: Server) -> None:
     answer = post(server, {"Action": "ReceiveMessage", "QueueUrl": name})
     assert b"<x>" not in answer.content and b"]]>" not in answer.content and b"\r" not in answer.content
     assert xml_result(answer, "ReceiveMessage").findtext(f"{NS}Message/{NS}Body") == body
+
+
+# -- Amazon's answers at a queue's URL, in its words, in JSON when asked ---------
+
+
+def test_a_queue_that_is_not_there_in_the_query_protocols_words(server: Server) -> None:
+    gone = post(server, {"Action": "GetQueueAttributes", "QueueUrl": f"{server.url}/000000000000/never-made",
+                         "AttributeName.1": "All"})
+    assert xml_error(gone) == (400, "Sender", "AWS.SimpleQueueService.NonExistentQueue",
+                               "The specified queue does not exist for this wsdl version.")
+    unknown = httpx.get(server.url + "/", params={"Action": "FooBar", "Version": "2012-11-05"}, timeout=30)
+    assert xml_error(unknown) == (400, "Sender", "InvalidAction", "The action FooBar is not valid for this endpoint.")
+
+
+def test_queueless_actions_at_a_queue_url_are_invalid_actions(server: Server) -> None:
+    name = new_name("queueless")
+    xml_result(post(server, {"Action": "CreateQueue", "QueueName": name}), "CreateQueue")
+    for action, extra in (("CreateQueue", {"QueueName": new_name("other")}), ("ListQueues", {})):
+        answer = httpx.get(f"{server.url}/000000000000/{name}", params={"Action": action, **extra},
+                           headers=SIGNED_IN_HEADERS, timeout=30)
+        assert xml_error(answer) == (400, "Sender", "InvalidAction",
+                                     f"The action {action} is not valid for this endpoint.")
+    assert len(vsqs.Spool(server.spool).queues()) == len(set(vsqs.Spool(server.spool).queues()))
+    found = httpx.get(f"{server.url}/000000000000/{name}", params={"Action": "GetQueueUrl", "QueueName": name},
+                      timeout=30)
+    assert xml_result(found, "GetQueueUrl").findtext(f"{NS}QueueUrl") == f"{server.url}/000000000000/{name}"
+
+
+def test_a_get_of_a_queue_url_naming_no_action_is_an_unknown_operation(server: Server) -> None:
+    name = new_name("bare")
+    xml_result(post(server, {"Action": "CreateQueue", "QueueName": name}), "CreateQueue")
+    for headers in ({}, {"Accept": "application/json"}):
+        answer = httpx.get(f"{server.url}/000000000000/{name}", headers=headers, timeout=30)
+        assert answer.status_code == 404 and answer.headers["content-type"].startswith("text/xml")
+        assert ET.fromstring(answer.content).tag == "UnknownOperationException"
+
+
+def test_a_query_request_that_accepts_json_is_answered_in_json(server: Server) -> None:
+    name = new_name("json")
+    url = xml_result(post(server, {"Action": "CreateQueue", "QueueName": name}), "CreateQueue").findtext(
+        f"{NS}QueueUrl")
+    accept = {"Accept": "application/json"}
+    answer = httpx.get(url, params={"Action": "GetQueueAttributes", "AttributeName.1": "All"}, headers=accept,
+                       timeout=30)
+    assert answer.status_code == 200 and answer.headers["content-type"].startswith("application/json")
+    document = answer.json()["GetQueueAttributesResponse"]
+    assert document["ResponseMetadata"]["RequestId"]
+    attributes = {a["Name"]: a["Value"] for a in document["GetQueueAttributesResult"]["Attributes"]}
+    assert attributes["QueueArn"].endswith(f":{name}") and attributes["VisibilityTimeout"] == "30"
+    refused = httpx.get(url, params={"Action": "ListQueues"}, headers={**accept, **SIGNED_IN_HEADERS}, timeout=30)
+    assert refused.status_code == 400
+    assert refused.json()["Error"] == {"Type": "Sender", "Code": "InvalidAction",
+                                       "Message": "The action ListQueues is not valid for this endpoint."}
+    sent = httpx.post(url, data={"Action": "SendMessage", "MessageBody": "hello"}, headers={**FORM, **accept},
+                      timeout=30).json()["SendMessageResponse"]["SendMessageResult"]
+    assert sent["MD5OfMessageBody"] == hashlib.md5(b"hello").hexdigest() and sent["MessageId"]
+
+
+def test_a_json_request_to_a_queue_url_is_served(server: Server) -> None:
+    """The PHP SDK sends its JSON 1.0 requests to the queue's URL."""
+    name = new_name("jsonpath")
+    url = xml_result(post(server, {"Action": "CreateQueue", "QueueName": name}), "CreateQueue").findtext(
+        f"{NS}QueueUrl")
+    headers = {"Content-Type": "application/x-amz-json-1.0", "X-Amz-Target": "AmazonSQS.SendMessage"}
+    sent = httpx.post(url, content=json.dumps({"QueueUrl": url, "MessageBody": "php"}), headers=headers, timeout=30)
+    assert sent.status_code == 200 and sent.json()["MD5OfMessageBody"] == hashlib.md5(b"php").hexdigest()
+    headers["X-Amz-Target"] = "AmazonSQS.ReceiveMessage"
+    got = httpx.post(url, content=json.dumps({"QueueUrl": url}), headers=headers, timeout=30).json()
+    assert [m["Body"] for m in got["Messages"]] == ["php"]

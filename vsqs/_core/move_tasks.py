@@ -15,6 +15,7 @@ settings' version names: nothing else reads them.
 
 from __future__ import annotations
 
+import errno
 import json
 import logging
 import os
@@ -41,6 +42,7 @@ MAX_PER_SECOND = 500  # Amazon's limit on MaxNumberOfMessagesPerSecond
 KEEP = 10  # finished tasks kept per queue (older ones are removed at the next start)
 ACTIVE = ("RUNNING", "CANCELLING")
 _ID_RE = re.compile(r"[0-9]{13}-[0-9a-f]{8}")
+_PATH_RE = re.compile(r"(?<![\w.])/[\w.]")  # an absolute path in a text (not the / of "input/output")
 
 
 class MoveTasks:
@@ -204,10 +206,10 @@ class MoveTasks:
 
 
 def failure_reason(exc: Exception) -> str:
-    """Why a task failed, in words that name no path of the spool (a client reads them)."""
-    if isinstance(exc, QueueNotFound):
-        return "QueueNotFound: the destination queue does not exist"
-    if isinstance(exc, OSError):
-        return f"{type(exc).__name__}: {exc.strerror or 'input/output error'}"
-    text = str(exc)
-    return type(exc).__name__ if os.sep in text else f"{type(exc).__name__}: {text}"
+    """Why a task failed, in words that name no path of the spool (a client reads
+    them). A directory that went away under the move (ENOENT, ENOTDIR) is a queue
+    of the move that was deleted: QueueNotFound, as when the move finds it gone."""
+    if isinstance(exc, QueueNotFound) or (isinstance(exc, OSError) and exc.errno in (errno.ENOENT, errno.ENOTDIR)):
+        return "QueueNotFound: a queue of the move does not exist"
+    text = (exc.strerror or "input/output error") if isinstance(exc, OSError) else str(exc)
+    return type(exc).__name__ if _PATH_RE.search(text) else f"{type(exc).__name__}: {text}"

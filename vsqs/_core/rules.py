@@ -17,7 +17,10 @@ from typing import Any, TypeGuard, cast
 from vsqs._core import limits
 from vsqs._core.errors import InvalidArgument
 
-ATTRIBUTE_NAME_RE = re.compile(rf"[A-Za-z0-9_.-]{{1,{limits.MAX_ATTRIBUTE_NAME}}}")
+# an attribute's name: ASCII letters and digits, _ . -, and the Latin letters of Latin-1 and Latin Extended-A
+# (U+00C0-U+017F but for the signs U+00D7 and U+00F7), which SQS takes though its reference lists only ASCII
+ATTRIBUTE_NAME_CHARS = "A-Za-z0-9_.\\-\u00c0-\u00d6\u00d8-\u00f6\u00f8-\u017f"
+ATTRIBUTE_NAME_RE = re.compile(rf"[{ATTRIBUTE_NAME_CHARS}]{{1,{limits.MAX_ATTRIBUTE_NAME}}}")
 QUEUE_NAME_RE = re.compile(rf"[A-Za-z0-9][A-Za-z0-9_.-]{{0,{limits.MAX_QUEUE_NAME - 1}}}")
 
 
@@ -98,7 +101,8 @@ def check_batch_size(max_messages: object) -> int:
 
 def attributes_problem(attributes: object) -> str | None:
     """What is wrong with a message's attributes (``None``: nothing): names of
-    A-Z a-z 0-9 _ . -, string values, at most 50 and 64 KiB in all."""
+    A-Z a-z 0-9 _ . - and Latin letters (ATTRIBUTE_NAME_RE), string values, at
+    most 50 and 64 KiB in all (UTF-8)."""
     if not isinstance(attributes, Mapping):
         return f"attributes must be a mapping of str to str, not {type(attributes).__name__}"
     if len(attributes) > limits.MAX_ATTRIBUTES:
@@ -106,10 +110,11 @@ def attributes_problem(attributes: object) -> str | None:
     size = 0
     for name, value in attributes.items():
         if not isinstance(name, str) or not ATTRIBUTE_NAME_RE.fullmatch(name):
-            return f"attribute name {name!r} must be 1-{limits.MAX_ATTRIBUTE_NAME} of A-Z a-z 0-9 _ . -"
+            return (f"attribute name {name!r} must be 1-{limits.MAX_ATTRIBUTE_NAME} of A-Z a-z 0-9 _ . - "
+                    "and Latin letters (U+00C0-U+017F)")
         if not isinstance(value, str):
             return f"attribute {name!r} must be a str, not {type(value).__name__}"
-        size += len(name) + len(value.encode("utf-8"))
+        size += len(name.encode("utf-8")) + len(value.encode("utf-8"))
     if size > limits.MAX_ATTRIBUTE_BYTES:
         return f"attributes: {size} bytes in all, at most {limits.MAX_ATTRIBUTE_BYTES}"
     return None

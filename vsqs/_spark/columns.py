@@ -117,7 +117,8 @@ def _attributes_error(column: str, value: dict[Any, Any]) -> InvalidArgument:
     for name, text in value.items():
         if not isinstance(name, str) or not ATTRIBUTE_NAME_RE.fullmatch(name):
             return _column_error(
-                column, f"must have attribute names of 1-{MAX_ATTRIBUTE_NAME} of A-Z a-z 0-9 _ . -", name
+                column, f"must have attribute names of 1-{MAX_ATTRIBUTE_NAME} of A-Z a-z 0-9 _ . - and Latin letters",
+                name
             )
         if not isinstance(text, str):
             return _column_error(column, f"must map attribute {name!r} to a string", text)

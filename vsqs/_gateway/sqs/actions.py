@@ -40,6 +40,7 @@ from vsqs._gateway.sqs.management import MANAGEMENT_ACTIONS, check_tags
 from vsqs._gateway.sqs.messages import (
     Prepared,
     check_dedup,
+    check_fifo_batch,
     dead_letter_sources,
     prepare,
     received_message,
@@ -59,7 +60,7 @@ from vsqs._gateway.sqs.parameters import (
     string_list,
     string_map,
 )
-from vsqs._gateway.sqs.protocol import SqsError, sqs_error_of
+from vsqs._gateway.sqs.protocol import SqsError, invalid_parameter_value, missing, sqs_error_of
 
 log = logging.getLogger("vsqs.gateway.sqs")
 
@@ -80,8 +81,8 @@ def _invalid_handle(handle: str) -> SqsError:
 
 def _not_changeable(handle: str) -> SqsError:
     """Amazon's answer to ChangeMessageVisibility for a message that is gone."""
-    return SqsError("InvalidParameterValue", f"Value {handle[:1024]} for parameter ReceiptHandle is invalid. "
-                    "Reason: Message does not exist or is not available for visibility timeout change.")
+    return invalid_parameter_value("ReceiptHandle", handle[:1024],
+                                   "Message does not exist or is not available for visibility timeout change.")
 
 
 def _change_visibility(call: Call, queue: Queue, handle: str, timeout: float) -> str | None:
@@ -103,8 +104,7 @@ def _change_visibility(call: Call, queue: Queue, handle: str, timeout: float) ->
 
 def _expired(handle: str) -> SqsError:
     """Amazon's answer to DeleteMessage on a FIFO queue with a handle whose visibility timeout ran out."""
-    return SqsError("InvalidParameterValue", f"Value {handle[:1024]} for parameter ReceiptHandle is invalid. "
-                    "Reason: The receipt handle has expired.")
+    return invalid_parameter_value("ReceiptHandle", handle[:1024], "The receipt handle has expired.")
 
 
 def _delete(call: Call, queue: Queue, handle: str, fifo: bool) -> None:
@@ -128,8 +128,12 @@ def _failed(entry_id: str, error: SqsError) -> dict[str, Any]:
     return {"Id": entry_id, "SenderFault": error.status < 500, "Code": error.query_code, "Message": error.message}
 
 
-def _batch_outcome(call: Call, failed: list[Any], stale: bool = False) -> None:
+def _batch_result(call: Call, successful: list[dict[str, Any]], failed: list[dict[str, Any]],
+                  stale: bool = False) -> dict[str, Any]:
+    """A batch's answer and its metrics outcome. An empty list is left out, as
+    Amazon's JSON answers leave it out (no ``Failed`` when nothing failed)."""
     call.outcome = "partial" if failed else "stale" if stale else "ok"
+    return {key: entries for key, entries in (("Successful", successful), ("Failed", failed)) if entries}
 
 
 # -- the actions -------------------------------------------------------------------
@@ -150,7 +154,7 @@ async def create_queue(call: Call) -> dict[str, Any]:
     spool = call.gateway.spool
 
     def create() -> None:
-        check_dead_letter_exists(spool.queues(), settings)
+        check_dead_letter_exists(spool.queues(), settings, attributes.get("RedrivePolicy", ""))
         try:
             existing = spool.queue(name)
         except QueueNotFound:
@@ -225,11 +229,11 @@ async def set_queue_attributes(call: Call) -> dict[str, Any]:
     call.queue_name = name
     attributes = string_map(call.params, "Attributes")
     if not attributes:
-        raise SqsError("MissingParameter", "The request must contain the parameter Attributes.")
+        raise missing("Attributes")
     settings = settings_of(attributes, name)
 
     def configure(queue: Queue) -> None:
-        check_dead_letter_exists(call.gateway.spool.queues(), settings)
+        check_dead_letter_exists(call.gateway.spool.queues(), settings, attributes.get("RedrivePolicy", ""))
         if settings:
             queue.configure(**settings)
 
@@ -243,7 +247,7 @@ async def set_queue_attributes(call: Call) -> dict[str, Any]:
 async def send_message(call: Call) -> dict[str, Any]:
     def send(queue: Queue) -> tuple[Prepared, str]:
         settings = call.settings_now(queue)
-        prepared = prepare(call.params, name, call.message_limit(settings))
+        prepared = prepare(call.params, name, call.message_limit(settings), call.trace_header)
         check_dedup(prepared, name, settings)
         return prepared, queue.publish_batch([prepared.message])[0]
 
@@ -261,13 +265,14 @@ async def send_message_batch(call: Call) -> dict[str, Any]:
         """Check the entries (against the queue's settings), then publish the good
         ones together (one hop: the queue, its settings, the publish)."""
         settings = call.settings_now(queue)
+        check_fifo_batch(entries, name, settings)
         limit = call.message_limit(settings)
         failed: list[dict[str, Any]] = []
         ready: list[tuple[str, Prepared]] = []
         total = 0
         for entry in entries:
             try:
-                prepared = prepare(entry, name, limit)
+                prepared = prepare(entry, name, limit, call.trace_header)
                 check_dedup(prepared, name, settings)
                 total += prepared.size
                 ready.append((entry["Id"], prepared))
@@ -287,8 +292,7 @@ async def send_message_batch(call: Call) -> dict[str, Any]:
                 failed.append(_failed(entry_id, outcome))
             else:
                 successful.append({"Id": entry_id, **send_result(outcome, prepared)})
-    _batch_outcome(call, failed)
-    return {"Successful": successful, "Failed": failed}
+    return _batch_result(call, successful, failed)
 
 
 def _publish_each(queue: Queue, messages: list[Any]) -> list[str | SqsError]:
@@ -363,8 +367,7 @@ async def delete_message_batch(call: Call) -> dict[str, Any]:
     for entry in entries:
         handle = entry.get("ReceiptHandle")
         if not isinstance(handle, str):
-            failed.append(_failed(entry["Id"], SqsError("MissingParameter",
-                                                        "The request must contain the parameter ReceiptHandle.")))
+            failed.append(_failed(entry["Id"], missing("ReceiptHandle")))
         else:
             todo.append((entry["Id"], handle))
     fifo = is_fifo(queue_name_of_url(call.params))
@@ -380,14 +383,13 @@ async def delete_message_batch(call: Call) -> dict[str, Any]:
         stale = stale or isinstance(outcome, StaleReceipt)
         call.aliases.settled(handle)
         successful.append({"Id": entry_id})
-    _batch_outcome(call, failed, stale)
-    return {"Successful": successful, "Failed": failed}
+    return _batch_result(call, successful, failed, stale)
 
 
 async def change_message_visibility(call: Call) -> dict[str, Any]:
     handle = required_string(call.params, "ReceiptHandle")
     if call.params.get("VisibilityTimeout") is None:
-        raise SqsError("MissingParameter", "The request must contain the parameter VisibilityTimeout.")
+        raise missing("VisibilityTimeout")
     timeout = integer(call.params, "VisibilityTimeout", 0, MAX_VISIBILITY_TIMEOUT)
     receipt = await call.on_queue(lambda queue: _change_visibility(call, queue, handle, float(timeout or 0)))
     if receipt is None:
@@ -405,7 +407,7 @@ async def change_message_visibility_batch(call: Call) -> dict[str, Any]:
         try:
             handle = required_string(entry, "ReceiptHandle")
             if entry.get("VisibilityTimeout") is None:
-                raise SqsError("MissingParameter", "The request must contain the parameter VisibilityTimeout.")
+                raise missing("VisibilityTimeout")
             timeout = integer(entry, "VisibilityTimeout", 0, MAX_VISIBILITY_TIMEOUT)
             todo.append((entry["Id"], handle, float(timeout or 0)))
         except SqsError as exc:
@@ -431,8 +433,7 @@ async def change_message_visibility_batch(call: Call) -> dict[str, Any]:
         else:
             call.aliases.moved(handle, outcome)
             successful.append({"Id": entry_id})
-    _batch_outcome(call, failed, stale)
-    return {"Successful": successful, "Failed": failed}
+    return _batch_result(call, successful, failed, stale)
 
 
 async def purge_queue(call: Call) -> dict[str, Any]:

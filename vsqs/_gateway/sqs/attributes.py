@@ -32,7 +32,7 @@ from vsqs._gateway.limits import (
 )
 from vsqs._gateway.sqs.call import Call
 from vsqs._gateway.sqs.parameters import is_fifo
-from vsqs._gateway.sqs.protocol import SqsError
+from vsqs._gateway.sqs.protocol import SqsError, invalid_attribute_value, invalid_parameter_value
 from vsqs._gateway.sqs.security import SECURITY_ATTRIBUTES, security_attributes, security_settings
 
 TYPES_ATTRIBUTE = "sqs.types"  # JSON {name: DataType} of the attributes that are not String
@@ -122,10 +122,6 @@ def unknown_queue_attributes(names: Iterable[str]) -> list[str]:
     return sorted(name for name in names if name not in QUEUE_ATTRIBUTE_NAMES and name.lower() != "all")
 
 
-def invalid_value(name: str, why: str) -> SqsError:
-    return SqsError("InvalidAttributeValue", f"Invalid value for the parameter {name}: {why}")
-
-
 def settings_of(attributes: Mapping[str, str], queue_name: str) -> dict[str, Any]:
     """vsqs settings for SQS queue attributes (checked here; RedrivePolicy's
     target is checked against the spool by the caller)."""
@@ -137,7 +133,7 @@ def settings_of(attributes: Mapping[str, str], queue_name: str) -> dict[str, Any
         if name in _NUMERIC_ATTRIBUTES:
             setting, low, high = _NUMERIC_ATTRIBUTES[name]
             if not re.fullmatch(r"[0-9]{1,12}", text) or not low <= int(text) <= high:
-                raise invalid_value(name, f"{text[:40]!r} is not a whole number {low}..{high}.")
+                raise invalid_attribute_value(name)
             settings[setting] = int(text)
         elif name == "RedrivePolicy":
             settings.update(_redrive_settings(text, queue_name))
@@ -145,15 +141,15 @@ def settings_of(attributes: Mapping[str, str], queue_name: str) -> dict[str, Any
             raise unknown_attribute(name)  # Amazon: a FIFO attribute is unknown to a standard queue
         elif name == "FifoQueue":
             if text.lower() != "true":
-                raise invalid_value(name, "a queue named *.fifo is a FIFO queue; FifoQueue must be true.")
+                raise invalid_attribute_value(name, "Modifying queue type is not supported.")
         elif name == "ContentBasedDeduplication":
             if text.lower() not in ("true", "false"):
-                raise invalid_value(name, f"{text[:40]!r} is not true or false.")
+                raise invalid_attribute_value(name)
             settings["content_dedup"] = text.lower() == "true"
         elif name in _FIFO_CHOICES:
             setting, choices, _ = _FIFO_CHOICES[name]
             if text not in choices:
-                raise invalid_value(name, f"{text[:40]!r} is not one of {', '.join(choices)}.")
+                raise invalid_attribute_value(name)
             settings[setting] = choices[text]
         elif name in _READ_ONLY:
             raise unknown_attribute(name)  # Amazon's answer to setting a read-only one
@@ -168,37 +164,47 @@ def _redrive_settings(text: str, queue_name: str) -> dict[str, Any]:
     """``{"deadLetterTargetArn": ARN, "maxReceiveCount": N}`` -> dead_letter, max_receives ("" removes)."""
     if text == "":
         return {"dead_letter": None, "max_receives": None}
+
+    def invalid(why: str) -> SqsError:  # Amazon: InvalidParameterValue, quoting the policy as given
+        return invalid_parameter_value("RedrivePolicy", text[:1024], why)
+
     try:
         policy = parse_json(text.encode("utf-8", "surrogatepass"), MAX_SMALL_JSON_VALUES)
-    except BodyRefused as refused:
-        raise invalid_value("RedrivePolicy", f"it is not acceptable JSON: {refused.message}.") from None
-    if not isinstance(policy, dict) or set(policy) != {"deadLetterTargetArn", "maxReceiveCount"}:
-        raise invalid_value("RedrivePolicy", "it must be a JSON object with exactly deadLetterTargetArn "
-                             "and maxReceiveCount.")
+    except BodyRefused:
+        raise invalid("Redrive policy is not a valid JSON map.") from None
+    if not isinstance(policy, dict):
+        raise invalid("Redrive policy is not a valid JSON map.")
+    for key in ("deadLetterTargetArn", "maxReceiveCount"):
+        if key not in policy:
+            raise invalid(f"Redrive policy does not contain mandatory attribute: {key}.")
+    if set(policy) != {"deadLetterTargetArn", "maxReceiveCount"}:
+        raise invalid("Only following attributes are supported: [deadLetterTargetArn, maxReceiveCount].")
     count = policy["maxReceiveCount"]
     if isinstance(count, str) and _COUNT_RE.fullmatch(count):
         count = int(count)
     if isinstance(count, bool) or not isinstance(count, int) or not 1 <= count <= MAX_RECEIVE_COUNT:
-        raise invalid_value("RedrivePolicy", f"maxReceiveCount must be a whole number 1..{MAX_RECEIVE_COUNT}.")
+        raise invalid(f"Invalid value for maxReceiveCount: {str(policy['maxReceiveCount'])[:40]}, valid values "
+                      f"are from 1 to {MAX_RECEIVE_COUNT} both inclusive.")
     arn = policy["deadLetterTargetArn"]
     parts = arn.split(":") if isinstance(arn, str) else []
     if len(parts) != 6 or parts[0] != "arn" or parts[2] != "sqs":
-        raise invalid_value("RedrivePolicy", "deadLetterTargetArn must be arn:aws:sqs:REGION:ACCOUNT:QUEUE.")
+        raise invalid("Invalid value for deadLetterTargetArn.")
     try:
         target = check_queue_name(parts[5])
-    except InvalidArgument as exc:
-        raise invalid_value("RedrivePolicy", str(exc)) from None
-    if target == queue_name:
-        raise invalid_value("RedrivePolicy", "a queue cannot be its own dead-letter queue.")
+    except InvalidArgument:
+        raise invalid("Invalid value for deadLetterTargetArn.") from None
+    if target == queue_name:  # Amazon takes it: a message would move to the queue it is in, so none moves
+        return {"dead_letter": None, "max_receives": None}
     if is_fifo(target) != is_fifo(queue_name):
-        raise invalid_value("RedrivePolicy", "the dead-letter queue must be of the same type (FIFO or standard).")
+        raise invalid("Dead-letter queue must be same type of queue as the source.")
     return {"dead_letter": target, "max_receives": count}
 
 
-def check_dead_letter_exists(spool_queues: Iterable[str], settings: Mapping[str, Any]) -> None:
+def check_dead_letter_exists(spool_queues: Iterable[str], settings: Mapping[str, Any], text: str) -> None:
+    """The RedrivePolicy ``text``'s target queue exists (InvalidParameterValue if not)."""
     target = settings.get("dead_letter")
     if target is not None and target not in spool_queues:
-        raise invalid_value("RedrivePolicy", f"the dead-letter target queue {target!r} does not exist.")
+        raise invalid_parameter_value("RedrivePolicy", text[:1024], "Dead letter target does not exist.")
 
 
 def _number_text(value: float) -> str:
@@ -260,12 +266,18 @@ def queue_attributes(call: Call, queue: Queue, name: str, wanted: set[str]) -> d
 # -- message attributes -----------------------------------------------------------
 
 
-def check_text(what: str, text: str) -> None:
-    bad = _BAD_TEXT_RE.search(text)
-    if bad is not None:
-        raise SqsError("InvalidMessageContents",  # Amazon's wording, then which character
-                       "Invalid characters found. Valid unicode characters are #x9 | #xA | #xD | #x20 to #xD7FF | "
-                       f"#xE000 to #xFFFD | #x10000 to #x10FFFF ({what}: U+{ord(bad.group()):04X})")
+def check_text(text: str, name: str = "InvalidMessageContents") -> None:
+    """SQS's character rule, in Amazon's words: a body breaking it is
+    InvalidMessageContents, a String attribute's value InvalidParameterValue."""
+    if _BAD_TEXT_RE.search(text) is not None:
+        raise SqsError(name, "Invalid characters found. Valid unicode characters are #x9 | #xA | #xD | "
+                       "#x20 to #xD7FF | #xE000 to #xFFFD | #x10000 to #x10FFFF")
+
+
+def _empty_value(name: str, data_type: str) -> SqsError:
+    kind = data_type.split(".", 1)[0]
+    return SqsError("InvalidParameterValue", f"Message (user) attribute '{name[:256]}' must contain a non-empty "
+                    f"value of type '{kind}'.")
 
 
 def message_attributes(value: object, where: str = "MessageAttributes") -> dict[str, dict[str, str]]:
@@ -284,7 +296,7 @@ def message_attributes(value: object, where: str = "MessageAttributes") -> dict[
                 or ".." in name or name.lower().startswith(("aws.", "amazon.", RESERVED_PREFIX))):
             raise SqsError("InvalidParameterValue",
                            f"Message attribute name {name[:100]!r} is invalid: 1-{MAX_ATTRIBUTE_NAME} of "
-                           "A-Z a-z 0-9 _ - ., not starting or ending with '.', no '..', "
+                           "A-Z a-z 0-9 _ - . and Latin letters, not starting or ending with '.', no '..', "
                            "not starting with AWS., Amazon. or sqs.")
         if not isinstance(attribute, dict) or not isinstance(attribute.get("DataType"), str):
             raise SqsError("InvalidParameterValue",
@@ -302,15 +314,13 @@ def message_attributes(value: object, where: str = "MessageAttributes") -> dict[
             except (binascii.Error, ValueError):
                 data = None
             if not data:
-                raise SqsError("InvalidParameterValue", f"The message attribute '{name}' must contain non-empty "
-                               f"message attribute value for message attribute type '{data_type}'.")
+                raise _empty_value(name, data_type)
             clean[name] = {"DataType": data_type, "BinaryValue": base64.b64encode(data).decode("ascii")}
             continue
         text = attribute.get("StringValue")
         if not isinstance(text, str) or not text:
-            raise SqsError("InvalidParameterValue", f"The message attribute '{name}' must contain non-empty "
-                           f"message attribute value for message attribute type '{data_type}'.")
-        check_text(f"Message attribute {name!r}", text)
+            raise _empty_value(name, data_type)
+        check_text(text, "InvalidParameterValue")
         if data_type.startswith("Number") and not _NUMBER_RE.fullmatch(text):
             raise SqsError("InvalidParameterValue", f"Can't cast the value of message (user) attribute '{name}' "
                            "to a number.")
@@ -363,10 +373,12 @@ def sqs_attributes(stored: Mapping[str, str]) -> dict[str, dict[str, str]]:
 
 
 def selected(attributes: dict[str, dict[str, str]], names: list[str]) -> dict[str, dict[str, str]]:
-    """MessageAttributeNames: All (in any case), .*, prefix.* or exact names."""
-    if wants_all(names) or ".*" in names:
+    """MessageAttributeNames as Amazon reads them: ``All`` (in any case), ``*`` or
+    ``.*`` are every attribute, ``prefix.*`` those whose names start with
+    ``prefix`` (``Hel.*``: ``Hello`` and ``Help.Me``), else exact names."""
+    if wants_all(names) or "*" in names or ".*" in names:
         return attributes
-    prefixes = tuple(name[:-1] for name in names if name.endswith(".*"))
+    prefixes = tuple(name[:-2] for name in names if name.endswith(".*"))
     exact = set(names)
     return {name: value for name, value in attributes.items()
             if name in exact or (prefixes and name.startswith(prefixes))}

@@ -43,6 +43,11 @@ class Call:
         self.queue_name = name
         return await self.run(self.gateway.queue, name)
 
+    @property
+    def trace_header(self) -> str | None:
+        """The request's ``X-Amzn-Trace-Id`` (X-Ray's header): the AWSTraceHeader of the messages it sends."""
+        return self.request.headers.get("x-amzn-trace-id") or None
+
     def url_of(self, name: str) -> str:
         """``BASE/ACCOUNT/NAME``: BASE is ``--public-url``, else the request's scheme
         and ``Host`` (one the gateway serves: :class:`~vsqs._gateway.auth.BrowserGuard`)."""

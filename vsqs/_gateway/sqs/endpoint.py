@@ -35,11 +35,10 @@ from vsqs._gateway.sqs.actions import (
     UNSUPPORTED_ACTIONS,
 )
 from vsqs._gateway.sqs.call import Call
-from vsqs._gateway.sqs.parameters import no_such_queue
-from vsqs._gateway.sqs.protocol import SqsError, action_of, sqs_error_of, too_large
-from vsqs._gateway.sqs.query import is_query_request, named_action, split_form
+from vsqs._gateway.sqs.protocol import SqsError, action_of, no_such_queue, sqs_error_of, too_large
+from vsqs._gateway.sqs.query import named_action, split_form
 from vsqs._gateway.sqs.receipts import ReceiptAliases
-from vsqs._gateway.sqs.wire import JSON, Incoming, wire_of
+from vsqs._gateway.sqs.wire import JSON, Incoming, is_sqs_request, wire_of
 from vsqs._gateway.state import Gateway
 
 log = logging.getLogger("vsqs.gateway.sqs")
@@ -186,7 +185,8 @@ async def _read(request: Request, json: bool, cap: int) -> Incoming:
     named = named_action(form)  # (its fields are decoded once it is authenticated: see _fields)
     if named not in MESSAGE_ACTIONS and len(form) > MAX_SMALL_BODY_BYTES:
         raise too_large(MAX_SMALL_BODY_BYTES)
-    return Incoming(named if named in ACTIONS else "", named, body, form=form)
+    bare_get = request.method == "GET" and not named and request.url.path != "/"
+    return Incoming(named if named in ACTIONS else "", named, body, form=form, bare_get=bare_get)
 
 
 async def _fields(gateway: Gateway, incoming: Incoming) -> None:
@@ -291,8 +291,9 @@ def route(face: SqsFace) -> Route:
 
 def is_sqs_route(scope: Scope) -> bool:
     """Whether the request is for the SQS face: ``POST /`` (JSON 1.0, or a Query
-    form), or a Query request by ``GET /`` or to a queue URL's path."""
-    return (scope["path"] == "/" and scope["method"] == "POST") or is_query_request(scope)
+    form), a JSON 1.0 request to a queue URL's path, or a Query request by
+    ``GET /`` or to a queue URL's path."""
+    return (scope["path"] == "/" and scope["method"] == "POST") or is_sqs_request(scope)
 
 
 class SqsDispatch:

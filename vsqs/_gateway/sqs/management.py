@@ -14,10 +14,11 @@ from typing import Any
 from vsqs import InvalidArgument, Queue, QueueNotFound
 from vsqs._core.rules import check_queue_name, load_json
 from vsqs._core.settings import MAX_TAG_KEY, MAX_TAG_VALUE, MAX_TAGS
+from vsqs._gateway.errors import without_paths
 from vsqs._gateway.limits import MAX_LIST_RESULTS
 from vsqs._gateway.sqs.call import Call
 from vsqs._gateway.sqs.parameters import integer, required_string, string, string_list, string_map
-from vsqs._gateway.sqs.protocol import SqsError
+from vsqs._gateway.sqs.protocol import SqsError, invalid_parameter_value, missing
 
 MAX_MOVE_TASKS = 10  # ListMessageMoveTasks' MaxResults
 MAX_MOVE_RATE = 500  # MaxNumberOfMessagesPerSecond
@@ -27,8 +28,7 @@ _LABEL_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz01
 
 
 def _invalid(parameter: str, value: str, reason: str) -> SqsError:
-    return SqsError("InvalidParameterValue", f"Value {value[:100]} for parameter {parameter} is invalid. "
-                    f"Reason: {reason}")
+    return invalid_parameter_value(parameter, value[:100], reason)
 
 
 # -- tags -------------------------------------------------------------------------
@@ -57,7 +57,7 @@ def _merged_tags(current: dict[str, str], add: dict[str, str], name: str) -> dic
 async def tag_queue(call: Call) -> dict[str, Any]:
     tags = check_tags(string_map(call.params, "Tags"))
     if not tags:
-        raise SqsError("MissingParameter", "The request must contain the parameter Tags.")
+        raise missing("Tags")
     queue = await call.queue()
     name = call.queue_name or ""
     await call.run(queue.update_setting, "tags", lambda current: _merged_tags(current, tags, name))
@@ -67,7 +67,7 @@ async def tag_queue(call: Call) -> dict[str, Any]:
 async def untag_queue(call: Call) -> dict[str, Any]:
     keys = set(string_list(call.params, "TagKeys"))
     if not keys:
-        raise SqsError("MissingParameter", "The request must contain the parameter TagKeys.")
+        raise missing("TagKeys")
     queue = await call.queue()
     await call.run(queue.update_setting, "tags",
                    lambda current: {key: value for key, value in current.items() if key not in keys})
@@ -89,8 +89,13 @@ def _policy_doc(text: str | None, arn: str) -> dict[str, Any]:
     except ValueError:  # (a policy stored by another program): replaced, as one that is not ours
         doc = {}
     if not isinstance(doc, dict) or not isinstance(doc.get("Statement"), list):
-        doc = {"Version": "2012-10-17", "Id": f"{arn}/SQSDefaultPolicy", "Statement": []}
+        doc = {"Version": "2008-10-17", "Id": f"{arn}/SQSDefaultPolicy", "Statement": []}
     return doc
+
+
+def _one_or_list(items: list[str]) -> str | list[str]:
+    """A policy's principals or actions as Amazon writes them: one as a string, more as a list."""
+    return items[0] if len(items) == 1 else items
 
 
 async def add_permission(call: Call) -> dict[str, Any]:
@@ -100,17 +105,18 @@ async def add_permission(call: Call) -> dict[str, Any]:
     accounts = string_list(call.params, "AWSAccountIds")
     actions = string_list(call.params, "Actions")
     if not accounts:
-        raise SqsError("MissingParameter", "The request must contain the parameter AWSAccountIds.")
+        raise missing("AWSAccountIds")
     if not actions:
-        raise SqsError("MissingParameter", "The request must contain the parameter Actions.")
+        raise missing("Actions")
     for action in actions:
         if action not in PERMISSION_ACTIONS:
-            raise _invalid("Actions", action, "Not a valid action name.")
+            raise _invalid("ActionName", f"SQS:{action}", "Please refer to the appropriate WSDL for a list of valid "
+                           "actions. ")  # (Amazon's words, its final space too)
     queue = await call.queue()
     arn = call.arn_of(call.queue_name or "")
     statement = {"Sid": label, "Effect": "Allow",
-                 "Principal": {"AWS": [f"arn:aws:iam::{account}:root" for account in accounts]},
-                 "Action": [f"SQS:{action}" for action in actions], "Resource": arn}
+                 "Principal": {"AWS": _one_or_list([f"arn:aws:iam::{account}:root" for account in accounts])},
+                 "Action": _one_or_list([f"SQS:{action}" for action in actions]), "Resource": arn}
 
     def add(text: str | None) -> str:
         doc = _policy_doc(text, arn)
@@ -187,12 +193,13 @@ def _queue_of_arn(parameter: str, arn: str) -> str:
         raise _invalid(parameter, arn, str(exc)) from None
 
 
-async def _existing(call: Call, name: str) -> Queue:
+async def _existing(call: Call, name: str, parameter: str) -> Queue:
+    """The queue ``parameter`` (an ARN) names; Amazon's ResourceNotFoundException (404) if there is none."""
     try:
         return await call.run(call.gateway.queue, name)
     except QueueNotFound:
-        raise SqsError("ResourceNotFoundException", f"The resource that you specified for the queue {name} "
-                       "doesn't exist.") from None
+        raise SqsError("ResourceNotFoundException", f"The resource that you specified for the {parameter} "
+                       "parameter doesn't exist.") from None
 
 
 # A redrive task's id as SQS shows it (in its TaskHandle): a name-based UUID
@@ -231,15 +238,15 @@ async def start_message_move_task(call: Call) -> dict[str, Any]:
     destination_arn = string(call.params, "DestinationArn")
     destination_name = _queue_of_arn("DestinationArn", destination_arn) if destination_arn else None
     rate = integer(call.params, "MaxNumberOfMessagesPerSecond", 1, MAX_MOVE_RATE)
-    source = await _existing(call, source_name)
-    destination = await _existing(call, destination_name) if destination_name else None
+    source = await _existing(call, source_name, "SourceArn")
+    destination = await _existing(call, destination_name, "DestinationArn") if destination_name else None
     if not await call.run(source.dead_letter_sources):
-        raise _invalid("SourceArn", source_arn, "Source queue must be configured as a Dead Letter Queue.")
+        raise SqsError("InvalidParameterValue", "Source queue must be configured as a Dead Letter Queue.")
     try:
         task = await call.run(source.start_redrive, destination, per_second=rate)
-    except InvalidArgument as exc:
-        raise SqsError("UnsupportedOperation", f"Only one active message movement task is supported per queue "
-                       f"at any given time ({exc}).") from None
+    except InvalidArgument:  # (the rate is checked above: another task of the queue is active)
+        raise SqsError("InvalidParameterValue", "There is already a task running. Only one active task is "
+                       "allowed for a source queue arn at a given time.") from None
     return {"TaskHandle": _task_handle(task["id"], call.arn_of(source_name))}
 
 
@@ -247,7 +254,7 @@ async def list_message_move_tasks(call: Call) -> dict[str, Any]:
     source_arn = required_string(call.params, "SourceArn")
     source_name = _queue_of_arn("SourceArn", source_arn)
     limit = integer(call.params, "MaxResults", 1, MAX_MOVE_TASKS) or 1
-    source = await _existing(call, source_name)
+    source = await _existing(call, source_name, "SourceArn")
     tasks = (await call.run(source.redrive_tasks))[:limit]
     root = call.gateway.spool.root
     results = []
@@ -263,9 +270,10 @@ async def list_message_move_tasks(call: Call) -> dict[str, Any]:
             entry["DestinationArn"] = call.arn_of(os.path.basename(destination))
         if task["per_second"]:
             entry["MaxNumberOfMessagesPerSecond"] = task["per_second"]
-        if task["failure"]:  # (Amazon's words for a destination that is gone)
+        if task["failure"]:  # Amazon's code for a destination that is gone; never a path of the spool
             gone = task["failure"].startswith("QueueNotFound")
-            entry["FailureReason"] = "AWS.SimpleQueueService.NonExistentQueue" if gone else task["failure"]
+            entry["FailureReason"] = "AWS.SimpleQueueService.NonExistentQueue" if gone \
+                else without_paths(task["failure"], root)
         results.append(entry)
     return {"Results": results}
 
@@ -276,13 +284,13 @@ async def cancel_message_move_task(call: Call) -> dict[str, Any]:
         doc = load_json(base64.urlsafe_b64decode(handle.encode("ascii")))
         task_id, source_arn = doc["taskId"], doc["sourceArn"]
         assert isinstance(task_id, str) and isinstance(source_arn, str)
-    except (ValueError, UnicodeError, KeyError, TypeError, AssertionError):
-        raise _invalid("TaskHandle", handle, "It is not a task handle this gateway gave out.") from None
-    source = await _existing(call, _queue_of_arn("TaskHandle", source_arn))
+        source_name = _queue_of_arn("TaskHandle", source_arn)
+    except (ValueError, UnicodeError, KeyError, TypeError, AssertionError, SqsError):
+        raise SqsError("InvalidParameterValue", "Value for parameter TaskHandle is invalid.") from None
+    source = await _existing(call, source_name, "SourceArn")
     task = await call.run(_cancel_task, source, task_id)
     if task is None:
-        raise SqsError("ResourceNotFoundException", "The resource that you specified for the TaskHandle "
-                       "doesn't exist.")
+        raise SqsError("ResourceNotFoundException", "Task does not exist.")
     return {"ApproximateNumberOfMessagesMoved": task["moved"]}
 
 

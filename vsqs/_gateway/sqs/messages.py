@@ -26,7 +26,7 @@ from vsqs._gateway.sqs.attributes import (
 )
 from vsqs._gateway.sqs.call import Call
 from vsqs._gateway.sqs.parameters import integer, is_fifo, required_string, string
-from vsqs._gateway.sqs.protocol import SqsError
+from vsqs._gateway.sqs.protocol import SqsError, invalid_parameter_value, missing
 
 _ID_CHARS_RE = re.compile(r"[!-~]{1,128}")  # group and dedup ids: printable ASCII, no space
 
@@ -44,30 +44,36 @@ class Prepared:
     fifo: bool = False  # sent to a FIFO queue: the answer has a SequenceNumber
 
 
-def prepare(entry: Mapping[str, Any], queue_name: str, limit: int) -> Prepared:
-    """Check one SendMessage (or batch entry) against SQS's rules and the queue's type."""
+def _not_for_this_queue_type(parameter: str, value: str) -> SqsError:
+    return invalid_parameter_value(parameter, value, "The request include parameter that is not valid for this "
+                                   "queue type.")  # (Amazon's words)
+
+
+def prepare(entry: Mapping[str, Any], queue_name: str, limit: int, trace: str | None = None) -> Prepared:
+    """Check one SendMessage (or batch entry) against SQS's rules and the queue's type.
+    ``trace``: the request's ``X-Amzn-Trace-Id`` header, kept as the message's
+    AWSTraceHeader unless the entry's MessageSystemAttributes give one (Amazon:
+    the attribute overrides the header); neither counts in the message's size."""
     body = required_string(entry, "MessageBody")
     if not body:
-        raise SqsError("MissingParameter", "The request must contain the parameter MessageBody.")
-    check_text("MessageBody", body)
+        raise missing("MessageBody")
+    check_text(body)
     fifo = is_fifo(queue_name)
     delay = integer(entry, "DelaySeconds", 0, MAX_DELAY_SECONDS)
     group = string(entry, "MessageGroupId")
     dedup_id = string(entry, "MessageDeduplicationId")
     for key, value in (("MessageGroupId", group), ("MessageDeduplicationId", dedup_id)):
         if value is not None and not _ID_CHARS_RE.fullmatch(value):
-            raise SqsError("InvalidParameterValue", f"Value {value[:128]} for parameter {key} is invalid. Reason: "
-                           f"{key} can only include alphanumeric and punctuation characters. 1 to 128 in length.")
+            raise invalid_parameter_value(key, value[:128], f"{key} can only include alphanumeric and punctuation "
+                                          "characters. 1 to 128 in length.")
     if fifo:
         if group is None:
-            raise SqsError("MissingParameter", "The request must contain the parameter MessageGroupId.")
+            raise missing("MessageGroupId")
         if delay:
-            raise SqsError("InvalidParameterValue", f"Value {delay} for parameter DelaySeconds is invalid. "
-                           "Reason: The request include parameter that is not valid for this queue type.")
+            raise _not_for_this_queue_type("DelaySeconds", str(delay))
         delay = None  # DelaySeconds=0 sets no delay of its own: the queue's DelaySeconds applies
     elif dedup_id is not None:
-        raise SqsError("InvalidParameterValue", f"Value {dedup_id} for parameter MessageDeduplicationId is invalid. "
-                       "Reason: The request include parameter that is not valid for this queue type.")
+        raise _not_for_this_queue_type("MessageDeduplicationId", dedup_id[:128])
     attributes = message_attributes(entry.get("MessageAttributes"))
     system = message_attributes(entry.get("MessageSystemAttributes"), "MessageSystemAttributes")
     if set(system) - {"AWSTraceHeader"} or any(v["DataType"] != "String" for v in system.values()):
@@ -81,17 +87,37 @@ def prepare(entry: Mapping[str, Any], queue_name: str, limit: int) -> Prepared:
         stored[DEDUP_ATTRIBUTE] = dedup_id
     if system:
         stored[TRACE_ATTRIBUTE] = system["AWSTraceHeader"]["StringValue"]
+    elif trace:
+        stored[TRACE_ATTRIBUTE] = trace
     message = Outgoing(body.encode("utf-8"), delay=None if delay is None else float(delay),
                        attributes=stored or None, group=group, dedup_id=dedup_id)
     return Prepared(body, message, md5_of_body(body), md5_of_attributes(attributes) if attributes else None,
                     md5_of_attributes(system) if system else None, size, fifo)
 
 
+def _dedup_needed() -> SqsError:
+    return SqsError("InvalidParameterValue", "The queue should either have ContentBasedDeduplication "
+                    "enabled or MessageDeduplicationId provided explicitly")
+
+
 def check_dedup(prepared: Prepared, queue_name: str, settings: Mapping[str, Any]) -> None:
     """A FIFO send needs a MessageDeduplicationId unless the queue de-duplicates by content."""
     if is_fifo(queue_name) and prepared.message.dedup_id is None and not settings["content_dedup"]:
-        raise SqsError("InvalidParameterValue", "The queue should either have ContentBasedDeduplication "
-                       "enabled or MessageDeduplicationId provided explicitly.")
+        raise _dedup_needed()
+
+
+def check_fifo_batch(entries: list[dict[str, Any]], queue_name: str, settings: Mapping[str, Any]) -> None:
+    """A FIFO batch with an entry that lacks its MessageGroupId, or its
+    MessageDeduplicationId on a queue that does not de-duplicate by content, is
+    refused whole, as Amazon refuses it (InvalidParameterValue), before any entry
+    is checked on its own."""
+    if not is_fifo(queue_name):
+        return
+    for entry in entries:
+        if entry.get("MessageGroupId") is None:
+            raise missing("MessageGroupId", "InvalidParameterValue")
+        if entry.get("MessageDeduplicationId") is None and not settings["content_dedup"]:
+            raise _dedup_needed()
 
 
 def send_result(message_id: str, prepared: Prepared) -> dict[str, Any]:

@@ -12,7 +12,7 @@ from urllib.parse import urlsplit
 from vsqs import InvalidArgument
 from vsqs._core.rules import check_queue_name
 from vsqs._gateway.limits import MAX_BATCH, MAX_SQS_QUEUE_NAME
-from vsqs._gateway.sqs.protocol import SqsError
+from vsqs._gateway.sqs.protocol import SqsError, invalid_parameter_value, missing, no_such_queue
 
 FIFO_SUFFIX = ".fifo"
 # Amazon's wording for a bad queue name (InvalidParameterValue)
@@ -29,7 +29,7 @@ def string(params: Mapping[str, Any], key: str, *, required: bool = False) -> st
     value = params.get(key)
     if value is None:
         if required:
-            raise SqsError("MissingParameter", f"The request must contain the parameter {key}.")
+            raise missing(key)
         return None
     if not isinstance(value, str):
         raise SqsError("InvalidParameterValue", f"{key} must be a string, not {type(value).__name__}.")
@@ -47,9 +47,7 @@ def integer(params: Mapping[str, Any], key: str, low: int, high: int) -> int | N
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
-        raise SqsError("InvalidParameterValue",
-                       f"Value {str(value)[:40]} for parameter {key} is invalid. "
-                       f"Reason: Must be between {low} and {high}, if provided.")
+        raise invalid_parameter_value(key, str(value)[:40], f"Must be between {low} and {high}, if provided.")
     return value
 
 
@@ -72,11 +70,6 @@ def string_map(params: Mapping[str, Any], key: str) -> dict[str, str]:
 
 
 # -- queue names ------------------------------------------------------------------
-
-
-def no_such_queue() -> SqsError:
-    """Amazon's answer for a queue that is not there (or a QueueUrl that names none)."""
-    return SqsError("QueueDoesNotExist", "The specified queue does not exist.")
 
 
 def queue_name_of_url(params: Mapping[str, Any]) -> str:
@@ -129,7 +122,7 @@ def batch_entries(params: Mapping[str, Any], action: str = "") -> list[dict[str,
     ``action`` (``SendMessageBatch``...) names the entries in Amazon's wording."""
     entries = params.get("Entries")
     if entries is None:
-        raise SqsError("MissingParameter", "The request must contain the parameter Entries.")
+        raise missing("Entries")
     if not isinstance(entries, list) or not all(isinstance(entry, dict) for entry in entries):
         raise SqsError("InvalidParameterValue", "Entries must be a list of objects.")
     if not entries:

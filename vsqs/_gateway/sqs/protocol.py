@@ -3,10 +3,14 @@
 A request is ``POST /`` with ``X-Amz-Target: AmazonSQS.<Action>`` and a JSON
 body; an answer is JSON (``application/x-amz-json-1.0``) with an
 ``x-amzn-RequestId`` header. An error is HTTP 400 (403 for a refused
-signature, 500/503 for the gateway's own trouble) with the body
-``{"__type": "com.amazonaws.sqs#<Name>", "message": ...}`` and the header
-``x-amzn-query-error: <query code>;Sender`` (``Receiver`` for 5xx), which
-botocore maps to ``client.exceptions.<Name>``. This module reads requests,
+signature, 404 for a resource that is not there, 500/503 for the gateway's
+own trouble) with the body ``{"__type": "com.amazonaws.sqs#<Type>",
+"message": ...}`` and the header ``x-amzn-query-error: <query code>;Sender``
+(``Receiver`` for 5xx), which botocore maps to ``client.exceptions.<Name>``.
+The type is the error's name, but for the two generic errors, which Amazon
+sends as ``InvalidParameterValueException`` and
+``MissingRequiredParameterException`` (their query codes
+``InvalidParameterValue`` and ``MissingParameter`` are what clients see). This module reads requests,
 renders answers and errors, and holds the one translation of vsqs errors
 for this face. (The Query protocol, form-encoded with XML answers, is
 :mod:`.query`; :mod:`.wire` picks one of the two for each request.)
@@ -16,6 +20,7 @@ from __future__ import annotations
 
 import errno
 import json
+import re
 import uuid
 from typing import Any
 
@@ -40,6 +45,7 @@ from vsqs._gateway.limits import MAX_SQS_JSON_VALUES
 
 CONTENT_TYPE = "application/x-amz-json-1.0"
 TARGET_PREFIX = "AmazonSQS."
+_QUEUE_PATH_RE = re.compile(r"/[0-9]{12}/[^/]{1,255}")  # a queue URL's path: /ACCOUNT/NAME
 
 # SQS error name -> (query error code, HTTP status); botocore raises client.exceptions.<name>
 _ERRORS: dict[str, tuple[str, int]] = {
@@ -53,6 +59,7 @@ _ERRORS: dict[str, tuple[str, int]] = {
     "InvalidBatchEntryId": ("AWS.SimpleQueueService.InvalidBatchEntryId", 400),
     "BatchRequestTooLong": ("AWS.SimpleQueueService.BatchRequestTooLong", 400),
     "UnsupportedOperation": ("AWS.SimpleQueueService.UnsupportedOperation", 400),
+    "ResourceNotFoundException": ("ResourceNotFoundException", 404),
     "InvalidAttributeName": ("InvalidAttributeName", 400),
     "InvalidAttributeValue": ("InvalidAttributeValue", 400),
     "InvalidMessageContents": ("InvalidMessageContents", 400),
@@ -69,6 +76,10 @@ _ERRORS: dict[str, tuple[str, int]] = {
 }
 
 
+# the JSON protocol's __type of the errors Amazon sends under another name than their query code
+_JSON_TYPES = {"InvalidParameterValue": "InvalidParameterValueException",
+               "MissingParameter": "MissingRequiredParameterException"}
+
 # errors of the AWS request framework rather than of SQS (their __type namespace differs)
 _FRAMEWORK_ERRORS = frozenset({"MissingAuthenticationToken", "IncompleteSignature", "InvalidClientTokenId",
                                "SignatureDoesNotMatch", "RequestExpired", "UnknownOperationException",
@@ -77,22 +88,34 @@ _FRAMEWORK_ERRORS = frozenset({"MissingAuthenticationToken", "IncompleteSignatur
 
 class SqsError(Exception):
     """An SQS error answer; ``name`` is the error's shape name (or its code when
-    botocore has no class for it), ``status`` None takes the table's."""
+    botocore has no class for it), ``status`` None takes the table's;
+    ``query_message`` is the text of the Query protocol, where Amazon's differs."""
 
-    def __init__(self, name: str, message: str, status: int | None = None) -> None:
+    def __init__(self, name: str, message: str, status: int | None = None,
+                 query_message: str | None = None) -> None:
         super().__init__(message)
         query_code, default_status = _ERRORS.get(name, (name, 400))
         self.name, self.message, self.query_code = name, message, query_code
         self.status = default_status if status is None else status
+        self.query_message = message if query_message is None else query_message
 
     @property
     def fault(self) -> str:
         return "Receiver" if self.status >= 500 else "Sender"
 
 
+def is_queue_path(path: str) -> bool:
+    """Whether ``path`` is a queue URL's (``/ACCOUNT/NAME``), where clients of
+    either protocol may send (the PHP SDK posts JSON 1.0 there; Query clients
+    send a queue's actions there)."""
+    return path[1:2].isdigit() and _QUEUE_PATH_RE.fullmatch(path) is not None
+
+
 def is_sqs_request(scope: Scope) -> bool:
-    """The SQS face answers POST / carrying an X-Amz-Target header."""
-    return scope["path"] == "/" and any(key == b"x-amz-target" for key, _ in scope["headers"])
+    """The SQS face answers a request carrying an X-Amz-Target header to ``/`` or
+    to a queue URL's path."""
+    path = scope["path"]
+    return (path == "/" or is_queue_path(path)) and any(key == b"x-amz-target" for key, _ in scope["headers"])
 
 
 def action_of(target: str) -> str:
@@ -153,7 +176,7 @@ def result_response(result: dict[str, Any], request_id: str) -> Response:
 def error_response(error: SqsError, request_id: str | None = None) -> Response:
     """The JSON 1.0 error answer botocore turns into ``client.exceptions.<name>``."""
     namespace = "com.amazon.coral.service" if error.name in _FRAMEWORK_ERRORS else "com.amazonaws.sqs"
-    body = json.dumps({"__type": f"{namespace}#{error.name}", "message": error.message})
+    body = json.dumps({"__type": f"{namespace}#{_JSON_TYPES.get(error.name, error.name)}", "message": error.message})
     headers = {"x-amzn-RequestId": request_id or new_request_id(),
                "x-amzn-query-error": f"{error.query_code};{error.fault}"}
     if error.status == 503:
@@ -166,12 +189,36 @@ def too_large(limit: int) -> SqsError:
     return SqsError("InvalidParameterValue", f"The request body is over {limit} bytes.", 413)
 
 
+def missing(parameter: str, name: str = "MissingParameter") -> SqsError:
+    """Amazon's answer to a request that lacks ``parameter`` (a FIFO batch entry's
+    MessageGroupId is an InvalidParameterValue in the same words)."""
+    return SqsError(name, f"The request must contain the parameter {parameter}.")
+
+
+def invalid_attribute_value(name: str, why: str | None = None) -> SqsError:
+    """Amazon's answer to a queue attribute's bad value (with a reason where Amazon gives one)."""
+    reason = "" if why is None else f" Reason: {why}"
+    return SqsError("InvalidAttributeValue", f"Invalid value for the parameter {name}.{reason}")
+
+
+def invalid_parameter_value(name: str, value: str, why: str) -> SqsError:
+    """Amazon's answer to a parameter's bad value (``value`` as it was given)."""
+    return SqsError("InvalidParameterValue", f"Value {value} for parameter {name} is invalid. Reason: {why}")
+
+
+def no_such_queue() -> SqsError:
+    """Amazon's answer for a queue that is not there (or a QueueUrl that names none),
+    in its words for each protocol."""
+    return SqsError("QueueDoesNotExist", "The specified queue does not exist.",
+                    query_message="The specified queue does not exist for this wsdl version.")
+
+
 def sqs_error_of(exc: VsqsError, spool_root: str | None = None) -> SqsError:
     """The one translation of vsqs errors for the SQS face; paths inside
     ``spool_root`` are shown relative to it (clients see queue names, not paths)."""
     text = without_paths(str(exc), spool_root) if spool_root else str(exc)
     if isinstance(exc, QueueNotFound):
-        return SqsError("QueueDoesNotExist", f"The specified queue does not exist: {text}")
+        return no_such_queue()  # Amazon's words, no path
     if isinstance(exc, InvalidReceipt):
         return SqsError("ReceiptHandleIsInvalid", f"The receipt handle is not valid: {text}")
     if isinstance(exc, StaleReceipt):

@@ -35,11 +35,10 @@ from urllib.parse import unquote_to_bytes
 
 from vsqs._gateway.asgi import Scope
 from vsqs._gateway.limits import MAX_QUERY_FIELDS
-from vsqs._gateway.sqs.protocol import SqsError
+from vsqs._gateway.sqs.protocol import SqsError, invalid_parameter_value, is_queue_path, missing
 from vsqs._gateway.sqs.query_shapes import INPUTS, ListOf, MapOf, Scalar, Shape, Struct
 
 FORM_CONTENT_TYPE = "application/x-www-form-urlencoded"
-_QUEUE_PATH_RE = re.compile(r"/[0-9]{12}/[^/]{1,255}")  # a queue URL's path: /ACCOUNT/NAME
 _INDEX_RE = re.compile(r"[1-9][0-9]{0,3}")
 _INTEGER_RE = re.compile(r"-?[0-9]{1,12}")
 _MAX_KEY = 200  # characters of a field name: the longest SQS has is under 80
@@ -48,13 +47,14 @@ _MESSAGE_PARTS = frozenset({"MessageBody", "MessageAttribute", "MessageSystemAtt
 
 def is_query_request(scope: Scope) -> bool:
     """A request in the Query protocol: a form POST (no X-Amz-Target), or a GET
-    naming an Action, to ``/`` or to a queue URL's path."""
+    naming an Action, to ``/`` or to a queue URL's path; or a GET of a queue
+    URL that names none (Amazon answers it: no such operation)."""
     path = scope["path"]
-    if path != "/" and not (path[1:2].isdigit() and _QUEUE_PATH_RE.fullmatch(path)):
+    if path != "/" and not is_queue_path(path):
         return False  # the native face's paths, cheaply
     if scope["method"] == "GET":
         query = scope.get("query_string", b"")
-        return query.startswith(b"Action=") or b"&Action=" in query
+        return path != "/" or query.startswith(b"Action=") or b"&Action=" in query
     if scope["method"] != "POST":
         return False
     content_type = None
@@ -64,11 +64,6 @@ def is_query_request(scope: Scope) -> bool:
         if key == b"content-type":
             content_type = value
     return content_type is not None and content_type.split(b";", 1)[0].strip().lower() == FORM_CONTENT_TYPE.encode()
-
-
-def is_queue_path(path: str) -> bool:
-    """Whether ``path`` is a queue URL's (``/ACCOUNT/NAME``), where Query clients may send."""
-    return _QUEUE_PATH_RE.fullmatch(path) is not None
 
 
 # -- the form ------------------------------------------------------------------
@@ -191,8 +186,7 @@ def _place(node: dict[Any, Any], shape: Shape, segments: list[str], at: int, val
 
 def _integer(text: str, name: str) -> int:
     if not _INTEGER_RE.fullmatch(text):
-        raise SqsError("InvalidParameterValue", f"Value {text[:40]} for parameter {name} is invalid. "
-                       "Reason: it must be a whole number.")
+        raise invalid_parameter_value(name, text[:40], "it must be a whole number.")
     return int(text)
 
 
@@ -214,14 +208,13 @@ def _finish(raw: Any, shape: Shape, name: str, wire: str) -> Any:
         entry = raw[index]
         key = entry.get(shape.key)
         if key is None:
-            raise SqsError("MissingParameter", f"The request must contain the parameter {wire}.{index}.{shape.key}.")
+            raise missing(f"{wire}.{index}.{shape.key}")
         if key in out:
             raise SqsError("InvalidParameterValue", f"{wire}: the {shape.key} {key[:100]} is given more than once.")
         value = entry.get(shape.value)
         if value is None:
             if isinstance(shape.item, Scalar):
-                raise SqsError("MissingParameter",
-                               f"The request must contain the parameter {wire}.{index}.{shape.value}.")
+                raise missing(f"{wire}.{index}.{shape.value}")
             value = {}
         out[key] = _finish(value, shape.item, f"{name}.{key}", wire)
     return out

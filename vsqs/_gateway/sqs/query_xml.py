@@ -135,8 +135,10 @@ def query_code(error: SqsError) -> str:
 
 
 def error_xml(error: SqsError, request_id: str) -> str:
+    if error.status == 404 and error.name == "UnknownOperationException":
+        return '<?xml version="1.0"?><UnknownOperationException/>'  # a queue URL's GET naming no action
     return (f'<?xml version="1.0"?><ErrorResponse xmlns="{XML_NAMESPACE}"><Error><Type>{error.fault}</Type>'
-            f"<Code>{escape(query_code(error))}</Code><Message>{escape(error.message)}</Message><Detail/></Error>"
+            f"<Code>{escape(query_code(error))}</Code><Message>{escape(error.query_message)}</Message><Detail/></Error>"
             f"<RequestId>{escape(request_id)}</RequestId></ErrorResponse>")
 
 

@@ -14,7 +14,7 @@ from typing import Any
 
 from vsqs import InvalidArgument
 from vsqs._core import settings as _settings
-from vsqs._gateway.sqs.protocol import SqsError
+from vsqs._gateway.sqs.protocol import SqsError, invalid_attribute_value
 
 # attribute -> setting
 SECURITY_ATTRIBUTES: dict[str, str] = {
@@ -26,10 +26,6 @@ SECURITY_ATTRIBUTES: dict[str, str] = {
 DEFAULT_KMS_REUSE_PERIOD = 300  # Amazon's default, reported for a queue with a KMS key
 
 
-def _invalid(name: str, why: str) -> SqsError:
-    return SqsError("InvalidAttributeValue", f"Invalid value for the parameter {name}: {why}")
-
-
 def security_settings(attributes: Mapping[str, str]) -> dict[str, Any]:
     """The settings for the security attributes among ``attributes`` ("" unsets one)."""
     changes: dict[str, Any] = {}
@@ -38,16 +34,16 @@ def security_settings(attributes: Mapping[str, str]) -> dict[str, Any]:
             continue
         text = attributes[name]  # "" unsets
         if name == "SqsManagedSseEnabled" and text.lower() not in ("true", "false", ""):
-            raise _invalid(name, f"{text[:40]!r} is not true or false.")
+            raise invalid_attribute_value(name)
         if name == "KmsDataKeyReusePeriodSeconds" and text and not text.isdigit():
-            raise _invalid(name, f"{text[:40]!r} is not a whole number 60..86400.")
+            raise invalid_attribute_value(name)
         try:
             changes.update(_settings.validate({setting: text if text else None}))
-        except InvalidArgument as exc:
-            raise _invalid(name, str(exc)) from None
+        except InvalidArgument:
+            raise invalid_attribute_value(name) from None
     if changes.get("kms_master_key_id") and changes.get("sqs_managed_sse"):
-        raise _invalid("SqsManagedSseEnabled", "You can use one type of server-side encryption (SSE) at one time: "
-                       "SqsManagedSseEnabled=true with a KmsMasterKeyId.")
+        raise SqsError("InvalidAttributeName", "You can use one type of server-side encryption (SSE) at one time. "
+                       "You can either enable KMS SSE or SQS SSE.")
     if changes.get("kms_master_key_id"):
         changes["sqs_managed_sse"] = False  # SSE-KMS replaces SSE-SQS
     elif changes.get("sqs_managed_sse"):

@@ -19,8 +19,12 @@ from fastapi.responses import Response
 from vsqs._gateway.asgi import Scope
 from vsqs._gateway.sqs import protocol as _json
 from vsqs._gateway.sqs import query as _query
+from vsqs._gateway.sqs import query_json as _query_json
 from vsqs._gateway.sqs import query_xml as _xml
-from vsqs._gateway.sqs.protocol import SqsError
+from vsqs._gateway.sqs.protocol import SqsError, is_queue_path, missing
+
+# actions that are no queue's: Amazon refuses them at a queue's URL (InvalidAction)
+_QUEUELESS_ACTIONS = frozenset({"CreateQueue", "ListQueues"})
 
 
 @dataclass
@@ -34,6 +38,7 @@ class Incoming:
     body: bytes
     fields: dict[str, str] | None = None
     form: bytes | None = None  # Query: the form, its fields decoded once the request is authenticated
+    bare_get: bool = False  # Query: a GET of a queue's URL that names no action
 
 
 class Wire:
@@ -79,13 +84,16 @@ class QueryWire(Wire):
 
     async def params(self, incoming: Incoming, path: str) -> dict[str, Any]:
         assert incoming.fields is not None  # (decoded after authentication: see SqsFace.answer)
+        if incoming.action in _QUEUELESS_ACTIONS and is_queue_path(path):
+            raise _invalid_action(incoming.action)
         return _query.params_of(incoming.action, incoming.fields, path)
 
     def unknown_operation(self, incoming: Incoming) -> SqsError:
+        if incoming.bare_get:
+            return SqsError("UnknownOperationException", "", 404)  # (Amazon: a bare <UnknownOperationException/>)
         if not incoming.named:
-            return SqsError("MissingAction", "The request must contain the parameter Action.")
-        return SqsError("UnknownOperationException",
-                        f"The action {incoming.named[:100]} is not valid for this web service.")
+            return missing("Action", "MissingAction")
+        return _invalid_action(incoming.named)
 
     def result_response(self, action: str, result: dict[str, Any], request_id: str) -> Response:
         return _xml.result_response(action, result, request_id)
@@ -94,14 +102,38 @@ class QueryWire(Wire):
         return _xml.error_response(error, request_id or _json.new_request_id())
 
 
+class QueryJsonWire(QueryWire):
+    """Query, answered in JSON for a request whose ``Accept`` asks for it (:mod:`.query_json`)."""
+
+    name = "query-json"
+
+    def result_response(self, action: str, result: dict[str, Any], request_id: str) -> Response:
+        return _query_json.result_response(action, result, request_id)
+
+    def error_response(self, error: SqsError, request_id: str | None = None) -> Response:
+        if error.status == 404 and error.name == "UnknownOperationException":
+            return super().error_response(error, request_id)  # Amazon answers it in XML whatever was asked
+        return _query_json.error_response(error, request_id or _json.new_request_id())
+
+
+def _invalid_action(named: str) -> SqsError:
+    """Amazon's answer to an action it does not take (at this URL)."""
+    return SqsError("UnknownOperationException", f"The action {named[:100]} is not valid for this endpoint.")
+
+
 JSON = JsonWire()
 QUERY = QueryWire()
+QUERY_JSON = QueryJsonWire()
 
 
 def wire_of(scope: Scope) -> Wire:
     """The protocol a request speaks: Query for a form POST or a GET naming an
-    Action (:func:`.query.is_query_request`), else JSON 1.0."""
-    return QUERY if _query.is_query_request(scope) else JSON
+    Action (:func:`.query.is_query_request`; answered in JSON when its
+    ``Accept`` asks for it), else JSON 1.0."""
+    if not _query.is_query_request(scope):
+        return JSON
+    accept = next((value for key, value in scope["headers"] if key == b"accept"), b"")
+    return QUERY_JSON if _query_json.wants_json(accept) else QUERY
 
 
 def is_sqs_request(scope: Scope) -> bool:
