@@ -233,3 +233,34 @@ def test_an_id_forgotten_by_a_purge_is_swept_by_gc(queue):
         os.utime(os.path.join(directory, name), (old, old))
     queue.collect_garbage()
     assert os.listdir(directory) == []
+
+
+def test_purging_one_message_does_not_stat_every_dedup_chain(queue, monkeypatch):
+    """Queue.purge(ids=[one]) (the console's delete of a message, kombu's purge) frees the ids
+    of what it removed with one listing of .dedup/ and one read a chain: no galloping stats
+    for each chain's newest generation (the listing names it)."""
+    queue.configure(dedup_window=3600)
+    chains = 200
+    ids = queue.publish_batch([vsqs.Outgoing(b"x", dedup_id=f"d{i}") for i in range(chains)])
+    calls = {"n": 0}
+    for name in ("exists", "read_control", "mtime"):
+        real = getattr(_dedup._fs, name)
+
+        def counted(*args, _real=real, **kwargs):
+            calls["n"] += 1
+            return _real(*args, **kwargs)
+
+        monkeypatch.setattr(_dedup._fs, name, counted)
+    forget = _dedup.Reservations.forget
+    seen = {}
+
+    def measured(self, keys):
+        before = calls["n"]
+        freed = forget(self, keys)
+        seen["calls"], seen["freed"] = calls["n"] - before, freed
+        return freed
+
+    monkeypatch.setattr(_dedup.Reservations, "forget", measured)
+    assert queue.purge(ids=[ids[7]]) == 1
+    assert seen["freed"] == 1
+    assert seen["calls"] <= chains + 10, f"{seen['calls']} stats and reads for {chains} chains"

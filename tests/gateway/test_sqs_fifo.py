@@ -5,6 +5,7 @@ boto3 against a real `vsqs serve` (the servers of test_sqs.py)."""
 from __future__ import annotations
 
 import json
+import time
 from typing import Any
 
 import pytest
@@ -219,3 +220,21 @@ def test_purge_forgets_the_deduplication_ids_of_what_it_removed(sqs: Any) -> Non
     again = sqs.send_message(QueueUrl=url, MessageBody="b", MessageGroupId="g", MessageDeduplicationId="d")
     assert again["MessageId"] != first["MessageId"]
     assert _bodies(sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10)) == ["b"]
+
+
+def test_fifo_delete_is_refused_when_another_gateway_shortened_the_timeout(sqs: Any, server: Server) -> None:
+    """The handle's lease was lowered through another gateway (here: the library, as that gateway
+    does) and has run out: as Amazon, "The receipt handle has expired", and the message stays (it
+    comes back), though the handle this gateway knows has an hour to run."""
+    name, url = fifo_queue(sqs)
+    _send(sqs, url, "g", "a")
+    handle = sqs.receive_message(QueueUrl=url, VisibilityTimeout=3600)["Messages"][0]["ReceiptHandle"]
+    library_queue(server, name).change_visibility(handle, 1)  # ChangeMessageVisibility(1) on another gateway
+    time.sleep(1.5)
+    try:
+        sqs.delete_message(QueueUrl=url, ReceiptHandle=handle)
+        answered = "200"
+    except ClientError as exc:
+        answered = exc.response["Error"]["Code"]
+    remaining = library_queue(server, name).stats().total
+    assert (answered, remaining) == ("InvalidParameterValue", 1)

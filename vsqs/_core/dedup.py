@@ -186,22 +186,27 @@ class Reservations:
         """Free the ids held by the messages ``keys`` (a purge removed them): each chain whose newest
         generation names one of them gets ``gone 0 KEY``, a window that ended long ago. A chain a
         publisher moved on meanwhile (its newest names another key, or is being written) is left
-        alone; a lost create is looked at again. How many ids were freed."""
+        alone; a lost create is looked at again. One read a chain: its newest generation is the
+        listing's (a newer one made since makes the create fail, and is found then). How many ids
+        were freed."""
         if not keys or not _fs.is_private_dir(self._dir):
             return 0
+        chains: dict[str, int] = {}
+        for name in _fs.list_names(self._dir):
+            digest, _, number = name.partition(".")
+            if len(digest) == 32 and number.isdigit() and int(number) > chains.get(digest, 0):
+                chains[digest] = int(number)
         freed = 0
-        for digest in {name.partition(".")[0] for name in _fs.list_names(self._dir)}:
-            if len(digest) != 32:
-                continue
-            while True:
-                gen = self._newest(digest)
-                parsed, writing = self._readable(digest, gen) if gen else (None, False)
+        for digest, gen in chains.items():
+            while gen:
+                parsed, writing = self._readable(digest, gen)
                 if writing or parsed is None or parsed[1] not in keys or (parsed[0] == "gone" and parsed[2] == 0):
                     break
                 mark = f"gone 0 {parsed[1]}\n".encode()
                 if _fs.create_exclusive(self._path(digest, gen + 1), mark, durable=False, mode=self.mode):
                     freed += 1
                     break
+                gen = self._newest(digest)  # a publisher moved the chain on since the listing: look again
         return freed
 
     def sweep(self, window: float, present: set[str]) -> int:

@@ -109,8 +109,10 @@ def _expired(handle: str) -> SqsError:
 
 def _delete(call: Call, queue: Queue, handle: str, fifo: bool) -> None:
     """Delete ``handle``'s message (blocking); StaleReceipt if it no longer holds it. On a FIFO
-    queue, as Amazon, a handle whose visibility timeout has run out deletes nothing (the
-    message comes back): InvalidParameterValue, "The receipt handle has expired"."""
+    queue, as Amazon, a handle that no longer holds a message still in the queue (its visibility
+    timeout ran out, here or after a change through another gateway, or it was received again)
+    deletes nothing (the message comes back): InvalidParameterValue, "The receipt handle has
+    expired". A handle whose message is gone (a retried delete) answers as a stale one does."""
     def delete(receipt: str) -> None:
         if fifo and queue.held_until(receipt) <= time.time():
             raise StaleReceipt("the receipt's visibility timeout ran out")  # (follow looks for a later one)
@@ -119,7 +121,7 @@ def _delete(call: Call, queue: Queue, handle: str, fifo: bool) -> None:
     try:
         call.aliases.follow(queue, handle, delete)
     except StaleReceipt:
-        if fifo and queue.held_until(call.aliases.current(handle)) <= time.time():
+        if fifo and any(True for _ in queue.messages(ids=[queue.message_id(handle)])):
             raise _expired(handle) from None
         raise
 
