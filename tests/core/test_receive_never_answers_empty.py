@@ -195,3 +195,33 @@ def test_a_cache_left_with_only_a_full_groups_names_has_run_out(flat_queue):
     assert [m.body for m in vsqs.Queue(queue.path).receive_batch(2)] == [b"a1", b"a2"]  # both slots held
     vsqs.Queue(queue.path).publish(b"u2")
     assert [m.body for m in queue.receive_batch(5)] == [b"u2"]
+
+
+# -- 6. a publish by another thread of the handle during its listing --------------
+
+
+def test_own_publish_during_another_threads_listing_is_taken(queue, slow_listings, monkeypatch):
+    # one handle, two threads (a gateway's handle, a worker's): thread A lists
+    # (the directory read before B's message landed); thread B publishes meanwhile,
+    # marking the listing; A's listing then ends and clears the mark it never saw
+    # the message of. B's next receive must still take its own message.
+    import threading
+
+    from vsqs._core.listing import Listing
+
+    real_list = Listing._list
+    armed = [True]
+
+    def listing_with_a_publish_meanwhile(self, now):
+        found = real_list(self, now)  # the directories read: the message is not in them
+        if armed[0]:
+            armed[0] = False
+            other = threading.Thread(target=queue.publish, args=(b"mine",))  # thread B, same handle
+            other.start()
+            other.join()
+        return found
+
+    monkeypatch.setattr(Listing, "_list", listing_with_a_publish_meanwhile)
+    assert queue.receive() is None  # thread A (its receive began before B's publish)
+    got = queue.receive()  # after B's publish returned
+    assert got is not None and got.body == b"mine"
