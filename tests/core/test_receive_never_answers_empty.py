@@ -225,3 +225,26 @@ def test_own_publish_during_another_threads_listing_is_taken(queue, slow_listing
     assert queue.receive() is None  # thread A (its receive began before B's publish)
     got = queue.receive()  # after B's publish returned
     assert got is not None and got.body == b"mine"
+
+
+def test_what_a_batch_published_before_it_failed_is_taken(queue, slow_listings, monkeypatch):
+    # publish_batch's promise: an I/O error between the renames leaves the earlier
+    # messages published. They are this handle's publishes as much as a whole batch's.
+    from vsqs._core.errors import StorageError
+
+    assert queue.receive() is None  # a listing that found nothing: the next one waits (by its cost)
+    real_rename, renames = _fs.rename, [0]
+
+    def rename(src, dst):
+        if src.endswith(".new"):
+            renames[0] += 1
+            if renames[0] == 2:
+                raise StorageError(5, "injected: cannot rename message file", src)
+        return real_rename(src, dst)
+
+    monkeypatch.setattr(_fs, "rename", rename)
+    with pytest.raises(StorageError):
+        queue.publish_batch([b"mine", b"lost"])
+    monkeypatch.setattr(_fs, "rename", real_rename)
+    got = queue.receive()
+    assert got is not None and got.body == b"mine"
