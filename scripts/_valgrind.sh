@@ -12,6 +12,8 @@ if ! command -v valgrind > /dev/null 2>&1; then
             echo "apt-get install valgrind failed; the whole log is in .venv/apt-valgrind.log" >&2
             exit 1
         fi
+    elif [ "${INSTRUCTIONS_REQUIRED:-}" = 1 ]; then
+        echo "no valgrind on PATH, and not root with apt-get to install it: the instruction budget test will fail" >&2
     else
         echo "no valgrind on PATH: the instruction budget test will skip (apt-get install valgrind)" >&2
     fi

@@ -205,7 +205,8 @@ def count_callgrind(cmd: list[str]) -> int:
         out = os.path.join(tmp, "callgrind.out")
         r = subprocess.run(["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}", *cmd],
                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, check=False,
-                           env={**os.environ, "PYTHONHASHSEED": "0"})  # one str hash, one dict layout a run
+                           # one str hash, one dict layout a run; no bytecode written by one run for the next
+                           env={**os.environ, "PYTHONHASHSEED": "0", "PYTHONDONTWRITEBYTECODE": "1"})
         if r.returncode != 0 or not os.path.exists(out):
             sys.stderr.write(r.stderr)
             raise SystemExit(f"valgrind --tool=callgrind failed (exit {r.returncode})")
@@ -330,6 +331,13 @@ def main() -> int:
               "instructions executed in user space")
     source = f"vsqs from {a.repo} ({_report.git_head(a.repo)})" if a.peer == "vsqs" else "dirq"
     print(f"{source}, run by {a.python}; {a.count:,} messages of {a.body_size} bytes per run")
+    if a.budget:
+        python = subprocess.run([a.python, "-c", "import platform; print(platform.python_version())"],
+                                capture_output=True, text=True, check=True).stdout.strip()
+        if python != a.budget["python"]:
+            print(f"the budget was counted with Python {a.budget['python']}, and {a.python} is {python}: "
+                  "its counts are another interpreter's; count a budget with this one (see the budget file)")
+            return 2
     if a.clock_of_calls:
         os.environ[CLOCK_OF_CALLS] = repr(a.clock_of_calls)  # for the workers
         print(f"the workers' monotonic clock: {a.clock_of_calls * 1e6:g} µs a call")

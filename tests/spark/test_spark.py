@@ -600,6 +600,7 @@ def test_stream_killed_before_commit_redelivers_after_the_visibility_timeout(spa
     # delete of batch 0 leaves them to their new holder. The rest of batch 0 is gone.
     taken_again = {message_id: body for message_id, body, _ in first[0] if message_id in lost_batch}
     assert len(first[0]) == len(lost_batch) == 5
+    assert all(lost_batch[i] == count + 1 for i, _, count in first[0] if i in taken_again)  # received once more
     assert queue.stats().total == 15 + len(taken_again)
 
     # the lease runs out: another consumer receives the batch again (and gives it back)

@@ -246,6 +246,9 @@ class Listing:
     def relist(self, now: int) -> None:
         """List the directory; keep the first names of each kind (see WINDOW)."""
         started = time.monotonic()
+        # cleared before the directories are read: a publish whose flag comes later (another
+        # thread of this handle) may have renamed after the read, and keeps it set
+        self.published = False
         if self.watch is not None:  # what the watch told before this listing, the listing shows
             self.watch_epoch, self.watch_version = self.watch.mark()
         self.runs = {}
@@ -270,7 +273,6 @@ class Listing:
         self.claimed = 0
         self.blocked = set()
         self.freed = False
-        self.published = False
         self.listed_at = time.monotonic()
         self.listings += 1
         self.cost = self.listed_at - started

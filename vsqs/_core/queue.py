@@ -296,13 +296,15 @@ class Queue(Redrive):
         written = publishing.write_batch(layout, entries, durable, self._settings.mode, self._reservations, settings)
         ids: list[str] = []
         names: list[str] = []
-        for entry, stem, temp in written.files:
-            name = publishing.final_name(stem, entry.delay)
-            if not _fs.rename(temp, layout.message_file(name)):
-                publishing.check_moved(layout, temp, name)
-            ids.append(stem[:_KEY_LENGTH])
-            names.append(name)
-        self._listing.published = True  # this handle's receives list again before they answer empty
+        try:
+            for entry, stem, temp in written.files:
+                name = publishing.final_name(stem, entry.delay)
+                if not _fs.rename(temp, layout.message_file(name)):
+                    publishing.check_moved(layout, temp, name)
+                ids.append(stem[:_KEY_LENGTH])
+                names.append(name)
+        finally:  # (after the renames: a listing begun before them clears it first)
+            self._listing.published = True  # this handle's receives list again before they answer empty
         if _hub.watching:  # this process's waiters learn of them at once, on any filesystem
             _hub.published(layout.path, names)
         if durable and ids:
@@ -334,9 +336,11 @@ class Queue(Redrive):
         entry = publishing.Prepared(data, {}, priority, "", delay, "")
         stem, temp = publishing.write_new(layout, entry, durable, self._settings.mode)
         name = publishing.final_name(stem, delay)
-        if not _fs.rename(temp, layout.message_file(name)):
-            publishing.check_moved(layout, temp, name)
-        self._listing.published = True
+        try:
+            if not _fs.rename(temp, layout.message_file(name)):
+                publishing.check_moved(layout, temp, name)
+        finally:
+            self._listing.published = True
         if _hub.watching:
             _hub.published(layout.path, (name,))
         if durable:
@@ -367,9 +371,10 @@ class Queue(Redrive):
         taken back at once (if a consumer was quicker, it is delivered twice:
         at-least-once, never lost)."""
         self._open_parts()
-        committed = self._stages.commit(stage)
-        self._listing.published = True
-        return committed
+        try:
+            return self._stages.commit(stage)
+        finally:  # (what it renamed before a failure is published too)
+            self._listing.published = True
 
     def abort_stage(self, stage: str) -> int:
         """Drop ``stage`` and its messages unpublished; return how many were dropped."""

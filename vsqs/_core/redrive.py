@@ -76,6 +76,8 @@ class Redrive(Administration):
 
 
 def _target_path(to: Queue | str | os.PathLike[str] | None) -> str | None:
-    if to is None or isinstance(to, (str, os.PathLike)):
-        return None if to is None else os.path.abspath(os.fspath(to))
-    return to.path  # a Queue
+    if to is None:
+        return None
+    if isinstance(to, Redrive):  # a Queue (Redrive is one of its bases)
+        return to.path
+    return os.path.abspath(os.fspath(to))  # TypeError for what is no path
