@@ -610,6 +610,11 @@ def rename_dir(src: str, dst: str) -> bool:
             return False
         if exc.errno in _AMBIGUOUS and not exists(src):
             return True  # no one else renames our private directory: it moved
+        if exists(src) and (exc.errno == errno.EPERM or is_dir(dst)):
+            # another creator won, told in other words: sshfs answers EPERM (SFTP's "failure"),
+            # and may not show the winner's directory yet; we could make ours beside it, so
+            # EPERM is no lack of permission here
+            return False
         raise storage_error(exc, "cannot move new queue directory into place", src) from exc
 
 

@@ -46,9 +46,17 @@ def _open(path: str, create: bool, shards: int, mode: int | None,
     data = _read(meta) if pin else None
     if data is None and create:
         _create(path, shards, mode, first_receive)
-        pin = pin or _pin(path, create)
-        meta = os.path.join(pin.path if pin else path, _format.METADATA_NAME)
-        data = _read(meta) if pin else None
+        deadline = time.monotonic() + _METADATA_WAIT
+        while True:
+            pin = pin or _pin(path, create)
+            meta = os.path.join(pin.path if pin else path, _format.METADATA_NAME)
+            data = _read(meta) if pin else None
+            if data is not None or time.monotonic() >= deadline:
+                break
+            # another host's creator won: this host's client may not show its queue yet
+            # (a cached lookup saying "none": NFS, sshfs); bounded, then QueueNotFound as before
+            time.sleep(0.05)
+            _fs.list_names(os.path.dirname(path))  # (revalidates NFS's lookups of the parent's names)
     if data is None or pin is None:
         if pin is not None:
             raise QueueNotFound(f"not a vsqs queue: {path} has no {_format.METADATA_NAME} (create it first)")
@@ -115,6 +123,12 @@ def _create(path: str, shards: int, mode: int | None, first_receive: bool) -> No
             _fs.remove_tree(private)
         else:
             _fs.remove_tree_quietly(private, [_format.METADATA_NAME])
+        # The server says `path` exists, but this host's client may still hold a lookup of it
+        # that says it does not (another host made it: NFS's negative entries, sshfs's caches):
+        # then it is the winner's queue, which _open waits to see; it is adopted only if seen.
+        _fs.list_names(parent)  # (revalidates NFS's lookups of the parent's names)
+        if not _fs.is_dir(path):
+            return
     if not _fs.exists(meta):  # adopt the directory: shards first
         Layout.make(path, shards, mode)
     if _fs.create_exclusive(meta, content, durable=True, mode=mode):

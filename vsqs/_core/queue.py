@@ -388,9 +388,7 @@ class Queue(Redrive):
 
     # -- receive -----------------------------------------------------------
 
-    def receive(
-        self, *, visibility_timeout: float | None = None, wait: float | None = None
-    ) -> Message | None:
+    def receive(self, *, visibility_timeout: float | None = None, wait: float | None = None) -> Message | None:
         """Take the next visible message, hidden from others for ``visibility_timeout`` s.
 
         ``wait`` > 0 long-polls: returns as soon as a message is visible, or
@@ -554,9 +552,7 @@ class Queue(Redrive):
                 outcomes.append(exc)
         return outcomes
 
-    def change_visibility_batch(
-        self, entries: Iterable[tuple[str, float]]
-    ) -> list[str | VsqsError]:
+    def change_visibility_batch(self, entries: Iterable[tuple[str, float]]) -> list[str | VsqsError]:
         """Change the visibility of several messages, each entry a
         ``(receipt, timeout)``; one outcome per entry, in order: the new receipt,
         or the error (:class:`StaleReceipt`, :class:`InvalidReceipt`,

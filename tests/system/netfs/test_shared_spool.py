@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import subprocess
+import sys
 import threading
 import time
 
@@ -141,3 +143,19 @@ def test_a_waiter_on_one_host_wakes_for_a_message_published_on_the_other(shared_
         a.publish(b"%d" % index)  # (another path: no hint of this process's publish reaches B's watch)
     consumer.join(120)
     assert sorted(got) == [b"%d" % index for index in range(5)]
+
+
+def test_two_hosts_creating_one_queue_at_once_both_open_it(shared_fs):
+    # A Celery worker on one host and a producer on the other both declare the
+    # queue as they start. The loser of the creation race may be told so in
+    # other words (sshfs: EPERM) and may not see the winner's queue yet (a
+    # cached lookup saying "none"); it opens the winner's queue all the same.
+    script = "import sys, vsqs; vsqs.Spool(sys.argv[1], create=True).create_queue(sys.argv[2]).publish(b'x')"
+    for round_ in range(20):
+        name = f"race-{round_}-{os.getpid()}"
+        spools = [os.path.join(host, "spool") for host in (shared_fs.host_a, shared_fs.host_b)]
+        creators = [subprocess.Popen([sys.executable, "-c", script, spool, name], stderr=subprocess.PIPE, text=True)
+                    for spool in spools]
+        failures = [err[-800:] for p in creators if (err := p.communicate()[1]) and p.returncode]
+        assert not failures, failures
+        assert vsqs.Queue(os.path.join(spools[0], name)).stats().total == 2
