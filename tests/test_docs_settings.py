@@ -1,9 +1,12 @@
 """The docs' tables of queue settings are made from the settings'
 declarations (``vsqs._core.settings.SCHEMA``) by scripts/settings_tables.py:
-a table that drifts from them fails here, showing the difference."""
+a table that drifts from them fails here, showing the difference. The SQS
+face's table of queue attributes (docs/gateway.md), prose about Amazon row by
+row, is held to the face's map of the settings each attribute sets."""
 
 from __future__ import annotations
 
+import re
 import runpy
 from pathlib import Path
 
@@ -50,3 +53,24 @@ def test_a_missing_setting_and_a_stray_one_are_made_again():
 def test_a_marker_over_no_table_of_settings_is_an_error():
     with pytest.raises(ValueError, match="no table of settings"):
         TABLES["render"](f"{TABLES['MARKER']}\n| other | table |\n|---|---|\n")
+
+
+GATEWAY_MD = ROOT / "docs" / "gateway.md"
+
+
+def test_gateway_md_names_the_settings_each_queue_attribute_sets():
+    """Each row of its table of queue attributes names, of the settings, just
+    those the SQS face sets with that attribute."""
+    pytest.importorskip("fastapi", reason="the gateway needs the server extra: pip install 'vsqs[server]'")
+    from vsqs._core.settings import SCHEMA
+    from vsqs._gateway.sqs.attributes import SETTINGS_OF_ATTRIBUTE
+
+    text = GATEWAY_MD.read_text()
+    table = text[text.index("| attribute | status | vsqs |"):]
+    rows = table[: table.index("\n\n")].splitlines()[2:]
+    named = {row.split(" | ")[0].removeprefix("| "): {name for name in re.findall(r"`([a-z_]+)`", row)
+                                                      if name in SCHEMA} for row in rows}
+    assert {attribute: named.get(attribute) for attribute in SETTINGS_OF_ATTRIBUTE} == {
+        attribute: set(settings) for attribute, settings in SETTINGS_OF_ATTRIBUTE.items()}
+    assert not {attribute: settings for attribute, settings in named.items()
+                if settings and attribute not in SETTINGS_OF_ATTRIBUTE}
