@@ -338,17 +338,17 @@ def _seconds_setting(default: Any, maximum: float, doc: str, *, positive: bool =
                    (0, maximum), positive=positive)
 
 
-def _count_setting(default: Any, minimum: int, maximum: int, doc: str, **more: Any) -> Setting:
-    return Setting("count", default, doc, _count(minimum, maximum), _whole_input, int, (minimum, maximum), **more)
+def _count_setting(default: Any, minimum: int, maximum: int, doc: str) -> Setting:
+    return Setting("count", default, doc, _count(minimum, maximum), _whole_input, int, (minimum, maximum))
 
 
-def _choice_setting(default: Any, choices: tuple[str, ...], doc: str, **more: Any) -> Setting:
+def _choice_setting(default: Any, choices: tuple[str, ...], doc: str, *, editable: bool = True) -> Setting:
     return Setting("choice", default, doc, _choice(*choices), _choice_input, _one_of(choices), choices=choices,
-                   **more)
+                   editable=editable)
 
 
-def _flag_setting(default: Any, doc: str, **more: Any) -> Setting:
-    return Setting("flag", default, doc, _flag, _flag_input, bool, **more)
+def _flag_setting(default: Any, doc: str) -> Setting:
+    return Setting("flag", default, doc, _flag, _flag_input, bool)
 
 
 def _kept(setting: Setting) -> Setting:
