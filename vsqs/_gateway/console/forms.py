@@ -1,6 +1,7 @@
 """The console's forms: a bounded ``application/x-www-form-urlencoded``
-body parsed into fields, and the settings form turned into the changes the
-native API would take (validated by the same model,
+body parsed into fields, and the settings form: its rows, one per editable
+setting of the engine's schema, and what it holds turned into the changes
+the native API would take (validated by the same model,
 :class:`~vsqs._gateway.rest.models.QueueSettings`, and then by the engine's
 schema)."""
 
