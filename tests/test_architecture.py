@@ -180,3 +180,24 @@ def test_size_exceptions_are_still_needed():
         assert name in sizes, f"{name} is in SIZE_EXCEPTIONS but does not exist"
         lines, limit = sizes[name]
         assert lines > limit, f"{name} ({lines} lines) is within {limit}: remove it from SIZE_EXCEPTIONS"
+
+
+# -- the settings the engine keeps and does not obey -------------------------------
+
+
+def _engine_modules_naming(setting: str) -> list[str]:
+    """The engine's modules, but the schema's own, that name ``setting`` in a string."""
+    quoted = re.compile(rf"[\"']{setting}[\"']")
+    return sorted(path.name for path in ENGINE.glob("*.py")
+                  if path.name != "settings.py" and quoted.search(path.read_text()))
+
+
+def test_a_setting_is_obeyed_as_its_declaration_says():
+    """A setting declared obeyed is read by some part of the engine; one kept for
+    the SQS face (``obeyed=False``) by none: the schema stores and checks it only."""
+    from vsqs._core.settings import SCHEMA
+
+    wrong = [f"{name}: declared {'obeyed' if setting.obeyed else 'kept'}, named by {readers or 'no part'}"
+             for name, setting in SCHEMA.items()
+             if bool(readers := _engine_modules_naming(name)) != setting.obeyed]
+    assert not wrong, "\n".join(wrong)

@@ -196,6 +196,26 @@ def test_settings_are_validated_as_the_api_validates_them(server, console, name)
     assert console.act(name, "settings", visibility_timeout="45").headers["location"].endswith("notice=unchanged")
 
 
+def test_the_settings_form_has_a_row_for_each_editable_setting(server, console, name):
+    """In the declared order, but suspended (its own buttons); a flag as a checkbox."""
+    from vsqs._core.settings import SCHEMA
+
+    fresh(server, name).configure(throttle="5/2", content_dedup=True)
+    page = console.get(f"/ui/queues/{name}").text
+    form = page[page.index('id="settings-form"'):]
+    form = form[:form.index("</form>")]
+    inputs = re.findall(r'<input type="(text|checkbox)" id="setting-([a-z_]+)" name="\2"([^>]*)>', form)
+    assert [key for _, key, _ in inputs] == [
+        key for key, setting in SCHEMA.items() if setting.editable and key != "suspended"]
+    kinds = {key: kind for kind, key, _ in inputs}
+    assert {key for key, kind in kinds.items() if kind == "checkbox"} == {"content_dedup"}
+    shown = {key: rest for _, key, rest in inputs}
+    assert 'value="5/2"' in shown["throttle"] and 'placeholder="N/seconds"' in shown["throttle"]
+    assert 'value="30"' in shown["visibility_timeout"] and 'inputmode="decimal"' in shown["visibility_timeout"]
+    assert 'value=""' in shown["dead_letter"] and 'inputmode="text"' in shown["dead_letter"]
+    assert " checked" in shown["content_dedup"]
+
+
 def test_groups_on_demand(server, console, name):
     queue = fresh(server, name)
     queue.publish_batch([vsqs.Outgoing(b"x", group="a")] * 3 + [vsqs.Outgoing(b"y", group="b")], durable=False)

@@ -135,6 +135,24 @@ def test_friendly_input_is_written_in_the_stored_form(queue):
     assert stored["tags"] == {"a": "1", "b": "2"} and stored["policy"] == '{"Version":"2012-10-17"}'
 
 
+SET = {  # a value of each setting other than its default, in its stored form
+    "visibility_timeout": 2.5, "delay": 60.0, "receive_wait": 20.0, "retention": 86400.0, "max_messages": 10,
+    "max_message_bytes": 2**40, "max_receives": 4, "dead_letter": "/srv/spool/jobs.dlq", "group_concurrency": 3,
+    "dedup_window": 0.001, "content_dedup": True, "throttle": [100, 2.5], "suspended": ["delete", "receive"],
+    "dedup_scope": "queue", "file_mode": "0640", "throughput_limit": "group", "tags": {"a": "1", "b": ""},
+    "policy": '{"Version": "2012-10-17"}', "kms_master_key_id": "alias/k", "kms_data_key_reuse_period": 300,
+    "sqs_managed_sse": False,
+}
+
+
+def test_each_settings_text_is_taken_back():
+    """What ``vsqs config`` shows of a setting, set or unset, sets it again as it was."""
+    assert sorted(SET) == sorted(_settings.SCHEMA)
+    for key, setting in _settings.SCHEMA.items():
+        for value in (SET[key], setting.default):
+            assert _settings.validate({key: setting.text(value)}) == {key: value}, (key, setting.text(value))
+
+
 def test_configure_merges_and_unsets(queue):
     queue.configure(visibility_timeout=5, max_messages=10)
     queue.configure(max_messages=None, throttle="100/2")

@@ -61,6 +61,41 @@ def test_healthz_and_openapi(http):
         assert path in paths, path
 
 
+def test_the_settings_body_is_made_of_the_editable_settings(http):
+    """Its fields, in their declared order, each with its declaration's doc and bounds."""
+    from vsqs._core.settings import SCHEMA
+
+    model = http.get("/openapi.json").json()["components"]["schemas"]["QueueSettings"]
+    editable = [name for name, setting in SCHEMA.items() if setting.editable]
+    assert list(model["properties"]) == editable and model["additionalProperties"] is False
+    for name in editable:
+        field, setting = model["properties"][name], SCHEMA[name]
+        assert field["description"], name
+        if setting.bounds is not None:
+            low = field.get("exclusiveMinimum" if setting.positive else "minimum")
+            assert (low, field["maximum"]) == setting.bounds, name
+
+
+EDITED = {  # a value of each setting the native API edits, as a client sends it, and as it is kept
+    "visibility_timeout": (45, 45.0), "delay": (1.5, 1.5), "receive_wait": (2, 2.0), "retention": (3600, 3600.0),
+    "max_messages": (100, 100), "max_message_bytes": (4096, 4096), "max_receives": (3, 3),
+    "dead_letter": ("other", "other"), "group_concurrency": (2, 2), "dedup_window": (60, 60.0),
+    "content_dedup": (True, True), "throttle": ([10, 1], [10, 1.0]), "suspended": (["publish"], ["publish"]),
+}
+
+
+def test_the_api_edits_each_editable_setting(http, server, queue_name):
+    from vsqs._core.settings import SCHEMA
+
+    assert sorted(EDITED) == sorted(name for name, setting in SCHEMA.items() if setting.editable)
+    for name, (sent, kept) in EDITED.items():
+        answer = http.patch(f"/queues/{queue_name}", json={name: sent})
+        assert answer.status_code == 200, answer.text
+        assert answer.json()["settings"][name] == kept == vsqs.Spool(server.spool).queue(queue_name).settings[name]
+        unset = http.patch(f"/queues/{queue_name}", json={name: None}).json()["settings"][name]
+        assert unset == SCHEMA[name].default, name
+
+
 def test_metrics_count_requests_by_operation_and_outcome(http, queue_name):
     http.post(f"/queues/{queue_name}/messages", content=b"x")
     http.get("/queues/no-such-queue")

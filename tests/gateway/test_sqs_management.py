@@ -93,6 +93,35 @@ def wait_for(predicate: Any, timeout: float = 120.0) -> Any:
         time.sleep(0.1)
 
 
+# -- the settings of the SQS face ------------------------------------------------------
+
+
+def test_each_setting_is_set_by_a_queue_attribute_or_by_none_on_purpose() -> None:
+    """A new setting needs a decision here: which attribute sets it, or none."""
+    from vsqs._core.settings import SCHEMA
+    from vsqs._gateway.sqs.attributes import ATTRIBUTE_OF_SETTING, NO_ATTRIBUTE
+
+    assert not set(ATTRIBUTE_OF_SETTING) & NO_ATTRIBUTE
+    assert sorted(set(ATTRIBUTE_OF_SETTING) | NO_ATTRIBUTE) == sorted(SCHEMA)
+    kept = {name for name, setting in SCHEMA.items() if not setting.obeyed}
+    assert kept <= set(ATTRIBUTE_OF_SETTING) | {"tags"}  # kept for the SQS face: it sets them (TagQueue the tags)
+
+
+@pytest.mark.parametrize("attribute, first, second", [
+    ("KmsMasterKeyId", "alias/a", "alias/b"),
+    ("Policy", '{"Version": "2012-10-17"}', '{"Version": "2008-10-17"}'),
+    ("MessageRetentionPeriod", "600", "601"),
+])
+def test_a_queue_made_again_with_another_attribute_is_told_which(sqs: Any, attribute: str, first: str,
+                                                                 second: str) -> None:
+    name = new_name("again")
+    sqs.create_queue(QueueName=name, Attributes={attribute: first})
+    with pytest.raises(ClientError) as caught:
+        sqs.create_queue(QueueName=name, Attributes={attribute: second})
+    assert code_of(caught) in ("QueueAlreadyExists", "QueueNameExists")
+    assert caught.value.response["Error"]["Message"].endswith(f"a different value for attribute {attribute}")
+
+
 # -- tags -------------------------------------------------------------------------
 
 

@@ -44,20 +44,6 @@ def create(ctx: click.Context, queue: str, shards: int | None, **settings: str |
         q.configure(**changes)
 
 
-def _shown(value: Any) -> str:
-    """A setting as ``config`` takes it: a throttle as COUNT/SECONDS, the
-    suspended operations separated by commas."""
-    if value is None:
-        return "none"
-    if isinstance(value, dict):  # tags: as JSON, which config takes back
-        return json.dumps(value, sort_keys=True) if value else "none"
-    if isinstance(value, list):
-        if all(isinstance(v, str) for v in value):
-            return ",".join(value) or "none"
-        return "/".join(f"{v:g}" for v in value)
-    return f"{value:g}" if isinstance(value, float) else str(value)
-
-
 @click.command()
 @queue_argument
 @click.argument("assignments", nargs=-1, metavar="[KEY=VALUE]...")
@@ -77,7 +63,7 @@ def config(ctx: click.Context, queue: str, assignments: tuple[str, ...], as_json
         click.echo(json.dumps(dict(settings), sort_keys=True))
     else:
         for key in sorted(settings):
-            click.echo(f"{key:<19} {terminal_text(_shown(settings[key]))}")  # read from the spool
+            click.echo(f"{key:<19} {terminal_text(_settings.SCHEMA[key].text(settings[key]))}")  # read from the spool
 
 
 COMMANDS = (create, config)

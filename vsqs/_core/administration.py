@@ -61,9 +61,8 @@ class Administration:
     def configure(self, **changes: Any) -> Mapping[str, Any]:
         """Change settings (``None`` unsets one); every process sees them within a second.
 
-        Known settings: visibility_timeout, delay, retention, max_messages,
-        max_message_bytes, max_receives, dead_letter, group_concurrency,
-        dedup_window, throttle; tags, policy and kms_* kept, not obeyed (FORMAT.md).
+        The settings, their defaults and bounds: docs/FORMAT.md's table, made
+        from their declarations (``vsqs._core.settings.SCHEMA``).
         """
         clean = _settings.validate(changes)
         self._open_parts()

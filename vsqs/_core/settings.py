@@ -19,7 +19,7 @@ import json
 import math
 import re
 from collections.abc import Callable, Mapping
-from typing import Any, NamedTuple
+from typing import Any, Literal, NamedTuple
 
 from vsqs._core import limits
 from vsqs._core.errors import IncompatibleFormat, InvalidArgument, QueueSuspended
@@ -37,13 +37,37 @@ Check = Callable[[str, Any], Any]
 
 
 class Setting(NamedTuple):
-    """One setting: its default, the check of its stored form (FORMAT.md's
-    grammar, where its limits are written once) and the parser that turns
-    friendlier input (the API, the CLI, the gateway) into that form."""
+    """One queue setting, declared once. The rest is made from the declarations:
+    the check of its stored form (FORMAT.md's grammar, where its limits are
+    written once), the parser of friendlier input (the API, the CLI, the
+    gateway), the native API's model and the console's rows (``editable``),
+    the text the CLI shows and takes back, and FORMAT.md's tables (a test
+    holds them to these declarations)."""
 
+    kind: str  # the kind of its stored value: a row of FORMAT.md's grammar table
     default: Any
+    doc: str  # what it does, in one line (FORMAT.md's table of settings)
     read: Check  # the stored JSON value -> the value; InvalidArgument outside the grammar
-    parse: Check = lambda name, value: value  # an input -> a stored JSON value, which ``read`` then checks
+    parse: Check  # an input -> a stored JSON value, which ``read`` then checks
+    type: Any  # the Python type of its value (the native API's model)
+    bounds: tuple[float, float] | None = None  # lowest and highest (seconds and counts)
+    positive: bool = False  # the lowest bound excluded: above 0
+    choices: tuple[str, ...] = ()
+    editable: bool = True  # by the native API and the console
+    obeyed: bool = True  # False: kept for clients of the SQS face; no part of vsqs acts on it
+
+    def text(self, value: Any) -> str:
+        """``value`` as the CLI shows it and takes it back: "none" when unset, a
+        throttle as N/seconds, operations separated by commas, tags as JSON."""
+        if value is None or value == [] or value == {}:
+            return "none"
+        if isinstance(value, dict):
+            return json.dumps(value, sort_keys=True)
+        if isinstance(value, list):
+            if all(isinstance(v, str) for v in value):
+                return ",".join(value)
+            return "/".join(f"{v:g}" for v in value)
+        return f"{value:g}" if isinstance(value, float) else str(value)
 
 
 def _is_number(value: object) -> bool:
@@ -294,44 +318,88 @@ def _parse_number(name: str, text: str) -> float:
         raise InvalidArgument(f"{name} must be a number, not {text!r}") from None
 
 
-def _seconds_setting(default: Any, maximum: float, *, positive: bool = False) -> Setting:
-    return Setting(default, _seconds(maximum, positive=positive), _number_input)
+def _one_of(choices: tuple[str, ...]) -> Any:
+    """The type of a value that is one of ``choices``."""
+    return Literal[choices]
 
 
-def _count_setting(default: Any, minimum: int, maximum: int) -> Setting:
-    return Setting(default, _count(minimum, maximum), _whole_input)
+def _list_of(item: Any) -> Any:
+    """The type of a list of ``item``s."""
+    return list[item]
 
 
-def _choice_setting(default: Any, *choices: str) -> Setting:
-    return Setting(default, _choice(*choices), _choice_input)
+def _as_given(name: str, value: object) -> object:
+    """Input taken as it is: the stored form's check is the whole rule."""
+    return value
 
 
-# name -> Setting; a default of None means "not set" for optional limits
+def _seconds_setting(default: Any, maximum: float, doc: str, *, positive: bool = False) -> Setting:
+    return Setting("seconds", default, doc, _seconds(maximum, positive=positive), _number_input, float,
+                   (0, maximum), positive=positive)
+
+
+def _count_setting(default: Any, minimum: int, maximum: int, doc: str) -> Setting:
+    return Setting("count", default, doc, _count(minimum, maximum), _whole_input, int, (minimum, maximum))
+
+
+def _choice_setting(default: Any, choices: tuple[str, ...], doc: str, *, editable: bool = True) -> Setting:
+    return Setting("choice", default, doc, _choice(*choices), _choice_input, _one_of(choices), choices=choices,
+                   editable=editable)
+
+
+def _flag_setting(default: Any, doc: str) -> Setting:
+    return Setting("flag", default, doc, _flag, _flag_input, bool)
+
+
+def _kept(setting: Setting) -> Setting:
+    """A setting kept for clients of the SQS face (docs/gateway.md, queue attributes):
+    stored, checked and reported, never acted on by vsqs, nor edited by the native API."""
+    return setting._replace(editable=False, obeyed=False)
+
+# name -> Setting, in the order the console shows them; a default of None means "not set"
 SCHEMA: dict[str, Setting] = {
-    "visibility_timeout": _seconds_setting(30.0, MAX_VISIBILITY_TIMEOUT),
-    "delay": _seconds_setting(0.0, MAX_DELAY),
-    "retention": _seconds_setting(None, 10 * 366 * 86400.0, positive=True),
-    "max_messages": _count_setting(None, 1, 10**12),
-    "max_message_bytes": _count_setting(None, 1, 2**40),
-    "max_receives": _count_setting(None, 1, 10**6),
-    "dead_letter": Setting(None, _queue_ref),
-    "group_concurrency": _count_setting(1, 1, 10**6),
-    "dedup_window": _seconds_setting(0.0, 366 * 86400.0),
-    "content_dedup": Setting(False, _flag, _flag_input),
-    # what a dedup id is unique in: its message group ("group") or the whole queue
-    "dedup_scope": _choice_setting("group", "group", "queue"),
-    # SQS's FifoThroughputLimit (perQueue / perMessageGroupId): kept and reported, no effect here
-    "throughput_limit": _choice_setting(None, "queue", "group"),
-    "receive_wait": _seconds_setting(0.0, 20.0),
-    "throttle": Setting(None, _throttle, _throttle_input),
-    "suspended": Setting([], _operations, _operations_input),
-    "file_mode": Setting(None, _file_mode, _file_mode_input),
-    # kept for SQS clients (the gateway's TagQueue, Policy, KMS attributes); vsqs itself obeys none of them
-    "tags": Setting({}, _tags, _tags_input),
-    "policy": Setting(None, _policy, _policy_input),
-    "kms_master_key_id": Setting(None, _kms_key),
-    "kms_data_key_reuse_period": _count_setting(None, 60, 86400),
-    "sqs_managed_sse": Setting(None, _flag, _flag_input),
+    "visibility_timeout": _seconds_setting(
+        30.0, MAX_VISIBILITY_TIMEOUT, "seconds a received message stays hidden, when the receiver does not say"),
+    "delay": _seconds_setting(
+        0.0, MAX_DELAY, "seconds a published message stays hidden, when the publisher does not say"),
+    "receive_wait": _seconds_setting(0.0, 20.0, "seconds a receive long-polls, when the receiver does not say"),
+    "retention": _seconds_setting(None, 10 * 366 * 86400.0, "messages sent longer ago than this are removed by gc",
+                                  positive=True),
+    "max_messages": _count_setting(
+        None, 1, 10**12,
+        "publish fails (`QueueFull`) if the queue would hold more messages than this (see Back-pressure)"),
+    "max_message_bytes": _count_setting(None, 1, 2**40, "publish fails (`MessageTooLarge`) for a larger body"),
+    "max_receives": _count_setting(
+        None, 1, 10**6, "a message received this many times goes to the dead-letter queue"),
+    "dead_letter": Setting("queue", None, "the dead-letter queue: a name beside this queue, or a path "
+                           "(unset: `NAME.dlq`)", _queue_ref, _as_given, str),
+    "group_concurrency": _count_setting(1, 1, 10**6, "messages of one group in flight at once"),
+    "dedup_window": _seconds_setting(
+        0.0, 366 * 86400.0, "seconds a de-duplication id stays reserved after its message is gone"),
+    "content_dedup": _flag_setting(False, "a publish without a de-duplication id uses the SHA-256 of its body as "
+                                   'one (as `dedup="content"`)'),
+    "throttle": Setting("throttle", None, "`[N, seconds]`: at most N receives per window", _throttle,
+                        _throttle_input, tuple[int, float]),
+    "suspended": Setting("operations", [], "operations (`publish`, `receive`, `delete`) that fail with "
+                         "`QueueSuspended`", _operations, _operations_input, _list_of(_one_of(OPERATIONS))),
+    "dedup_scope": _choice_setting(
+        "group", ("group", "queue"), "what a de-duplication id is unique in: its message group (`\"group\"`: the "
+        "id is hashed with the group name) or the whole queue (`\"queue\"`: the id alone)", editable=False),
+    "file_mode": Setting("file mode", None, 'octal string, e.g. `"0660"`: the mode set on every file made in the '
+                         "queue (see Modes)", _file_mode, _file_mode_input, str, editable=False),
+    "throughput_limit": _kept(_choice_setting(
+        None, ("queue", "group"), "SQS's `FifoThroughputLimit` (`\"queue\"`: perQueue, `\"group\"`: "
+        "perMessageGroupId), kept for the gateway to report; it changes nothing")),
+    "tags": _kept(Setting("tags", {}, "labels kept for SQS clients (TagQueue); vsqs obeys none", _tags,
+                          _tags_input, dict[str, str])),
+    "policy": _kept(Setting("policy", None, "an access policy kept for SQS clients (the Policy attribute); stored, "
+                            "not enforced", _policy, _policy_input, str)),
+    "kms_master_key_id": _kept(Setting("key id", None, "kept for SQS clients; vsqs encrypts nothing (the filesystem "
+                                       "protects the bodies)", _kms_key, _as_given, str)),
+    "kms_data_key_reuse_period": _kept(_count_setting(
+        None, 60, 86400, "kept for SQS clients (KmsDataKeyReusePeriodSeconds)")),
+    "sqs_managed_sse": _kept(_flag_setting(
+        None, "kept for SQS clients (SqsManagedSseEnabled; none reads as Amazon's default)")),
 }
 DEFAULTS: dict[str, Any] = {key: setting.default for key, setting in SCHEMA.items()}
 

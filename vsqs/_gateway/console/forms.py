@@ -1,12 +1,13 @@
 """The console's forms: a bounded ``application/x-www-form-urlencoded``
-body parsed into fields, and the settings form turned into the changes the
-native API would take (validated by the same model,
+body parsed into fields, and the settings form: its rows, one per editable
+setting of the engine's schema, and what it holds turned into the changes
+the native API would take (validated by the same model,
 :class:`~vsqs._gateway.rest.models.QueueSettings`, and then by the engine's
 schema)."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NamedTuple
 from urllib.parse import parse_qs
 
 import anyio
@@ -14,6 +15,7 @@ from fastapi import Request
 from pydantic import ValidationError
 
 from vsqs import InvalidArgument
+from vsqs._core.settings import SCHEMA, Setting
 from vsqs._gateway.errors import ApiError
 from vsqs._gateway.rest.models import QueueSettings
 
@@ -23,10 +25,25 @@ MAX_FIELDS = 64
 INLINE_FORM_BYTES = 16 * 1024  # a form parsed on the event loop; a larger one on a thread
 MAX_TEST_BODY = 64 * 1024  # characters of a test message published from the console
 
-# the settings the queue page edits, in its order (suspended has its own buttons)
-EDITABLE = ("visibility_timeout", "delay", "receive_wait", "retention", "max_messages", "max_message_bytes",
-            "max_receives", "dead_letter", "group_concurrency", "dedup_window", "content_dedup", "throttle")
-FLAGS = frozenset({"content_dedup"})
+
+class SettingField(NamedTuple):
+    """A row of the queue page's settings form."""
+
+    name: str
+    checkbox: bool  # a flag; else a text field
+    inputmode: str  # the keyboard a phone shows: "decimal" for numbers
+    placeholder: str  # what an empty field says
+
+
+def _field(name: str, setting: Setting) -> SettingField:
+    numeric = setting.kind in ("seconds", "count")
+    return SettingField(name, setting.kind == "flag", "decimal" if numeric else "text",
+                        "N/seconds" if setting.kind == "throttle" else "unset")
+
+
+# the settings the queue page edits: the editable ones, in their declared order (suspended has its own buttons)
+FIELDS = tuple(_field(name, setting) for name, setting in SCHEMA.items()
+               if setting.editable and setting.kind != "operations")
 
 
 async def read_form(request: Request) -> dict[str, str]:
@@ -58,14 +75,15 @@ def settings_changes(form: dict[str, str], current: dict[str, Any]) -> dict[str,
     """The settings the form changes (an empty field unsets one), validated as
     the API validates a PATCH; InvalidArgument naming the first bad field."""
     given: dict[str, Any] = {}
-    for name in EDITABLE:
-        if name in FLAGS:
+    for field in FIELDS:
+        name = field.name
+        if field.checkbox:
             given[name] = form.get(name) == "on"
             continue
         if name not in form:
             continue
         text = form[name].strip()
-        if name == "throttle" and text:
+        if SCHEMA[name].kind == "throttle" and text:
             parts = text.replace("/", " ").replace(",", " ").split()
             given[name] = parts if len(parts) == 2 else text
         else:
@@ -91,10 +109,4 @@ def _differs(new: Any, old: Any) -> bool:
 
 def setting_text(name: str, value: Any) -> str:
     """A setting's value as its form field shows it ("" when unset)."""
-    if value is None:
-        return ""
-    if name == "throttle":
-        return f"{value[0]:g}/{value[1]:g}"
-    if isinstance(value, float):
-        return f"{value:g}"
-    return str(value)
+    return "" if value is None else SCHEMA[name].text(value)

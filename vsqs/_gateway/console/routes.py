@@ -269,7 +269,7 @@ def router(console: Console) -> APIRouter:
                 gateway.forget(name)  # (a handle of a queue deleted and made again elsewhere)
             return console.page(request, "missing.html", 404, name=name)
         return console.page(request, "queue.html", status, q=model, notice=notice, error=error,
-                            force_hex=force_hex, editable=forms.EDITABLE, max_group=MAX_GROUP_LENGTH,
+                            force_hex=force_hex, setting_fields=forms.FIELDS, max_group=MAX_GROUP_LENGTH,
                             max_body=forms.MAX_TEST_BODY)
 
     @routes.get("/api/queues/{name}")

@@ -218,6 +218,6 @@ def queue_page(gateway: Gateway, cache: StatsCache, history: History, name: str,
         groups=None if stats.groups is None else sorted(
             stats.groups.items(), key=lambda item: (-item[1]["ready"], -item[1]["in_flight"], item[0]))[:MAX_GROUPS],
         chart=charts.depth_chart(history.series(name), time.time()),
-        settings_text={key: forms.setting_text(key, settings.get(key)) for key in forms.EDITABLE},
+        settings_text={field.name: forms.setting_text(field.name, settings.get(field.name)) for field in forms.FIELDS},
         rate=history.depth_rate(name),
     )

@@ -1,19 +1,21 @@
 """The native API's schemas: path and query parameters, request and response
 bodies. FastAPI validates requests against them and generates the OpenAPI
 schema from them, so the two cannot drift apart; their limits come from
-:mod:`vsqs._gateway.limits`."""
+:mod:`vsqs._gateway.limits`, and the settings body from the settings'
+declarations (:data:`vsqs._core.settings.SCHEMA`)."""
 
 from __future__ import annotations
 
 import base64
 import binascii
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from fastapi import Path, Query
-from pydantic import BaseModel, ConfigDict, Discriminator, Field, StringConstraints, Tag
+from pydantic import BaseModel, ConfigDict, Discriminator, Field, JsonValue, StringConstraints, Tag, create_model
 
 from vsqs import InvalidArgument, Outgoing
 from vsqs._core.rules import ATTRIBUTE_NAME_RE, QUEUE_NAME_RE, check_queue_name
+from vsqs._core.settings import SCHEMA, Setting
 from vsqs._gateway.errors import ApiError
 from vsqs._gateway.limits import (
     MAX_DEDUP_ID,
@@ -54,22 +56,8 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
-class QueueSettings(_Strict):
+class _SettingsBody(_Strict):
     """Queue settings (docs/FORMAT.md has their meaning); null unsets one."""
-
-    visibility_timeout: float | None = None
-    delay: float | None = None
-    retention: float | None = None
-    max_messages: int | None = None
-    max_message_bytes: int | None = None
-    max_receives: int | None = None
-    dead_letter: str | None = Field(None, description="A queue of this spool, by name")
-    group_concurrency: int | None = None
-    dedup_window: float | None = None
-    content_dedup: bool | None = None
-    receive_wait: float | None = None
-    throttle: tuple[int, float] | None = Field(None, description="[N, seconds]: at most N receives per window")
-    suspended: list[Literal["publish", "receive", "delete"]] | None = None
 
     def changes(self) -> dict[str, Any]:
         """The settings the client named (null included: it unsets)."""
@@ -79,6 +67,28 @@ class QueueSettings(_Strict):
             raise ApiError(422, "invalid_parameter",
                            "dead_letter must name a queue of this spool (paths are for the library)", "dead_letter")
         return given
+
+
+_API_DOCS = {"dead_letter": "A queue of this spool, by name"}  # where the API takes less than the library
+
+
+def _settings_field(name: str, setting: Setting) -> Any:
+    """The field of an editable setting: its type, its doc and its bounds for the
+    schema (the engine checks the bounds, so a refusal is worded as ever)."""
+    bounds: dict[str, JsonValue] = {}
+    if setting.bounds is not None:
+        low, high = setting.bounds
+        bounds = {"exclusiveMinimum" if setting.positive else "minimum": low, "maximum": high}
+    doc = _API_DOCS.get(name, setting.doc)
+    return (setting.type | None, Field(None, description=doc[:1].upper() + doc[1:], json_schema_extra=bounds or None))
+
+
+if TYPE_CHECKING:
+    QueueSettings = _SettingsBody
+else:  # one field per editable setting, from the declarations
+    QueueSettings = create_model(
+        "QueueSettings", __base__=_SettingsBody, __doc__=_SettingsBody.__doc__,
+        **{name: _settings_field(name, setting) for name, setting in SCHEMA.items() if setting.editable})
 
 
 class QueueStatsOut(BaseModel):

@@ -98,11 +98,21 @@ QUEUE_ATTRIBUTE_NAMES = frozenset({"All", "RedrivePolicy", *_NUMERIC_ATTRIBUTES,
                                     *_READ_ONLY, *_UNSUPPORTED, *SECURITY_ATTRIBUTES})
 
 
+# attribute -> the settings it sets, of every table above and security.py's
+SETTINGS_OF_ATTRIBUTE: dict[str, tuple[str, ...]] = {
+    **{attribute: (setting,) for attribute, (setting, _, _) in _NUMERIC_ATTRIBUTES.items()},
+    "RedrivePolicy": ("dead_letter", "max_receives"),
+    "ContentBasedDeduplication": ("content_dedup",),
+    **{attribute: (setting,) for attribute, (setting, _, _) in _FIFO_CHOICES.items()},
+    **{attribute: (setting,) for attribute, setting in SECURITY_ATTRIBUTES.items()},
+}
 # the queue attribute that sets each setting (QueueNameExists names it, as Amazon does)
 ATTRIBUTE_OF_SETTING: dict[str, str] = {
-    **{setting: attribute for attribute, (setting, _, _) in _NUMERIC_ATTRIBUTES.items()},
-    "dead_letter": "RedrivePolicy", "max_receives": "RedrivePolicy", "content_dedup": "ContentBasedDeduplication",
+    setting: attribute for attribute, settings in SETTINGS_OF_ATTRIBUTE.items() for setting in settings
 }
+# the settings no queue attribute sets: TagQueue sets tags; the others have no SQS counterpart
+NO_ATTRIBUTE = frozenset({"max_messages", "group_concurrency", "dedup_window", "throttle", "suspended",
+                          "file_mode", "tags"})
 
 # settings a queue that sets none reports with Amazon's default (and CreateQueue takes as equal to it)
 REPORTED_DEFAULTS: dict[str, Any] = {"retention": SQS_DEFAULT_RETENTION}
