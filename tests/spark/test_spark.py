@@ -742,6 +742,20 @@ def test_process_queue_refuses_bad_arguments(spark, queue, tmp_path):
         vsqs.spark.process_queue(spark, tmp_path / "missing", len)
 
 
+def test_process_df_on_classic(spark, queue, tmp_path):
+    """The DataFrame-API sketch of process_queue (vsqs._spark.process_df) on
+    this classic session; test_connect.py runs the same over Spark Connect."""
+    from tests.spark.test_connect import (
+        process_df_leaves_exactly_the_failed_messages,
+        process_df_task_that_dies_redelivers,
+    )
+
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    process_df_leaves_exactly_the_failed_messages(spark, queue, tmp_path / "a")
+    process_df_task_that_dies_redelivers(spark, vsqs.Queue(tmp_path / "q2", create=True), tmp_path / "b")
+
+
 # -- registration (last: after it, the session's registration wins) ------------------------
 
 
