@@ -63,6 +63,11 @@ def test_is_a_connect_session(spark):
     assert isinstance(spark, RemoteSparkSession)
 
 
+def test_server_workers_import_this_checkout(spark):
+    where = F.udf(lambda _: __import__("vsqs").__file__, "string")
+    assert spark.range(1).select(where("id")).first()[0] == vsqs.__file__
+
+
 def test_batch_read(spark, flat_queue):
     queue = flat_queue
     queue.publish_batch([b"r%d" % i for i in range(20)])

@@ -1,7 +1,13 @@
 """SKETCH (not wired into vsqs.spark yet): process_queue on the DataFrame API,
 so that it runs over Spark Connect as on a classic session.
 
-    spark.range(0, tasks, 1, numPartitions=tasks).mapInArrow(task, RESULT_SCHEMA).collect()
+    spark.range(0, tasks, 1, numPartitions=tasks).select(udf("id")).collect()
+
+(a plain Python UDF, not Arrow, one row per partition, non-deterministic):
+one call per task attempt. Not ``mapInArrow``: on a classic session that
+goes through ``pandas_udf`` and needs pandas on the client ("[PACKAGE_NOT_
+INSTALLED] Pandas >= 2.2.0 must be installed"), which vsqs[spark] does not
+install; over Connect both work.
 
 Each partition is one task; each task attempt drains the queue exactly as
 ``process.py``'s tasks do (the same ``_drain``: a Worker, or the batch loop),
@@ -40,7 +46,7 @@ import errno
 import os
 import threading
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from vsqs import InvalidArgument, Queue
@@ -61,9 +67,9 @@ if TYPE_CHECKING:
 
 PROCESS_AREA = "process"  # .spark/process/RUN/ATTEMPT: the attempts' running counts
 MAX_REPORT = 1 << 22  # bytes of one attempt's report file read at most
-RESULT_SCHEMA = "attempt string, " + ", ".join(
-    f"{f.name} long" for f in dataclasses.fields(ProcessResult)
-)
+RESULT_TYPE = "struct<attempt: string, " + ", ".join(
+    f"{f.name}: bigint" for f in dataclasses.fields(ProcessResult)
+) + ">"
 _APPEND_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
@@ -185,7 +191,7 @@ def process_queue_df(
     max_messages: int | None = None,
 ) -> ProcessResult:
     """process_queue (same arguments, same result) on the DataFrame API."""
-    import pyarrow as pa
+    from pyspark.sql import functions as F
 
     queue = path if isinstance(path, Queue) else Queue(path)
     out = None if output is None else output if isinstance(output, Queue) else Queue(output, create=True)
@@ -198,17 +204,17 @@ def process_queue_df(
         wait=wait, retry_delay=retry_delay, max_messages=max_messages,
     )
     run = uuid.uuid4().hex
-    names = ["attempt", *(f.name for f in dataclasses.fields(ProcessResult))]
+    names = [f.name for f in dataclasses.fields(ProcessResult)]
 
-    def task(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        for _ in batches:  # the partition's task numbers: one task, whatever they are
-            pass
+    def task(_number: int) -> tuple[Any, ...]:
         attempt, result = _run_attempt(spec, run)
-        row = {"attempt": [attempt], **{f.name: [getattr(result, f.name)] for f in dataclasses.fields(result)}}
-        yield pa.RecordBatch.from_pydict(row)
+        return (attempt, *(getattr(result, name) for name in names))
 
+    # one row per partition, so one call per task attempt; non-deterministic, so
+    # that the optimizer never runs it twice nor folds it away
+    udf = F.udf(task, RESULT_TYPE, useArrow=False).asNondeterministic()
     try:
-        rows = spark.range(0, tasks, 1, numPartitions=tasks).mapInArrow(task, RESULT_SCHEMA).collect()
+        rows = spark.range(0, tasks, 1, numPartitions=tasks).select(udf("id").alias("r")).select("r.*").collect()
         reports = _reports(queue, run)
     finally:
         _remove_run(queue, run)
@@ -217,7 +223,7 @@ def process_queue_df(
     for row in rows:
         values = row.asDict()
         returned.add(values["attempt"])
-        total += ProcessResult(**{name: values[name] for name in names[1:]})
+        total += ProcessResult(**{name: values[name] for name in names})
     for attempt, (counts, finished) in reports.items():
         if attempt not in returned:  # died, or a speculative copy whose row Spark dropped
             total += ProcessResult(**counts, tasks=1, died=0 if finished else 1)
