@@ -8,14 +8,20 @@ its own: one that never called ``vsqs.spark.register`` (Spark finds
 Connect, register pickles the class, by reference to vsqs._spark.source, and
 sends it to the server, where it is registered for that session only).
 
-``process_queue`` does not work over Connect yet (it needs ``sparkContext``):
-test_process_queue_over_connect_fails_today pins the error it gives.
+``process_queue`` runs the same cases as on a classic session
+(tests/spark/process_cases.py).
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
+import subprocess
+import sys
+import time
 from collections import Counter
+from collections.abc import Iterator
+from typing import Any
 
 import pyarrow.parquet as pq
 import pytest
@@ -23,22 +29,24 @@ from pyspark.sql import functions as F
 
 import vsqs
 import vsqs.spark
+from tests.conftest import ROOT
+from tests.spark import process_cases
 from tests.spark.connect_server import connect_server, connect_url  # noqa: F401  (fixtures)
 
 pytestmark = pytest.mark.timeout(600)
 
 
-@pytest.fixture(scope="module", params=["found", "registered"])
-def spark(request, connect_url):  # noqa: F811
+@contextlib.contextmanager
+def _session(url: str, *, registered: bool) -> Iterator[Any]:
     from pyspark.sql import SparkSession
 
     # builder.remote() sets SPARK_CONNECT_MODE_ENABLED=1 in os.environ, for good (stop()
     # removes it only for a "local" remote): left set, every later classic session of
     # this process (another module on the same xdist worker) would act as Connect
     saved = {key: os.environ.get(key) for key in ("SPARK_CONNECT_MODE_ENABLED", "SPARK_REMOTE")}
-    session = SparkSession.builder.remote(connect_url).create()  # a session of its own on the server
+    session = SparkSession.builder.remote(url).create()  # a session of its own on the server
     try:
-        if request.param == "registered":
+        if registered:
             vsqs.spark.register(session)
         yield session
     finally:
@@ -48,6 +56,19 @@ def spark(request, connect_url):  # noqa: F811
                 os.environ.pop(key, None)
             else:
                 os.environ[key] = value
+
+
+@pytest.fixture(scope="module", params=["found", "registered"])
+def spark(request, connect_url):  # noqa: F811
+    with _session(connect_url, registered=request.param == "registered") as session:
+        yield session
+
+
+@pytest.fixture
+def one_session(connect_url):  # noqa: F811
+    """A registered session of its own, for the tests that need no second mode."""
+    with _session(connect_url, registered=True) as session:
+        yield session
 
 
 def _drain(queue: vsqs.Queue) -> list[vsqs.Message]:
@@ -195,77 +216,90 @@ def test_errors_are_as_on_classic(spark, flat_queue, tmp_path):
     assert queue.stats().total == 0
 
 
-def test_process_queue_over_connect_fails_today(spark, flat_queue, tmp_path):
-    """What a user gets today; the next session makes this work (DataFrame API)."""
-    queue = flat_queue
-    queue.publish_batch([b"x", b"y"])
-    with pytest.raises(Exception) as caught:
-        vsqs.spark.process_queue(spark, queue.path, bytes.upper, output=str(tmp_path / "out"), wait=0.2)
-    print(f"process_queue over Connect: {type(caught.value).__name__}: {caught.value}")
-    assert "sparkContext" in str(caught.value)
-    assert queue.stats().total == 2  # nothing taken
+@pytest.mark.parametrize("case", process_cases.CASES, ids=lambda case: case.__name__)
+def test_process_queue(spark, flat_queue, tmp_path, case):
+    case(spark, flat_queue, tmp_path)
 
 
-# -- process_queue on the DataFrame API (sketch: vsqs._spark.process_df) --------------
+# -- the client dies mid-work: nothing is lost ------------------------------------------
 
 
-def process_df_leaves_exactly_the_failed_messages(spark, queue, tmp_path):
-    """Shared with test_spark.py (classic): the same run, the same counts."""
-    from vsqs._spark.process_df import process_queue_df
-
-    bodies = [b"p%d" % i for i in range(40)]
-    ids = dict(zip(queue.publish_batch(bodies), bodies, strict=True))
-    bad = {b"p3", b"p17", b"p39"}
-
-    def fn(body):
-        if body in bad:
-            raise ValueError(f"cannot handle {body!r}")
-        return body.upper()
-
-    output = str(tmp_path / "out")
-    result = process_queue_df(spark, queue.path, fn, output=output, parallelism=2, wait=0.2)
-    assert result == vsqs.spark.ProcessResult(processed=37, failed=3, redelivered=0, lost=0, published=37, tasks=2)
-    left = list(queue.messages())
-    assert {ids[info.id] for info in left} == bad
-    assert Counter(m.body for m in _drain(vsqs.Queue(output))) == Counter(b.upper() for b in bodies if b not in bad)
-    assert not os.listdir(os.path.join(queue.path, ".spark", "process"))  # the run's reports removed
+def _client_killed_once_working(connect_url, mode, queue, output, checkpoint):  # noqa: F811
+    """Start tests/spark/connect_client.py, SIGKILL it once OUTPUT holds results."""
+    with subprocess.Popen(
+        [sys.executable, "-m", "tests.spark.connect_client", connect_url, mode, queue.path, output, checkpoint],
+        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+    ) as client:
+        try:
+            assert client.stdout is not None and client.stdout.readline() == b"started\n"
+            deadline = time.monotonic() + 120
+            while not (os.path.isdir(output) and vsqs.Queue(output).stats().total >= 20):
+                if client.poll() is not None:
+                    pytest.fail(f"the client ended: {client.stderr.read().decode(errors='replace')[-3000:]}")
+                assert time.monotonic() < deadline, "the client produced nothing in 120 s"
+                time.sleep(0.05)
+            assert queue.stats().total > 0  # killed mid-work
+        finally:
+            client.kill()
 
 
-def process_df_task_that_dies_redelivers(spark, queue, tmp_path):
-    """The Python worker dies holding a message; Spark retries the task; the
-    dead attempt's counts come from its report in the spool."""
-    import time
-
-    from vsqs._spark.process_df import process_queue_df
-
-    bodies = [b"d%d" % i for i in range(20)]
-    queue.publish_batch(bodies)
-    marker = tmp_path / "died"
-
-    def fn(body):
-        if body == b"d5" and not marker.exists():
-            marker.write_text("x")
-            os._exit(1)
-        return body
-
-    output = str(tmp_path / "out")
-    result = process_queue_df(spark, queue.path, fn, output=output, parallelism=1, wait=0.2, visibility_timeout=1)
-    assert marker.exists()
-    if queue.stats().total:  # the retry finished before d5's lease ran out
-        deadline = time.monotonic() + 60
-        while queue.stats().in_flight and time.monotonic() < deadline:
-            time.sleep(0.1)
-        result += process_queue_df(spark, queue.path, fn, output=output, parallelism=1, wait=0.2)
-    assert result.died == 1 and result.tasks >= 2
-    assert (result.processed, result.published) == (20, 20)
-    assert result.redelivered == 1 and result.lost == 0 and result.failed == 0
+def _delivered_at_least_once(queue, output, bodies):
+    results = Counter(m.body for m in _drain(vsqs.Queue(output)))
+    assert set(results) == {b"done " + body for body in bodies}  # each at least once, none lost
     assert queue.stats().total == 0
-    assert Counter(m.body for m in _drain(vsqs.Queue(output))) == Counter(bodies)
 
 
-def test_process_df_leaves_exactly_the_failed_messages(spark, flat_queue, tmp_path):
-    process_df_leaves_exactly_the_failed_messages(spark, flat_queue, tmp_path)
+def test_client_killed_during_process_queue_loses_nothing(one_session, flat_queue, tmp_path, connect_url):  # noqa: F811
+    queue = flat_queue
+    bodies = [b"k%d" % i for i in range(200)]
+    queue.publish_batch(bodies)
+    output = str(tmp_path / "out")
+    _client_killed_once_working(connect_url, "process", queue, output, "")
+
+    # the restart: a new client runs process_queue until the queue is empty (what the
+    # dead client's job still held is in flight until that job ends or its lease runs out)
+    def fn(body):
+        return b"done " + body
+
+    deadline = time.monotonic() + 180
+    while queue.stats().total and time.monotonic() < deadline:
+        vsqs.spark.process_queue(one_session, queue.path, fn, output=output, parallelism=2, wait=0.5)
+    _delivered_at_least_once(queue, output, bodies)
 
 
-def test_process_df_task_that_dies_redelivers(spark, flat_queue, tmp_path):
-    process_df_task_that_dies_redelivers(spark, flat_queue, tmp_path)
+def test_client_killed_during_a_streaming_query_loses_nothing(one_session, flat_queue, tmp_path, connect_url):  # noqa: F811
+    queue = flat_queue
+    bodies = [b"s%d" % i for i in range(120)]
+    queue.publish_batch(bodies)
+    output, checkpoint = str(tmp_path / "out"), str(tmp_path / "ck")
+    vsqs.Queue(output, create=True)
+    _client_killed_once_working(connect_url, "stream", queue, output, checkpoint)
+
+    # the restart: the same query (its checkpoint) from a new client, to the end
+    def slowly(body):
+        return b"done " + body
+
+    (
+        one_session.readStream.format("vsqs")
+        .load(queue.path)
+        .select(F.udf(slowly, "binary")("body").alias("body"))
+        .writeStream.format("vsqs")
+        .option("checkpointLocation", checkpoint)
+        .trigger(availableNow=True)
+        .start(output)
+        .awaitTermination()
+    )
+    deadline = time.monotonic() + 60  # messages the killed run's last batch held come back with their lease
+    while queue.stats().total and time.monotonic() < deadline:
+        time.sleep(0.2)
+        (
+            one_session.readStream.format("vsqs")
+            .load(queue.path)
+            .select(F.udf(slowly, "binary")("body").alias("body"))
+            .writeStream.format("vsqs")
+            .option("checkpointLocation", checkpoint)
+            .trigger(availableNow=True)
+            .start(output)
+            .awaitTermination()
+        )
+    _delivered_at_least_once(queue, output, bodies)
