@@ -112,6 +112,8 @@ class ConnectServer:
             "spark.driver.bindAddress": "127.0.0.1",
             "spark.sql.shuffle.partitions": "2",
             "spark.sql.session.timeZone": "UTC",
+            # tables (a pipeline's streaming tables) go here, not into the working directory
+            "spark.sql.warehouse.dir": os.path.join(os.path.dirname(self.log_path), "warehouse"),
             **(conf or {}),
         }
         self.process: subprocess.Popen[bytes] | None = None

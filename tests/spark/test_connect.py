@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -303,3 +304,43 @@ def test_client_killed_during_a_streaming_query_loses_nothing(one_session, flat_
             .awaitTermination()
         )
     _delivered_at_least_once(queue, output, bodies)
+
+
+# -- a declarative pipeline -------------------------------------------------------------
+
+EXAMPLE_PIPELINE = ROOT / "docs" / "examples" / "pipeline"
+
+
+def _run_pipeline(project, connect_url):  # noqa: F811
+    """``spark-pipelines run`` in ``project``, against the test's Connect server
+    (the CLI's own Python part, with SPARK_REMOTE: no second JVM)."""
+    import pyspark
+
+    cli = os.path.join(os.path.dirname(pyspark.__file__), "pipelines", "cli.py")
+    env = {**os.environ, "SPARK_REMOTE": connect_url}
+    done = subprocess.run([sys.executable, cli, "run", "--spec", "pipeline.yml"], cwd=project, env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert "Run is COMPLETED" in done.stdout
+
+
+def test_example_pipeline_moves_jobs_through_a_streaming_table_to_a_sink(connect_url, tmp_path):  # noqa: F811
+    project = tmp_path / "pipeline"
+    shutil.copytree(EXAMPLE_PIPELINE, project)
+    spool = tmp_path / "spool"
+    spec = (project / "pipeline.yml").read_text()
+    spec = spec.replace("file:///tmp/vsqs-pipeline/storage", (tmp_path / "storage").as_uri())
+    spec = spec.replace("/tmp/vsqs-pipeline/spool", str(spool))
+    (project / "pipeline.yml").write_text(spec)
+    jobs = vsqs.Queue(spool / "jobs", create=True)
+
+    jobs.publish_batch([b"job %d" % i for i in range(25)])
+    _run_pipeline(project, connect_url)
+    done = vsqs.Queue(spool / "done")
+    assert Counter(m.body for m in _drain(done)) == Counter(b"JOB %d" % i for i in range(25))
+    assert jobs.stats().total == 0  # deleted once the table committed them
+
+    jobs.publish_batch([b"late %d" % i for i in range(5)])  # a second run takes only what is new
+    _run_pipeline(project, connect_url)
+    assert Counter(m.body for m in _drain(done)) == Counter(b"LATE %d" % i for i in range(5))
+    assert jobs.stats().total == 0
