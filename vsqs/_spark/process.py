@@ -1,33 +1,35 @@
 """Executors as queue workers: :func:`process_queue` and its result.
 
-Each Spark task drains the shared queue (burst): one message at a time
-through a :class:`vsqs.Worker`, or ``batch_size`` at a time through
+The job is DataFrame API only, so that it runs alike on a classic session
+and over Spark Connect: ``spark.range(tasks)`` in ``tasks`` partitions of one
+row each, mapped by a non-deterministic plain Python UDF (not Arrow: on a
+classic session that would need pandas on the client), so one call per task
+attempt. Each attempt drains the shared queue (burst): one message at a
+time through a :class:`vsqs.Worker`, or ``batch_size`` at a time through
 :class:`_BatchLoop`. Both keep the leases of the messages being handled with
-the engine's one :class:`~vsqs._core.leases.LeaseKeeper`.
+the engine's one :class:`~vsqs._core.leases.LeaseKeeper`. An attempt returns
+its counts as its row, and keeps them running in the queue's directory for
+the case it dies (:mod:`vsqs._spark.attempts`).
 """
 
 from __future__ import annotations
 
-import dataclasses
+import contextlib
 import functools
 import logging
 import math
 import os
 import threading
-from collections.abc import Callable, Iterable, Iterator
+import uuid
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, fields
 from typing import TYPE_CHECKING, Any
 
 from vsqs import InvalidArgument, Message, Queue, Worker
 from vsqs._core.leases import LeaseKeeper
 from vsqs._core.limits import MAX_BATCH, MAX_VISIBILITY_TIMEOUT, MAX_WAIT
+from vsqs._spark.attempts import AttemptReport, AttemptReporter, read_reports, remove_run
 from vsqs._spark.checks import seconds_fault
-from vsqs._spark.progress import (
-    Address,
-    AttemptReport,
-    ProgressReporter,
-    ProgressServer,
-)
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -84,7 +86,7 @@ class _Counts:
     succeeded, results published: the delete may not have followed) as
     processed, ``tried_failed`` (fn raised) as failed."""
 
-    def __init__(self, reporter: ProgressReporter | None = None) -> None:
+    def __init__(self, reporter: AttemptReporter | None = None) -> None:
         self.lock = threading.Lock()
         self.reporter = reporter
         self.redelivered = 0
@@ -119,7 +121,7 @@ class _TaskSpec:
     concurrency: int
     retry_delay: float
     max_messages: int | None
-    progress: Address | None = None  # where attempts report their running counts
+    run: str = ""  # the call of process_queue: where its attempts keep their running counts
 
 
 def _attempt() -> str:
@@ -132,9 +134,9 @@ def _attempt() -> str:
     return f"{context.partitionId()}.{context.attemptNumber()}.{context.taskAttemptId()}"
 
 
-def _run_task(spec: _TaskSpec, attempt: str = "") -> ProcessResult:
+def _run_task(spec: _TaskSpec, attempt: str) -> ProcessResult:
     """One task attempt: drain the queue (burst), calling fn; runs on an executor."""
-    reporter = ProgressReporter(spec.progress, attempt) if spec.progress is not None else None
+    reporter = AttemptReporter(spec.queue, spec.run, attempt) if spec.run else None
     try:
         result = _drain(spec, _Counts(reporter))
     finally:
@@ -312,6 +314,7 @@ def _task_spec(
     wait: object,
     retry_delay: object,
     max_messages: object,
+    run: str = "",
 ) -> _TaskSpec:
     """process_queue's arguments, checked, as what each of its ``tasks`` tasks runs."""
     threads: int = _count("concurrency", concurrency)
@@ -332,6 +335,7 @@ def _task_spec(
         concurrency=threads,
         retry_delay=delay,
         max_messages=None if most is None else math.ceil(most / tasks),  # a task's share
+        run=run,
     )
 
 
@@ -368,12 +372,13 @@ def process_queue(
     The counts include every attempt, those that died too (up to their
     death: see :class:`ProcessResult` and docs/spark.md).
     """
+    from pyspark.sql import functions as F
+
     queue = path if isinstance(path, Queue) else Queue(path)
     out = None if output is None else output if isinstance(output, Queue) else Queue(output, create=True)
     if not callable(fn):
         raise InvalidArgument(f"fn must be callable, not {fn!r}")
-    context = spark.sparkContext
-    tasks = _count("parallelism", parallelism if parallelism is not None else context.defaultParallelism)
+    tasks = _count("parallelism", parallelism if parallelism is not None else _default_parallelism(spark))
     spec = _task_spec(
         queue,
         out,
@@ -385,45 +390,65 @@ def process_queue(
         wait=wait,
         retry_delay=retry_delay,
         max_messages=max_messages,
+        run=uuid.uuid4().hex,
     )
+    names = [f.name for f in fields(ProcessResult)]
 
-    server = _progress_server(context)
-    if server is not None:
-        spec = dataclasses.replace(spec, progress=server.address)
-
-    def task(_partition: Iterable[int]) -> Iterator[tuple[str, ProcessResult]]:
+    def task(_number: int) -> tuple[Any, ...]:
         attempt = _attempt()
-        yield attempt, _run_task(spec, attempt)
+        result = _run_task(spec, attempt)
+        return (attempt, *(getattr(result, name) for name in names))
 
-    context.setJobDescription(f"vsqs.process_queue {queue.path}")
+    # non-deterministic: the optimizer never runs it twice nor folds it away
+    udf = F.udf(task, RESULT_TYPE, useArrow=False).asNondeterministic()
+    job = spark.range(0, tasks, 1, numPartitions=tasks).select(udf("id").alias("r")).select("r.*")
     try:
-        results = context.parallelize(range(tasks), tasks).mapPartitions(task).collect()
+        with _described(spark, f"vsqs.process_queue {queue.path}"):
+            rows = [row.asDict() for row in job.collect()]
+        reports = read_reports(queue, spec.run)
     finally:
-        context.setJobDescription(None)  # type: ignore[arg-type]
-        reports = {} if server is None else server.close_and_report()
-    return _total(results, reports)
+        remove_run(queue, spec.run)
+    returned = [(row["attempt"], ProcessResult(**{name: row[name] for name in names})) for row in rows]
+    return _total(returned, reports)
 
 
-def _progress_server(context: Any) -> ProgressServer | None:
-    """A server for the attempts' reports, on the address executors reach the driver at."""
-    host = context.getConf().get("spark.driver.host", "127.0.0.1")
+RESULT_TYPE = "struct<attempt: string, " + ", ".join(f"{f.name}: bigint" for f in fields(ProcessResult)) + ">"
+JOB_TAG = "vsqs-process-queue"  # every process_queue job carries it: spark.interruptTag(JOB_TAG) stops them
+
+
+def _is_connect(spark: SparkSession) -> bool:
+    return type(spark).__module__.startswith("pyspark.sql.connect")
+
+
+def _default_parallelism(spark: SparkSession) -> int:
+    """The session's default parallelism; over Connect, which does not tell it,
+    the number of partitions of a ``spark.range`` (the same default: one
+    short job)."""
+    if not _is_connect(spark):
+        return int(spark.sparkContext.defaultParallelism)
+    from pyspark.sql import functions as F
+
+    partitions = spark.range(0, 1 << 16).select(F.spark_partition_id().alias("partition"))
+    row = partitions.agg(F.max("partition")).first()
+    return 1 if row is None or row[0] is None else int(row[0]) + 1
+
+
+@contextlib.contextmanager
+def _described(spark: SparkSession, description: str) -> Iterator[None]:
+    """The job tagged with :data:`JOB_TAG`, and described in the UI on a classic session."""
+    context = None if _is_connect(spark) else spark.sparkContext
+    spark.addTag(JOB_TAG)
+    if context is not None:
+        context.setJobDescription(description)
     try:
-        return ProgressServer(host, on_died=_announce_death)
-    except OSError as exc:
-        log.warning("no progress channel on %s (%s): attempts that die are not counted", host, exc)
-        return None
+        yield
+    finally:
+        if context is not None:
+            context.setJobDescription(None)  # type: ignore[arg-type]
+        spark.removeTag(JOB_TAG)
 
 
-def _announce_death(attempt: str, counts: dict[str, int]) -> None:
-    partition, number = attempt.split(".")[:2]
-    log.warning(
-        "process_queue: task %s (attempt %s) died after processing %d message(s); "
-        "the message(s) it held come back after their visibility timeout",
-        partition, number, counts["processed"],
-    )
-
-
-def _total(results: list[tuple[str, ProcessResult]], reports: dict[str, AttemptReport]) -> ProcessResult:
+def _total(results: list[tuple[str, ProcessResult]], reports: Mapping[str, AttemptReport]) -> ProcessResult:
     """The returned attempts' results, plus what the others reported before they died."""
     total = ProcessResult()
     returned = set()
@@ -431,6 +456,17 @@ def _total(results: list[tuple[str, ProcessResult]], reports: dict[str, AttemptR
         total += result
         returned.add(attempt)
     for attempt, report in reports.items():
-        if attempt not in returned:  # died, or a speculative copy whose result Spark dropped
+        if attempt not in returned:  # died, or a speculative copy whose row Spark dropped
+            if not report.finished:
+                _announce_death(attempt, report.counts)
             total += ProcessResult(**report.counts, tasks=1, died=0 if report.finished else 1)
     return total
+
+
+def _announce_death(attempt: str, counts: Mapping[str, int]) -> None:
+    partition, number = attempt.split(".")[:2]
+    log.warning(
+        "process_queue: task %s (attempt %s) died after processing %d message(s); "
+        "the message(s) it held come back after their visibility timeout",
+        partition, number, counts["processed"],
+    )
