@@ -81,3 +81,16 @@ def test_with_register(bare_server, flat_queue):
         spark.stop()
     print(f"\nregistered, server without vsqs: {type(caught.value).__name__}: {caught.value}")
     assert "vsqs" in str(caught.value)
+
+
+def test_process_queue_says_that_the_executors_lack_vsqs(bare_server, flat_queue, tmp_path):
+    flat_queue.publish_batch([b"a", b"b"])
+    spark = _session(bare_server)
+    try:
+        with pytest.raises(Exception) as caught:
+            vsqs.spark.process_queue(spark, flat_queue.path, bytes.upper, output=str(tmp_path / "out"),
+                                     parallelism=1, wait=0.2)
+    finally:
+        spark.stop()
+    assert "the executors' Python cannot import vsqs" in "\n".join(getattr(caught.value, "__notes__", []))
+    assert flat_queue.stats().total == 2  # nothing taken

@@ -404,7 +404,12 @@ def process_queue(
     job = spark.range(0, tasks, 1, numPartitions=tasks).select(udf("id").alias("r")).select("r.*")
     try:
         with _described(spark, f"vsqs.process_queue {queue.path}"):
-            rows = [row.asDict() for row in job.collect()]
+            try:
+                rows = [row.asDict() for row in job.collect()]
+            except Exception as exc:
+                if _NO_VSQS in str(exc):
+                    exc.add_note(MISSING_ON_EXECUTORS)
+                raise
         reports = read_reports(queue, spec.run)
     finally:
         remove_run(queue, spec.run)
@@ -413,7 +418,13 @@ def process_queue(
 
 
 RESULT_TYPE = "struct<attempt: string, " + ", ".join(f"{f.name}: bigint" for f in fields(ProcessResult)) + ">"
-JOB_TAG = "vsqs-process-queue"  # every process_queue job carries it: spark.interruptTag(JOB_TAG) stops them
+JOB_TAG = "vsqs-process-queue"
+_NO_VSQS = "No module named 'vsqs'"
+MISSING_ON_EXECUTORS = (
+    "vsqs.spark.process_queue: the executors' Python cannot import vsqs; install vsqs into the "
+    "Python the Spark workers run (PYSPARK_PYTHON on the cluster, or the Spark Connect server's), "
+    "or ship it with spark.addArtifacts(..., pyfile=True)"
+)  # every process_queue job carries it: spark.interruptTag(JOB_TAG) stops them
 
 
 def _is_connect(spark: SparkSession) -> bool:
