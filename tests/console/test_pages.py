@@ -196,17 +196,27 @@ def test_settings_are_validated_as_the_api_validates_them(server, console, name)
     assert console.act(name, "settings", visibility_timeout="45").headers["location"].endswith("notice=unchanged")
 
 
+def settings_form(page: str) -> list[tuple[str, str, str]]:
+    """The settings form's inputs: (type, name, the rest of the tag)."""
+    form = page[page.index('id="settings-form"'):]
+    form = form[:form.index("</form>")]
+    return re.findall(r'<input type="(text|checkbox)" id="setting-([a-z_]+)" name="\2"([^>]*)>', form)
+
+
+# the console's order of the settings it edits: the three timings a client leaves to the queue first
+CONSOLE_ORDER = ["visibility_timeout", "delay", "receive_wait", "retention", "max_messages", "max_message_bytes",
+                 "max_receives", "dead_letter", "group_concurrency", "dedup_window", "content_dedup", "throttle"]
+
+
 def test_the_settings_form_has_a_row_for_each_editable_setting(server, console, name):
-    """In the declared order, but suspended (its own buttons); a flag as a checkbox."""
+    """In the console's order, but suspended (its own buttons); a flag as a checkbox."""
     from vsqs._core.settings import SCHEMA
 
     fresh(server, name).configure(throttle="5/2", content_dedup=True)
-    page = console.get(f"/ui/queues/{name}").text
-    form = page[page.index('id="settings-form"'):]
-    form = form[:form.index("</form>")]
-    inputs = re.findall(r'<input type="(text|checkbox)" id="setting-([a-z_]+)" name="\2"([^>]*)>', form)
-    assert [key for _, key, _ in inputs] == [
-        key for key, setting in SCHEMA.items() if setting.editable and key != "suspended"]
+    inputs = settings_form(console.get(f"/ui/queues/{name}").text)
+    assert [key for _, key, _ in inputs] == CONSOLE_ORDER
+    assert sorted(CONSOLE_ORDER) == sorted(key for key, setting in SCHEMA.items()
+                                           if setting.editable and key != "suspended")
     kinds = {key: kind for kind, key, _ in inputs}
     assert {key for key, kind in kinds.items() if kind == "checkbox"} == {"content_dedup"}
     shown = {key: rest for _, key, rest in inputs}

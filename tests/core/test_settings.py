@@ -153,6 +153,23 @@ def test_each_settings_text_is_taken_back():
             assert _settings.validate({key: setting.text(value)}) == {key: value}, (key, setting.text(value))
 
 
+# the settings in the order of Queue.settings, of the native API's JSON and its
+# body's fields (so which of two bad fields a refusal names); a new one goes last
+ORDER = [
+    "visibility_timeout", "delay", "retention", "max_messages", "max_message_bytes", "max_receives", "dead_letter",
+    "group_concurrency", "dedup_window", "content_dedup", "dedup_scope", "throughput_limit", "receive_wait",
+    "throttle", "suspended", "file_mode", "tags", "policy", "kms_master_key_id", "kms_data_key_reuse_period",
+    "sqs_managed_sse",
+]
+
+
+def test_the_settings_keep_their_order(queue):
+    assert list(_settings.SCHEMA)[:len(ORDER)] == ORDER
+    assert list(queue.settings)[:len(ORDER)] == ORDER
+    queue.configure(receive_wait=1)
+    assert list(queue.settings)[:len(ORDER)] == ORDER
+
+
 def test_configure_merges_and_unsets(queue):
     queue.configure(visibility_timeout=5, max_messages=10)
     queue.configure(max_messages=None, throttle="100/2")
