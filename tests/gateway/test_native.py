@@ -63,15 +63,16 @@ def test_healthz_and_openapi(http):
 
 def test_the_settings_body_is_made_of_the_editable_settings(http):
     """Its fields, in their declared order (tests/core/test_settings.py's ORDER), each
-    with its declaration's doc and bounds."""
+    with its declaration's doc (without Markdown's code marks) and bounds."""
     from vsqs._core.settings import SCHEMA
 
     model = http.get("/openapi.json").json()["components"]["schemas"]["QueueSettings"]
     editable = [name for name, setting in SCHEMA.items() if setting.editable]
     assert list(model["properties"]) == editable and model["additionalProperties"] is False
+    assert model["properties"]["throttle"]["description"] == "[N, seconds]: at most N receives per window"
     for name in editable:
         field, setting = model["properties"][name], SCHEMA[name]
-        assert field["description"], name
+        assert field["description"] and "`" not in field["description"], name  # plain text, as ever
         if setting.bounds is not None:
             low = field.get("exclusiveMinimum" if setting.positive else "minimum")
             assert (low, field["maximum"]) == setting.bounds, name
