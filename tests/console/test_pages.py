@@ -226,6 +226,25 @@ def test_the_settings_form_has_a_row_for_each_editable_setting(server, console, 
     assert " checked" in shown["content_dedup"]
 
 
+def test_saving_the_form_keeps_what_it_shows_exactly(server, console, name):
+    """A browser sends back every field as shown: changing only the delay keeps
+    the others as they were, to the last digit (six significant digits once
+    showed retention 1234567 as 1.23457e+06, and a throttle of 10^6 receives as
+    1e+06/60, which the form refused)."""
+    kept = {"retention": 1234567.0, "visibility_timeout": 0.1234567, "dedup_window": 1234567.0,
+            "throttle": [1000000, 60.0], "max_message_bytes": 2**40}
+    fresh(server, name).configure(**kept)
+    inputs = settings_form(console.get(f"/ui/queues/{name}").text)
+    shown = {key: re.search(r'value="([^"]*)"', rest)[1] for kind, key, rest in inputs if kind == "text"}
+    assert (shown["retention"], shown["visibility_timeout"], shown["throttle"]) == ("1234567", "0.1234567",
+                                                                                   "1000000/60")
+    saved = console.act(name, "settings", **{**shown, "delay": "5"})
+    assert saved.status_code == 303 and saved.headers["location"].endswith("notice=saved"), saved.text
+    settings = fresh(server, name).settings
+    assert {key: settings[key] for key in kept} == kept and settings["delay"] == 5.0
+    assert console.act(name, "settings", **{**shown, "delay": "5"}).headers["location"].endswith("notice=unchanged")
+
+
 def test_groups_on_demand(server, console, name):
     queue = fresh(server, name)
     queue.publish_batch([vsqs.Outgoing(b"x", group="a")] * 3 + [vsqs.Outgoing(b"y", group="b")], durable=False)

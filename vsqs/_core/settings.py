@@ -66,8 +66,14 @@ class Setting(NamedTuple):
         if isinstance(value, list):
             if all(isinstance(v, str) for v in value):
                 return ",".join(value)
-            return "/".join(f"{v:g}" for v in value)
-        return f"{value:g}" if isinstance(value, float) else str(value)
+            return "/".join(number_text(v) for v in value)
+        return number_text(value) if isinstance(value, float) else str(value)
+
+
+def number_text(value: float) -> str:
+    """A number exactly, as input takes it back: a whole one without a fraction
+    (1209600), any other to its last digit (0.1234567, 1e-05), never rounded."""
+    return str(int(value)) if float(value).is_integer() else repr(float(value))
 
 
 def _is_number(value: object) -> bool:
