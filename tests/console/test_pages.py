@@ -245,6 +245,17 @@ def test_saving_the_form_keeps_what_it_shows_exactly(server, console, name):
     assert console.act(name, "settings", **{**shown, "delay": "5"}).headers["location"].endswith("notice=unchanged")
 
 
+def test_an_editable_flag_has_a_default():
+    """The console shows a flag as a checkbox, which has no third state: an
+    unchecked box saves false, so an editable flag that may be unset (a default
+    of None) would be set to false by every save of the form."""
+    from vsqs._core.settings import SCHEMA
+
+    unset = [key for key, setting in SCHEMA.items() if setting.editable and setting.kind == "flag"
+             and setting.default is None]
+    assert not unset, f"{unset}: a checkbox cannot leave a flag unset (make its default true or false)"
+
+
 def test_groups_on_demand(server, console, name):
     queue = fresh(server, name)
     queue.publish_batch([vsqs.Outgoing(b"x", group="a")] * 3 + [vsqs.Outgoing(b"y", group="b")], durable=False)

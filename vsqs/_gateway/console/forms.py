@@ -36,6 +36,8 @@ class SettingField(NamedTuple):
 
 
 def _field(name: str, setting: Setting) -> SettingField:
+    # a flag's checkbox has no third state: an unchecked box saves false (an editable
+    # flag has a default of true or false: tests/console/test_pages.py holds them to it)
     numeric = setting.kind in ("seconds", "count")
     return SettingField(name, setting.kind == "flag", "decimal" if numeric else "text",
                         "N/seconds" if setting.kind == "throttle" else "unset")
