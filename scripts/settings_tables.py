@@ -21,7 +21,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from vsqs._core.settings import SCHEMA, Setting
+from vsqs._core.settings import SCHEMA, Setting, number_text
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCUMENTS = [ROOT / "docs" / "FORMAT.md"]
@@ -31,15 +31,15 @@ GRAMMAR_HEADER = "| kind | the JSON value | settings, with their bounds |"
 
 
 def _number(value: float) -> str:
-    """30, 43200, 10^6, 2^40: a bound or a default as the docs write it."""
-    if float(value).is_integer():
+    """30, 43200, 10^6, 2^40: a bound or a default as the docs write it, a power
+    of ten or of two as one from a million up (64 stays 64)."""
+    if float(value).is_integer() and value >= 10**6:
         whole = int(value)
         for base in (10, 2):
-            power = round(math.log(whole, base)) if whole > 1 else 0
-            if power >= 6 and base**power == whole:
+            power = round(math.log(whole, base))
+            if base**power == whole:
                 return f"{base}^{power}"
-        return str(whole)
-    return f"{value:g}"
+    return number_text(value)
 
 
 def _default(setting: Setting) -> str:

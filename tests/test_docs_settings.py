@@ -43,6 +43,14 @@ def test_a_drifted_table_is_made_again(row, drifted):
     assert TABLES["render"](text.replace(row, drifted)) == text
 
 
+@pytest.mark.parametrize("value, written", [
+    (0, "0"), (20.0, "20"), (64, "64"), (1024, "1024"), (43200.0, "43200"), (316224000.0, "316224000"),
+    (10**6, "10^6"), (10**9, "10^9"), (10**12, "10^12"), (2**40, "2^40"), (0.001, "0.001"),
+])
+def test_a_bound_is_written_as_a_power_from_a_million(value, written):
+    assert TABLES["_number"](value) == written
+
+
 def test_a_missing_setting_and_a_stray_one_are_made_again():
     text = FORMAT_MD.read_text()
     row = next(line for line in text.splitlines() if line.startswith("| `max_receives` |"))

@@ -319,6 +319,18 @@ def test_config_shows_lists_as_it_takes_them(run, queue):
     assert "suspended           publish,receive" in shown and "throttle            10/60" in shown
 
 
+def test_config_shows_numbers_exactly(run, queue):
+    """Whole seconds without a fraction, any other number to its last digit (six
+    significant digits once showed 1234567 as 1.23457e+06, taken back as 1234570)."""
+    run("config", queue.path, "retention=1209600", "visibility_timeout=0.1234567", "throttle=1000000/60")
+    shown = run("config", queue.path).output.splitlines()
+    assert "retention           1209600" in shown and "visibility_timeout  0.1234567" in shown
+    assert "throttle            1000000/60" in shown
+    run("config", queue.path, "retention=1234567")
+    assert "retention           1234567" in run("config", queue.path).output.splitlines()
+    assert vsqs.Queue(queue.path).settings["retention"] == 1234567.0
+
+
 def test_config_shows_tags_as_it_takes_them(run, queue):
     """Tags (a mapping, kept for SQS clients) are shown as the JSON config takes."""
     assert "tags                none" in run("config", queue.path).output.splitlines()

@@ -196,17 +196,27 @@ def test_settings_are_validated_as_the_api_validates_them(server, console, name)
     assert console.act(name, "settings", visibility_timeout="45").headers["location"].endswith("notice=unchanged")
 
 
+def settings_form(page: str) -> list[tuple[str, str, str]]:
+    """The settings form's inputs: (type, name, the rest of the tag)."""
+    form = page[page.index('id="settings-form"'):]
+    form = form[:form.index("</form>")]
+    return re.findall(r'<input type="(text|checkbox)" id="setting-([a-z_]+)" name="\2"([^>]*)>', form)
+
+
+# the console's order of the settings it edits: the three timings a client leaves to the queue first
+CONSOLE_ORDER = ["visibility_timeout", "delay", "receive_wait", "retention", "max_messages", "max_message_bytes",
+                 "max_receives", "dead_letter", "group_concurrency", "dedup_window", "content_dedup", "throttle"]
+
+
 def test_the_settings_form_has_a_row_for_each_editable_setting(server, console, name):
-    """In the declared order, but suspended (its own buttons); a flag as a checkbox."""
+    """In the console's order, but suspended (its own buttons); a flag as a checkbox."""
     from vsqs._core.settings import SCHEMA
 
     fresh(server, name).configure(throttle="5/2", content_dedup=True)
-    page = console.get(f"/ui/queues/{name}").text
-    form = page[page.index('id="settings-form"'):]
-    form = form[:form.index("</form>")]
-    inputs = re.findall(r'<input type="(text|checkbox)" id="setting-([a-z_]+)" name="\2"([^>]*)>', form)
-    assert [key for _, key, _ in inputs] == [
-        key for key, setting in SCHEMA.items() if setting.editable and key != "suspended"]
+    inputs = settings_form(console.get(f"/ui/queues/{name}").text)
+    assert [key for _, key, _ in inputs] == CONSOLE_ORDER
+    assert sorted(CONSOLE_ORDER) == sorted(key for key, setting in SCHEMA.items()
+                                           if setting.editable and key != "suspended")
     kinds = {key: kind for kind, key, _ in inputs}
     assert {key for key, kind in kinds.items() if kind == "checkbox"} == {"content_dedup"}
     shown = {key: rest for _, key, rest in inputs}
@@ -214,6 +224,36 @@ def test_the_settings_form_has_a_row_for_each_editable_setting(server, console, 
     assert 'value="30"' in shown["visibility_timeout"] and 'inputmode="decimal"' in shown["visibility_timeout"]
     assert 'value=""' in shown["dead_letter"] and 'inputmode="text"' in shown["dead_letter"]
     assert " checked" in shown["content_dedup"]
+
+
+def test_saving_the_form_keeps_what_it_shows_exactly(server, console, name):
+    """A browser sends back every field as shown: changing only the delay keeps
+    the others as they were, to the last digit (six significant digits once
+    showed retention 1234567 as 1.23457e+06, and a throttle of 10^6 receives as
+    1e+06/60, which the form refused)."""
+    kept = {"retention": 1234567.0, "visibility_timeout": 0.1234567, "dedup_window": 1234567.0,
+            "throttle": [1000000, 60.0], "max_message_bytes": 2**40}
+    fresh(server, name).configure(**kept)
+    inputs = settings_form(console.get(f"/ui/queues/{name}").text)
+    shown = {key: re.search(r'value="([^"]*)"', rest)[1] for kind, key, rest in inputs if kind == "text"}
+    assert (shown["retention"], shown["visibility_timeout"], shown["throttle"]) == ("1234567", "0.1234567",
+                                                                                   "1000000/60")
+    saved = console.act(name, "settings", **{**shown, "delay": "5"})
+    assert saved.status_code == 303 and saved.headers["location"].endswith("notice=saved"), saved.text
+    settings = fresh(server, name).settings
+    assert {key: settings[key] for key in kept} == kept and settings["delay"] == 5.0
+    assert console.act(name, "settings", **{**shown, "delay": "5"}).headers["location"].endswith("notice=unchanged")
+
+
+def test_an_editable_flag_has_a_default():
+    """The console shows a flag as a checkbox, which has no third state: an
+    unchecked box saves false, so an editable flag that may be unset (a default
+    of None) would be set to false by every save of the form."""
+    from vsqs._core.settings import SCHEMA
+
+    unset = [key for key, setting in SCHEMA.items() if setting.editable and setting.kind == "flag"
+             and setting.default is None]
+    assert not unset, f"{unset}: a checkbox cannot leave a flag unset (make its default true or false)"
 
 
 def test_groups_on_demand(server, console, name):

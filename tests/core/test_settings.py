@@ -145,12 +145,43 @@ SET = {  # a value of each setting other than its default, in its stored form
 }
 
 
+EXACT = [  # values that six significant digits (``:g``) once rounded: 1.23457e+06, 1e+06/60
+    ("retention", 1234567.0), ("visibility_timeout", 0.1234567), ("throttle", [1000000, 60.0]),
+    ("dedup_window", 1234567.0), ("delay", 1e-05), ("throttle", [10**9, 0.1234567]),
+]
+
+
 def test_each_settings_text_is_taken_back():
-    """What ``vsqs config`` shows of a setting, set or unset, sets it again as it was."""
+    """What ``vsqs config`` shows of a setting, set or unset, sets it again as it was, exactly."""
     assert sorted(SET) == sorted(_settings.SCHEMA)
-    for key, setting in _settings.SCHEMA.items():
-        for value in (SET[key], setting.default):
-            assert _settings.validate({key: setting.text(value)}) == {key: value}, (key, setting.text(value))
+    cases = [(key, value) for key, setting in _settings.SCHEMA.items() for value in (SET[key], setting.default)]
+    for key, value in cases + EXACT:
+        text = _settings.SCHEMA[key].text(value)
+        assert _settings.validate({key: text}) == {key: value}, (key, text)
+
+
+def test_numbers_are_shown_exactly_and_whole_ones_without_a_fraction():
+    text = _settings.number_text
+    assert [text(v) for v in (1209600.0, 30.0, 0, 2**40, 0.1234567, 1e-05)] == [
+        "1209600", "30", "0", "1099511627776", "0.1234567", "1e-05"]
+    assert _settings.SCHEMA["throttle"].text([1000000, 60.0]) == "1000000/60"
+
+
+# the settings in the order of Queue.settings, of the native API's JSON and its
+# body's fields (so which of two bad fields a refusal names); a new one goes last
+ORDER = [
+    "visibility_timeout", "delay", "retention", "max_messages", "max_message_bytes", "max_receives", "dead_letter",
+    "group_concurrency", "dedup_window", "content_dedup", "dedup_scope", "throughput_limit", "receive_wait",
+    "throttle", "suspended", "file_mode", "tags", "policy", "kms_master_key_id", "kms_data_key_reuse_period",
+    "sqs_managed_sse",
+]
+
+
+def test_the_settings_keep_their_order(queue):
+    assert list(_settings.SCHEMA)[:len(ORDER)] == ORDER
+    assert list(queue.settings)[:len(ORDER)] == ORDER
+    queue.configure(receive_wait=1)
+    assert list(queue.settings)[:len(ORDER)] == ORDER
 
 
 def test_configure_merges_and_unsets(queue):

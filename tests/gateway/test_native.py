@@ -62,15 +62,17 @@ def test_healthz_and_openapi(http):
 
 
 def test_the_settings_body_is_made_of_the_editable_settings(http):
-    """Its fields, in their declared order, each with its declaration's doc and bounds."""
+    """Its fields, in their declared order (tests/core/test_settings.py's ORDER), each
+    with its declaration's doc (without Markdown's code marks) and bounds."""
     from vsqs._core.settings import SCHEMA
 
     model = http.get("/openapi.json").json()["components"]["schemas"]["QueueSettings"]
     editable = [name for name, setting in SCHEMA.items() if setting.editable]
     assert list(model["properties"]) == editable and model["additionalProperties"] is False
+    assert model["properties"]["throttle"]["description"] == "[N, seconds]: at most N receives per window"
     for name in editable:
         field, setting = model["properties"][name], SCHEMA[name]
-        assert field["description"], name
+        assert field["description"] and "`" not in field["description"], name  # plain text, as ever
         if setting.bounds is not None:
             low = field.get("exclusiveMinimum" if setting.positive else "minimum")
             assert (low, field["maximum"]) == setting.bounds, name
@@ -82,6 +84,16 @@ EDITED = {  # a value of each setting the native API edits, as a client sends it
     "dead_letter": ("other", "other"), "group_concurrency": (2, 2), "dedup_window": (60, 60.0),
     "content_dedup": (True, True), "throttle": ([10, 1], [10, 1.0]), "suspended": (["publish"], ["publish"]),
 }
+
+
+def test_of_two_bad_settings_the_first_in_their_order_is_named(http, queue_name):
+    """Whatever the order of the request's fields: retention comes before receive_wait."""
+    for body in ({"receive_wait": 99, "retention": 0}, {"retention": 0, "receive_wait": 99}):
+        refused = http.patch(f"/queues/{queue_name}", json=body)
+        assert refused.status_code == 422 and "retention" in refused.json()["error"]["message"], refused.text
+        assert "receive_wait" not in refused.json()["error"]["message"]
+    settings = http.get(f"/queues/{queue_name}").json()["settings"]
+    assert list(settings)[:3] == ["visibility_timeout", "delay", "retention"]
 
 
 def test_the_api_edits_each_editable_setting(http, server, queue_name):

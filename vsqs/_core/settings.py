@@ -66,8 +66,14 @@ class Setting(NamedTuple):
         if isinstance(value, list):
             if all(isinstance(v, str) for v in value):
                 return ",".join(value)
-            return "/".join(f"{v:g}" for v in value)
-        return f"{value:g}" if isinstance(value, float) else str(value)
+            return "/".join(number_text(v) for v in value)
+        return number_text(value) if isinstance(value, float) else str(value)
+
+
+def number_text(value: float) -> str:
+    """A number exactly, as input takes it back: a whole one without a fraction
+    (1209600), any other to its last digit (0.1234567, 1e-05), never rounded."""
+    return str(int(value)) if float(value).is_integer() else repr(float(value))
 
 
 def _is_number(value: object) -> bool:
@@ -356,13 +362,14 @@ def _kept(setting: Setting) -> Setting:
     stored, checked and reported, never acted on by vsqs, nor edited by the native API."""
     return setting._replace(editable=False, obeyed=False)
 
-# name -> Setting, in the order the console shows them; a default of None means "not set"
+# name -> Setting; a default of None means "not set". Their order is that of Queue.settings, of the
+# native API's JSON and of its body's fields (so which of two bad fields a refusal names): a new one
+# goes last. The console shows the ones it edits in an order of its own (console/forms.py).
 SCHEMA: dict[str, Setting] = {
     "visibility_timeout": _seconds_setting(
         30.0, MAX_VISIBILITY_TIMEOUT, "seconds a received message stays hidden, when the receiver does not say"),
     "delay": _seconds_setting(
         0.0, MAX_DELAY, "seconds a published message stays hidden, when the publisher does not say"),
-    "receive_wait": _seconds_setting(0.0, 20.0, "seconds a receive long-polls, when the receiver does not say"),
     "retention": _seconds_setting(None, 10 * 366 * 86400.0, "messages sent longer ago than this are removed by gc",
                                   positive=True),
     "max_messages": _count_setting(
@@ -378,18 +385,19 @@ SCHEMA: dict[str, Setting] = {
         0.0, 366 * 86400.0, "seconds a de-duplication id stays reserved after its message is gone"),
     "content_dedup": _flag_setting(False, "a publish without a de-duplication id uses the SHA-256 of its body as "
                                    'one (as `dedup="content"`)'),
+    "dedup_scope": _choice_setting(
+        "group", ("group", "queue"), "what a de-duplication id is unique in: its message group (`\"group\"`: the "
+        "id is hashed with the group name) or the whole queue (`\"queue\"`: the id alone)", editable=False),
+    "throughput_limit": _kept(_choice_setting(
+        None, ("queue", "group"), "SQS's `FifoThroughputLimit` (`\"queue\"`: perQueue, `\"group\"`: "
+        "perMessageGroupId), kept for the gateway to report; it changes nothing")),
+    "receive_wait": _seconds_setting(0.0, 20.0, "seconds a receive long-polls, when the receiver does not say"),
     "throttle": Setting("throttle", None, "`[N, seconds]`: at most N receives per window", _throttle,
                         _throttle_input, tuple[int, float]),
     "suspended": Setting("operations", [], "operations (`publish`, `receive`, `delete`) that fail with "
                          "`QueueSuspended`", _operations, _operations_input, _list_of(_one_of(OPERATIONS))),
-    "dedup_scope": _choice_setting(
-        "group", ("group", "queue"), "what a de-duplication id is unique in: its message group (`\"group\"`: the "
-        "id is hashed with the group name) or the whole queue (`\"queue\"`: the id alone)", editable=False),
     "file_mode": Setting("file mode", None, 'octal string, e.g. `"0660"`: the mode set on every file made in the '
                          "queue (see Modes)", _file_mode, _file_mode_input, str, editable=False),
-    "throughput_limit": _kept(_choice_setting(
-        None, ("queue", "group"), "SQS's `FifoThroughputLimit` (`\"queue\"`: perQueue, `\"group\"`: "
-        "perMessageGroupId), kept for the gateway to report; it changes nothing")),
     "tags": _kept(Setting("tags", {}, "labels kept for SQS clients (TagQueue); vsqs obeys none", _tags,
                           _tags_input, dict[str, str])),
     "policy": _kept(Setting("policy", None, "an access policy kept for SQS clients (the Policy attribute); stored, "

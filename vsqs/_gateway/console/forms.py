@@ -36,14 +36,19 @@ class SettingField(NamedTuple):
 
 
 def _field(name: str, setting: Setting) -> SettingField:
+    # a flag's checkbox has no third state: an unchecked box saves false (an editable
+    # flag has a default of true or false: tests/console/test_pages.py holds them to it)
     numeric = setting.kind in ("seconds", "count")
     return SettingField(name, setting.kind == "flag", "decimal" if numeric else "text",
                         "N/seconds" if setting.kind == "throttle" else "unset")
 
 
-# the settings the queue page edits: the editable ones, in their declared order (suspended has its own buttons)
-FIELDS = tuple(_field(name, setting) for name, setting in SCHEMA.items()
-               if setting.editable and setting.kind != "operations")
+# the settings the queue page edits: the editable ones (suspended has its own buttons), in the
+# schema's order but for the timings a client leaves to the queue, shown first
+_FIRST = ("visibility_timeout", "delay", "receive_wait")
+FIELDS = tuple(_field(name, setting) for name, setting in sorted(
+    SCHEMA.items(), key=lambda item: _FIRST.index(item[0]) if item[0] in _FIRST else len(_FIRST))
+    if setting.editable and setting.kind != "operations")
 
 
 async def read_form(request: Request) -> dict[str, str]:

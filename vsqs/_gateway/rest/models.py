@@ -79,7 +79,7 @@ def _settings_field(name: str, setting: Setting) -> Any:
     if setting.bounds is not None:
         low, high = setting.bounds
         bounds = {"exclusiveMinimum" if setting.positive else "minimum": low, "maximum": high}
-    doc = _API_DOCS.get(name, setting.doc)
+    doc = _API_DOCS.get(name, setting.doc).replace("`", "")  # plain text, without Markdown's code marks
     return (setting.type | None, Field(None, description=doc[:1].upper() + doc[1:], json_schema_extra=bounds or None))
 
 

@@ -15,6 +15,7 @@ from typing import Any
 
 from vsqs import InvalidArgument, Queue
 from vsqs._core.rules import ATTRIBUTE_NAME_RE, check_queue_name, load_json
+from vsqs._core.settings import number_text
 from vsqs._gateway.json_body import BodyRefused, parse_json
 from vsqs._gateway.limits import (
     MAX_ATTRIBUTE_NAME,
@@ -217,10 +218,6 @@ def check_dead_letter_exists(spool_queues: Iterable[str], settings: Mapping[str,
         raise invalid_parameter_value("RedrivePolicy", text[:1024], "Dead letter target does not exist.")
 
 
-def _number_text(value: float) -> str:
-    return str(int(value)) if float(value).is_integer() else repr(float(value))
-
-
 def queue_attributes(call: Call, queue: Queue, name: str, wanted: set[str]) -> dict[str, str]:
     """The queue attributes asked for (blocking: reads settings, lists the queue for counts)."""
     settings = queue.settings
@@ -238,7 +235,7 @@ def queue_attributes(call: Call, queue: Queue, name: str, wanted: set[str]) -> d
             if value is None:
                 value = REPORTED_DEFAULTS.get(setting)
             if value is not None:
-                out[attribute] = _number_text(value)
+                out[attribute] = number_text(value)
     if want("RedrivePolicy") and settings["max_receives"] is not None:
         target = settings["dead_letter"] or f"{name}.dlq"
         if target.startswith("/"):
