@@ -120,5 +120,20 @@ def refuses_bad_arguments(spark, queue: vsqs.Queue, tmp_path) -> None:
         vsqs.spark.process_queue(spark, tmp_path / "missing", len)
 
 
+def reports_out_of_reach_still_give_the_counts(spark, queue: vsqs.Queue, tmp_path) -> None:
+    """The attempts cannot keep their reports (``.spark/process`` is a symbolic
+    link, never followed): the work is done and counted from the returned rows."""
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    os.makedirs(os.path.join(queue.path, ".spark"))
+    os.symlink(elsewhere, os.path.join(queue.path, ".spark", "process"))
+    queue.publish_batch([b"r%d" % i for i in range(10)])
+    result = vsqs.spark.process_queue(spark, queue.path, bytes.upper, output=str(tmp_path / "out"), parallelism=2,
+                                      wait=0.2)
+    assert (result.processed, result.published, result.tasks, result.died) == (10, 10, 2, 0)
+    assert queue.stats().total == 0
+    assert os.listdir(elsewhere) == []  # nothing written through the link
+
+
 CASES = [leaves_exactly_the_failed_messages, batch_function, task_that_dies_redelivers_its_message,
-         default_parallelism, refuses_bad_arguments]
+         default_parallelism, refuses_bad_arguments, reports_out_of_reach_still_give_the_counts]

@@ -49,7 +49,7 @@ def test_the_reader_takes_the_newest_valid_slot(flat_queue):
     for processed in range(1, 6):
         reporter.report({**COUNTS, "processed": processed})
     reporter.close()
-    assert read_reports(flat_queue, "run1") == {"0.0.5": AttemptReport({**COUNTS, "processed": 5}, False)}
+    assert read_reports(flat_queue, "run1", 1) == {"0.0.5": AttemptReport({**COUNTS, "processed": 5}, False)}
     path = os.path.join(_run_path(flat_queue, "run1"), "0.0.5")
     assert os.path.getsize(path) == 2 * SLOT  # written in place: the file never grows
 
@@ -57,15 +57,15 @@ def test_the_reader_takes_the_newest_valid_slot(flat_queue):
     with open(path, "r+b") as file:
         file.seek(SLOT + 10)
         file.write(b"\0\0\0")
-    assert read_reports(flat_queue, "run1")["0.0.5"].counts["processed"] == 4
+    assert read_reports(flat_queue, "run1", 1)["0.0.5"].counts["processed"] == 4
 
 
 def test_a_finished_attempt_says_so(flat_queue):
     reporter = AttemptReporter(flat_queue, "run2", "1.0.9")
-    reporter.report(COUNTS)
-    reporter.finish()
+    reporter.report({**COUNTS, "processed": 3})
+    reporter.finish(COUNTS)  # the final counts
     reporter.close()
-    assert read_reports(flat_queue, "run2") == {"1.0.9": AttemptReport(COUNTS, True)}
+    assert read_reports(flat_queue, "run2", 2) == {"1.0.9": AttemptReport(COUNTS, True)}
 
 
 def test_entries_that_are_no_report_are_skipped(flat_queue):
@@ -74,16 +74,46 @@ def test_entries_that_are_no_report_are_skipped(flat_queue):
     os.mkfifo(os.path.join(run, "fifo"))
     os.symlink("0.0.1", os.path.join(run, "link"))
     os.mkdir(os.path.join(run, "directory"))
-    with open(os.path.join(run, "huge"), "wb") as file:
+    with open(os.path.join(run, "0.1.2"), "wb") as file:  # huge
         file.write(encode_slot(1, COUNTS, False) * 1000)  # type: ignore[operator]
-    assert set(read_reports(flat_queue, "run3")) == {"0.0.1"}
+    for name in ("no-attempt", "1.0.3", "0.0.01"):  # not an attempt's name, or of a task the run has not
+        with open(os.path.join(run, name), "wb") as file:
+            file.write(encode_slot(1, COUNTS, False))  # type: ignore[arg-type]
+    assert set(read_reports(flat_queue, "run3", 1)) == {"0.0.1"}
+
+
+def test_a_reporter_never_writes_where_something_is_already(flat_queue, tmp_path):
+    """A FIFO at the attempt's name does not block it; a hard link to a file
+    elsewhere is not written through."""
+    AttemptReporter(flat_queue, "run6", "0.0.0").close()  # makes the run's directory
+    run = _run_path(flat_queue, "run6")
+    os.mkfifo(os.path.join(run, "0.0.1"))
+    outside = tmp_path / "outside"
+    outside.write_bytes(b"keep")
+    os.link(outside, os.path.join(run, "0.0.2"))
+    for attempt in ("0.0.1", "0.0.2"):
+        reporter = AttemptReporter(flat_queue, "run6", attempt)  # (a FIFO: would block for ever)
+        reporter.report(COUNTS)
+        reporter.close()
+    assert outside.read_bytes() == b"keep"
+    assert read_reports(flat_queue, "run6", 1) == {}
+
+
+def test_reports_read_are_bounded_by_the_tasks_of_the_run(flat_queue):
+    from vsqs._spark.attempts import MAX_ATTEMPTS_A_TASK
+
+    for number in range(MAX_ATTEMPTS_A_TASK + 5):
+        reporter = AttemptReporter(flat_queue, "run7", f"0.{number}.{number}")
+        reporter.report(COUNTS)
+        reporter.close()
+    assert len(read_reports(flat_queue, "run7", 1)) == MAX_ATTEMPTS_A_TASK
 
 
 def test_a_run_is_removed_with_its_reports(flat_queue):
     AttemptReporter(flat_queue, "run4", "0.0.1").report(COUNTS)
     remove_run(flat_queue, "run4")
     assert not os.path.exists(_run_path(flat_queue, "run4"))
-    assert read_reports(flat_queue, "run4") == {}
+    assert read_reports(flat_queue, "run4", 1) == {}
     remove_run(flat_queue, "run4")  # nothing there: nothing to do
 
 
@@ -92,6 +122,6 @@ def test_a_reporter_that_cannot_write_is_silent(flat_queue, tmp_path):
     os.symlink(tmp_path, os.path.join(flat_queue.path, ".spark", KIND))  # refused, never followed
     reporter = AttemptReporter(flat_queue, "run5", "0.0.1")
     reporter.report(COUNTS)
-    reporter.finish()
+    reporter.finish(COUNTS)
     reporter.close()
     assert os.listdir(tmp_path) == [] or "run5" not in os.listdir(tmp_path)

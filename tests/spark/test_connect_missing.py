@@ -1,6 +1,6 @@
-"""Over Spark Connect, a server whose Python cannot import vsqs: what the
-client is told (issue 21's "bad input": it should say that vsqs is missing
-on the server). Its own module: a second Connect server, started alone.
+"""Over Spark Connect, a server whose Python cannot import vsqs: the client
+is told that vsqs is missing there. Its own module: a second Connect
+server, started alone.
 
 The server's Python: a fresh venv that sees pyspark's site-packages through a
 path file (a plain path: the editable install's .pth files in there are not

@@ -22,8 +22,10 @@ RUN whose client died, by the area's generic rule (docs/FORMAT.md).
 The channel is best effort: an attempt that cannot write its file works as
 before and only its returned row counts. What an attempt wrote before its
 process died reaches the file (the kernel keeps it), not what it wrote
-before its host died; on a network filesystem the data is flushed at most
-:data:`SYNC_EVERY` seconds after a change.
+before its host died; on a network filesystem a change is flushed to the
+server with the next change at least :data:`SYNC_EVERY` seconds after the
+last flush, and when the attempt returns (in between, the kernel's
+writeback flushes it).
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
+import re
 import threading
 import time
 import zlib
@@ -43,9 +46,13 @@ from vsqs._spark import area
 KIND = "process"  # .spark/process/RUN/ATTEMPT
 FIELDS = ("processed", "failed", "redelivered", "lost", "published")
 SLOT = 128  # bytes of one slot: the sequence number, 5 counts and a flag need at most 125
-SYNC_EVERY = 1.0  # seconds between two flushes of an attempt's file to the server
+SYNC_EVERY = 1.0  # seconds at least between two flushes of an attempt's file to the server
 _MAX_FILE = 2 * SLOT
-_WRITE_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
+# a new file only (an attempt's name is unique: anything already there, a FIFO or a
+# hard link to a file elsewhere included, is not ours), never waiting on a FIFO
+_WRITE_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+_ATTEMPT = re.compile(r"(0|[1-9][0-9]{0,8})\.(0|[1-9][0-9]{0,8})\.(0|[1-9][0-9]{0,18})")  # PARTITION.NUMBER.ID
+MAX_ATTEMPTS_A_TASK = 64  # reports read per task of the run at most (retries and speculative copies)
 
 
 @dataclass
@@ -100,9 +107,10 @@ class AttemptReporter:
             self._counts = {name: counts[name] for name in FIELDS}
             self._write(finished=False)
 
-    def finish(self) -> None:
-        """Mark the attempt as returned (its row holds the final counts)."""
+    def finish(self, counts: Mapping[str, int]) -> None:
+        """Write the attempt's final counts, marked as returned (as its row has them)."""
         with self._lock:
+            self._counts = {name: counts[name] for name in FIELDS}
             self._write(finished=True)
 
     def close(self) -> None:
@@ -131,13 +139,20 @@ class AttemptReporter:
             self._fd = None
 
 
-def read_reports(queue: Queue, run: str) -> dict[str, AttemptReport]:
-    """Each attempt's last counts in RUN (attempts with no valid slot are left out)."""
+def read_reports(queue: Queue, run: str, tasks: int) -> dict[str, AttemptReport]:
+    """Each attempt's last counts in RUN, a run of ``tasks`` tasks. Only names
+    of attempts of those tasks are read, at most MAX_ATTEMPTS_A_TASK a task;
+    attempts with no valid slot are left out."""
     reports: dict[str, AttemptReport] = {}
     with area.opened(queue, [KIND, run]) as directory:
         if directory is None:
             return reports
         for name in area.names(directory):
+            matched = _ATTEMPT.fullmatch(name)
+            if matched is None or int(matched[1]) >= tasks:
+                continue  # not an attempt of this run's tasks
+            if len(reports) >= tasks * MAX_ATTEMPTS_A_TASK:
+                break
             data = area.read_file(directory, name, _MAX_FILE) or b""
             slots = [decode_slot(data[i:i + SLOT]) for i in range(0, len(data), SLOT)]
             valid = [slot for slot in slots if slot is not None]

@@ -25,10 +25,10 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, fields
 from typing import TYPE_CHECKING, Any
 
-from vsqs import InvalidArgument, Message, Queue, Worker
+from vsqs import InvalidArgument, Message, Queue, VsqsError, Worker
 from vsqs._core.leases import LeaseKeeper
 from vsqs._core.limits import MAX_BATCH, MAX_VISIBILITY_TIMEOUT, MAX_WAIT
-from vsqs._spark.attempts import AttemptReport, AttemptReporter, read_reports, remove_run
+from vsqs._spark.attempts import FIELDS, AttemptReport, AttemptReporter, read_reports, remove_run
 from vsqs._spark.checks import seconds_fault
 
 if TYPE_CHECKING:
@@ -175,9 +175,7 @@ def _drain(spec: _TaskSpec, counts: _Counts) -> ProcessResult:
             counts.processed, counts.failed, counts.lost = stats.processed, stats.failed, stats.lost
     else:
         _BatchLoop(queue, output, spec, counts).run()
-    if counts.reporter is not None:
-        counts.reporter.finish()
-    return ProcessResult(
+    result = ProcessResult(
         processed=counts.processed,
         failed=counts.failed,
         redelivered=counts.redelivered,
@@ -185,6 +183,9 @@ def _drain(spec: _TaskSpec, counts: _Counts) -> ProcessResult:
         published=counts.published,
         tasks=1,
     )
+    if counts.reporter is not None:  # the final counts, as the row has them
+        counts.reporter.finish({name: getattr(result, name) for name in FIELDS})
+    return result
 
 
 class _BatchLoop:
@@ -410,7 +411,12 @@ def process_queue(
                 if _NO_VSQS in str(exc):
                     exc.add_note(MISSING_ON_EXECUTORS)
                 raise
-        reports = read_reports(queue, spec.run)
+        try:
+            reports = read_reports(queue, spec.run, tasks)
+        except (OSError, VsqsError) as exc:  # the work is done: the returned rows still count
+            log.warning("process_queue: cannot read the attempts' reports (%s): attempts that died are not counted",
+                        exc)
+            reports = {}
     finally:
         remove_run(queue, spec.run)
     returned = [(row["attempt"], ProcessResult(**{name: row[name] for name in names})) for row in rows]
@@ -475,9 +481,9 @@ def _total(results: list[tuple[str, ProcessResult]], reports: Mapping[str, Attem
 
 
 def _announce_death(attempt: str, counts: Mapping[str, int]) -> None:
-    partition, number = attempt.split(".")[:2]
+    partition, _, rest = attempt.partition(".")
     log.warning(
         "process_queue: task %s (attempt %s) died after processing %d message(s); "
         "the message(s) it held come back after their visibility timeout",
-        partition, number, counts["processed"],
+        partition, rest.partition(".")[0], counts["processed"],
     )
