@@ -41,7 +41,7 @@ from vsqs._gateway.config import CONFIG_FILE_ENV, SECRET_ENVS, GatewayConfig
 from vsqs._gateway.errors import ApiError, api_error_of, error_response, without_paths
 from vsqs._gateway.limits import KEEP_ALIVE_TIMEOUT, MAX_REQUEST_HEAD_BYTES
 from vsqs._gateway.metrics import RequestMetrics
-from vsqs._gateway.rest.fast import NativeFastPath
+from vsqs._gateway.rest.hot import hot_routes
 from vsqs._gateway.rest.routes import router as rest_router
 from vsqs._gateway.size_cap import RequestSizeCap, http_refusal
 from vsqs._gateway.sqs.endpoint import SqsDispatch, SqsFace
@@ -68,13 +68,14 @@ def create_app(config: GatewayConfig) -> ASGIApp:
     _add_error_handlers(app, gateway)
     _add_operations_routes(app, gateway)
     # the native routes (their paths already under /queues) straight into the app's router: the
-    # same routes and schema as include_router, without its per-request layer of matching
+    # same routes and schema as include_router, without its per-request layer of matching; the hot
+    # ones first as plain starlette routes, from their FastAPI declarations (rest/hot.py)
+    app.router.routes[:0] = hot_routes(rest_router.routes)
     app.router.routes.extend(rest_router.routes)
     app.include_router(console.router(ui))
     sqs_face = SqsFace(gateway)
     app.router.routes.append(sqs_route(sqs_face))
-    # POST /: straight to the SQS face; the hot native routes: past FastAPI's layers, from their declarations
-    routed = SqsDispatch(NativeFastPath(app), sqs_face)
+    routed = SqsDispatch(app, sqs_face)  # POST /: straight to the SQS face
     capped = RequestSizeCap(ApiKeyAuth(routed, config.api_key, gateway.key_guesses), config)
     guarded = BrowserGuard(BodyDeadline(capped, config.body_timeout), config)  # headers first, then the body
     return RequestMetrics(console.SecurityHeaders(guarded), gateway.metrics)  # (the guard's refusals too)
