@@ -13,7 +13,6 @@ heads.
 from __future__ import annotations
 
 import asyncio
-import functools
 import json
 import socket
 import threading
@@ -28,6 +27,7 @@ pytest.importorskip("fastapi", reason="the gateway needs the server extra: pip i
 import httpx
 import uvicorn
 from starlette.requests import ClientDisconnect
+from uvicorn.protocols.http.h11_impl import H11Protocol
 
 import vsqs
 from tests.gateway.server import free_port, running_gateway
@@ -35,7 +35,7 @@ from vsqs._gateway.app import create_app
 from vsqs._gateway.config import GatewayConfig
 from vsqs._gateway.limits import MAX_REQUEST_HEAD_BYTES
 from vsqs._gateway.sqs import endpoint
-from vsqs._gateway.timeouts import HeadDeadlineProtocol, protocol_factory
+from vsqs._gateway.timeouts import protocol_factory
 
 WAIT = 30.0
 SQS_JSON = "application/x-amz-json-1.0"
@@ -237,7 +237,7 @@ def _until_closed(sock: socket.socket) -> bytes:
     return received
 
 
-PROTOCOLS = {"default": protocol_factory(0.5), "h11": functools.partial(HeadDeadlineProtocol, header_timeout=0.5)}
+PROTOCOLS = {"default": protocol_factory(0.5), "h11": protocol_factory(0.5, http=H11Protocol)}
 
 
 @pytest.mark.parametrize("protocol", PROTOCOLS)
@@ -266,6 +266,24 @@ def test_request_heads_are_bounded_in_size_and_time(spool: str, protocol: str) -
         assert answer.split(b" ")[1] in (b"400", b"431")
         with socket.create_connection(("127.0.0.1", port), timeout=WAIT) as sock:
             sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: localhost\r\n")
+            assert _until_closed(sock).startswith(b"HTTP/1.1 408 ")
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+def test_a_request_answered_past_the_header_timeout_keeps_its_connection(spool: str, protocol: str) -> None:
+    """The head deadline waits for heads, not answers: a long poll of 1.5 s on
+    a server that gives heads 0.5 s is answered, and its connection then takes
+    the next request and gives its head the deadline again."""
+    with serving(create_app(GatewayConfig(spool=spool)), PROTOCOLS[protocol]) as port:
+        with socket.create_connection(("127.0.0.1", port), timeout=WAIT) as sock:
+            sock.sendall(b"GET /queues/q/messages?wait=1.5 HTTP/1.1\r\nHost: localhost\r\n\r\n")
+            started = time.monotonic()
+            assert sock.recv(65536).startswith(b"HTTP/1.1 204 ")
+            assert time.monotonic() - started >= 1.4
+            sock.sendall(b"PUT /queues/r HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n"
+                         b"Content-Length: 2\r\n\r\n{}")
+            assert sock.recv(65536).startswith(b"HTTP/1.1 201 ")
+            sock.sendall(b"GET /healthz HTTP/1.1\r\n")
             assert _until_closed(sock).startswith(b"HTTP/1.1 408 ")
 
 

@@ -7,15 +7,15 @@ under uvicorn.
 Two faces share one port: the native JSON/raw API under ``/queues``
 (:mod:`vsqs._gateway.rest`) and the Amazon SQS JSON 1.0 protocol on
 ``POST /`` (:mod:`vsqs._gateway.sqs`). Around the app, outermost first:
+:class:`~vsqs._gateway.timeouts.BodyDeadline`,
 :class:`~vsqs._gateway.metrics.RequestMetrics`,
 :class:`~vsqs._gateway.auth.BrowserGuard`,
-:class:`~vsqs._gateway.timeouts.BodyDeadline`,
 :class:`~vsqs._gateway.size_cap.RequestSizeCap`,
 :class:`~vsqs._gateway.auth.ApiKeyAuth` and
 :class:`~vsqs._gateway.sqs.endpoint.SqsDispatch` (``POST /`` to the SQS face
 past FastAPI's router: every check above applies to both faces); under them
-uvicorn runs the protocol of :mod:`vsqs._gateway.timeouts` (a deadline for
-request heads).
+uvicorn's protocol runs inside :class:`~vsqs._gateway.timeouts.HeadDeadline`
+(a deadline and a size bound for request heads).
 """
 
 from __future__ import annotations
@@ -77,8 +77,9 @@ def create_app(config: GatewayConfig) -> ASGIApp:
     app.router.routes.append(sqs_route(sqs_face))
     routed = SqsDispatch(app, sqs_face)  # POST /: straight to the SQS face
     capped = RequestSizeCap(ApiKeyAuth(routed, config.api_key, gateway.key_guesses), config)
-    guarded = BrowserGuard(BodyDeadline(capped, config.body_timeout), config)  # headers first, then the body
-    return RequestMetrics(console.SecurityHeaders(guarded), gateway.metrics)  # (the guard's refusals too)
+    guarded = BrowserGuard(capped, config)
+    measured = RequestMetrics(console.SecurityHeaders(guarded), gateway.metrics)  # (the guard's refusals too)
+    return BodyDeadline(measured, config.body_timeout)  # outermost: it tells the connection of every answer
 
 
 def _together(*lifespans: Callable[[Any], Any]) -> Callable[[Any], Any]:
