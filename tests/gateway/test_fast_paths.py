@@ -308,6 +308,51 @@ def test_a_whole_head_in_one_read_is_bounded_too(spool: str) -> None:
                        4 * MAX_REQUEST_HEAD_BYTES: b"HTTP/1.1 431 Request Header Fields Too Large"}
 
 
+def test_a_head_is_measured_across_reads(spool: str) -> None:
+    """A head whose blank line is split between two reads is measured whole,
+    and the body after it is no part of it: with a head of exactly
+    MAX_REQUEST_HEAD_BYTES and a 20 KB body the message is published; one
+    byte more of head is refused."""
+    body = b"b" * 20_000
+    with serving(create_app(GatewayConfig(spool=spool)), protocol_factory(WAIT)) as port:
+        answers = {}
+        for size in (MAX_REQUEST_HEAD_BYTES, MAX_REQUEST_HEAD_BYTES + 1):
+            start = b"POST /queues/q/messages HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n" \
+                    b"Content-Length: %d\r\nX-Padding: " % len(body)
+            head = start + b"p" * (size - len(start) - 4) + b"\r\n\r\n"
+            with socket.create_connection(("127.0.0.1", port), timeout=WAIT) as sock:
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+                sock.sendall(head[:-3])
+                time.sleep(0.2)  # a read of its own
+                try:
+                    sock.sendall(head[-3:] + body)
+                    answers[size] = _until_closed(sock).split(b"\r\n", 1)[0]
+                except ConnectionResetError:
+                    answers[size] = b"(reset)"
+    assert answers[MAX_REQUEST_HEAD_BYTES] == b"HTTP/1.1 201 Created"
+    assert answers[MAX_REQUEST_HEAD_BYTES + 1] in (b"HTTP/1.1 431 Request Header Fields Too Large", b"(reset)")
+    assert vsqs.Spool(spool).queue("q").stats().total == 1
+
+
+def test_a_refusal_before_the_body_closes_the_connection(spool: str) -> None:
+    """An answer given before its request's body was read (here: no API key)
+    closes the connection, so the rest of that body is never read as the next
+    request's head (where it ends only the parser knows); a request answered
+    after its body was read keeps its connection."""
+    config = GatewayConfig(spool=spool, api_key="k" * 32)
+    with serving(create_app(config), protocol_factory(WAIT)) as port:
+        with socket.create_connection(("127.0.0.1", port), timeout=WAIT) as sock:
+            sock.sendall(b"POST /queues/q/messages HTTP/1.1\r\nHost: localhost\r\nContent-Length: 100000\r\n\r\nxx")
+            answer = _until_closed(sock)
+        assert answer.startswith(b"HTTP/1.1 401 ")
+        with socket.create_connection(("127.0.0.1", port), timeout=WAIT) as sock:
+            key = b"Authorization: Bearer " + b"k" * 32 + b"\r\n"
+            for _ in range(2):
+                sock.sendall(b"POST /queues/q/messages HTTP/1.1\r\nHost: localhost\r\n" + key
+                             + b"Content-Length: 2\r\n\r\nhi")
+                assert sock.recv(65536).startswith(b"HTTP/1.1 201 ")
+
+
 def test_a_pipelined_head_is_bounded_while_a_request_is_answered(monkeypatch: pytest.MonkeyPatch,
                                                                  spool: str) -> None:
     """The next request's head, sent while a request is being answered (held

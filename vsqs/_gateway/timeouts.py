@@ -20,7 +20,11 @@ called only once a head is whole), so:
   connection is closed (with a 408 if part of a head had come). A head is
   at most ``MAX_REQUEST_HEAD_BYTES``, counted as it comes (a 431 and the
   connection closed past it), a pipelined one too, from the end of the
-  previous request's body.
+  previous request's body. An answer given before its request's body was
+  read (a refusal) closes the connection: where the rest of that body ends,
+  and the next head begins, only uvicorn's parser knows. (Requests pipelined
+  with their heads in one read with an earlier request's are not counted
+  apart: a chunk is scanned for the first head's end only.)
 * :class:`BodyDeadline` is the ASGI half: once a request has started, its
   body must have come in full within ``body_timeout`` seconds, else the app's
   read fails with a 408 (``Connection: close``) in the face's format; and it
@@ -72,6 +76,7 @@ class HeadDeadline(asyncio.Protocol):
         self._counting = True  # the bytes coming are a head's (until its blank line)
         self._head_size = 0  # bytes of that head so far
         self._tail = b""  # the last bytes of it, for a blank line split between reads
+        self._head_waiting = False  # a whole head came whose request has not started (pipelined)
 
     # -- asyncio.Protocol, passed on ------------------------------------------------------------
 
@@ -112,17 +117,22 @@ class HeadDeadline(asyncio.Protocol):
     def request_started(self) -> None:
         """A head has come whole (the app is called): no deadline while it is answered."""
         self._disarm()
-        self._counting = False
+        self._counting = self._head_waiting = False
 
     def body_came(self) -> None:
         """The request's body is in: what comes next is the next request's head."""
         self._start_head()
 
-    def answered(self) -> None:
-        """The answer went out: the next head has ``header_timeout`` from now."""
-        if not self._counting:
-            self._start_head()
-        self._arm()
+    def answered(self, body_read: bool) -> None:
+        """The answer went out: the next head has ``header_timeout`` from now. An
+        answer given before its request's body was read (a refusal) closes the
+        connection: where the rest of that body ends, only the parser knows."""
+        if not body_read:
+            self._refuse(b"")
+        elif not self._head_waiting:  # (a pipelined request's head has come: it starts now)
+            if not self._counting:
+                self._start_head()
+            self._arm()
 
     # -- the head ------------------------------------------------------------------------
 
@@ -132,19 +142,19 @@ class HeadDeadline(asyncio.Protocol):
         self._tail = b""
 
     def _counted(self, data: bytes) -> bool:
-        """Counts ``data`` into the head it belongs to; False past MAX_REQUEST_HEAD_BYTES."""
-        end = data.find(_HEAD_END)
-        if self._tail:
-            across = (self._tail + data[:3]).find(_HEAD_END)
-            if across != -1:
-                end = across - len(self._tail)
-        if end == -1:
+        """Counts ``data`` into the head it belongs to; False past MAX_REQUEST_HEAD_BYTES.
+        (The deadline runs on until the request starts: the parser may yet refuse the head.)"""
+        across = (self._tail + data[:3]).find(_HEAD_END) if self._tail else -1
+        if across != -1:
+            self._head_size += across - len(self._tail) + len(_HEAD_END)
+        elif (end := data.find(_HEAD_END)) != -1:
+            self._head_size += end + len(_HEAD_END)
+        else:
             self._head_size += len(data)
-            self._tail = data[-3:]
+            self._tail = (self._tail + data)[-3:]
             return self._head_size <= MAX_REQUEST_HEAD_BYTES
-        self._head_size += end + len(_HEAD_END)
         self._counting = False  # the body, if any, is not a head's
-        self._disarm()
+        self._head_waiting = True
         return self._head_size <= MAX_REQUEST_HEAD_BYTES
 
     def _arm(self) -> None:
@@ -219,10 +229,21 @@ class BodyDeadline:
         async def sending(message: Message) -> None:
             await send(message)
             if message["type"] == "http.response.body" and not message.get("more_body", False):
-                connection.answered()  # before anything else runs: a pipelined request starts after
+                # before anything else runs: a pipelined request starts after
+                connection.answered(complete or not _declares_body(scope))
 
         connection.request_started()
         await self.app(scope, timed, sending)
+
+
+def _declares_body(scope: Scope) -> bool:
+    """Whether the request's head announced a body."""
+    for name, value in scope["headers"]:
+        if name == b"content-length":
+            return value.strip() != b"0"
+        if name == b"transfer-encoding":
+            return True
+    return False
 
 
 async def _before(loop: asyncio.AbstractEventLoop, deadline: float, receive: Receive) -> Message | None:

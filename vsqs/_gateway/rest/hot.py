@@ -31,7 +31,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Match, Route
 
-from vsqs._gateway.asgi import Scope
+from vsqs._gateway.asgi import Receive, Scope, Send
 from vsqs._gateway.rest.bodies import call_bounded
 
 # the native routes a client calls once per message, by the route's name
@@ -48,7 +48,7 @@ class HotRoute(Route):
         if not documented.methods or len(documented.methods) != 1:
             raise TypeError(f"route {documented.name!r} must take one method to be a hot route")
         (method,) = documented.methods
-        super().__init__(documented.path, self._answer, methods=[method], name=documented.name)
+        super().__init__(documented.path, _Endpoint(self), methods=[method], name=documented.name)
         self.methods = {method}
         self.function = documented.endpoint
         self._request_name, self._path_types, self._options = _parameters_of(self.function, set(self.param_convertors))
@@ -60,7 +60,8 @@ class HotRoute(Route):
             child_scope["route"] = self
         return match, child_scope
 
-    async def _answer(self, request: Request) -> Response:
+    async def answer(self, request: Request) -> Response:
+        """The function's answer to ``request`` (its errors raised, for the app's handlers)."""
         arguments = self._arguments(request)
 
         async def call(bounded: Request) -> Response:
@@ -93,6 +94,20 @@ class HotRoute(Route):
         if errors:
             raise RequestValidationError(errors)
         return arguments
+
+
+class _Endpoint:
+    """A :class:`HotRoute`'s ASGI app. starlette calls a function endpoint through
+    a layer of its own that catches errors for the app's handlers; the app's
+    exception middleware, around every route, calls the same handlers, so
+    errors are simply raised to it."""
+
+    def __init__(self, route: HotRoute) -> None:
+        self.route = route
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        response = await self.route.answer(Request(scope, receive))
+        await response(scope, receive, send)
 
 
 def hot_routes(routes: Iterable[BaseRoute]) -> list[HotRoute]:
