@@ -20,11 +20,13 @@ called only once a head is whole), so:
   connection is closed (with a 408 if part of a head had come). A head is
   at most ``MAX_REQUEST_HEAD_BYTES``, counted as it comes (a 431 and the
   connection closed past it), a pipelined one too, from the end of the
-  previous request's body. An answer given before its request's body was
-  read (a refusal) closes the connection: where the rest of that body ends,
-  and the next head begins, only uvicorn's parser knows. (Requests pipelined
-  with their heads in one read with an earlier request's are not counted
-  apart: a chunk is scanned for the first head's end only.)
+  previous request's body (or from the answer, for a request answered
+  before its body was read: a refusal). Where a body ends only uvicorn's
+  parser knows, so two cases are counted loosely: the rest of a refused
+  body still coming counts as the next head's (a body refused with more
+  than ``MAX_REQUEST_HEAD_BYTES`` still to come gets a 431 after its
+  answer), and requests pipelined in one read with an earlier one are not
+  counted apart (a read is scanned for the first head's end only).
 * :class:`BodyDeadline` is the ASGI half: once a request has started, its
   body must have come in full within ``body_timeout`` seconds, else the app's
   read fails with a 408 (``Connection: close``) in the face's format; and it
@@ -123,13 +125,9 @@ class HeadDeadline(asyncio.Protocol):
         """The request's body is in: what comes next is the next request's head."""
         self._start_head()
 
-    def answered(self, body_read: bool) -> None:
-        """The answer went out: the next head has ``header_timeout`` from now. An
-        answer given before its request's body was read (a refusal) closes the
-        connection: where the rest of that body ends, only the parser knows."""
-        if not body_read:
-            self._refuse(b"")
-        elif not self._head_waiting:  # (a pipelined request's head has come: it starts now)
+    def answered(self) -> None:
+        """The answer went out: the next head has ``header_timeout`` from now."""
+        if not self._head_waiting:  # (a pipelined request's head has come: it starts now)
             if not self._counting:
                 self._start_head()
             self._arm()
@@ -229,21 +227,10 @@ class BodyDeadline:
         async def sending(message: Message) -> None:
             await send(message)
             if message["type"] == "http.response.body" and not message.get("more_body", False):
-                # before anything else runs: a pipelined request starts after
-                connection.answered(complete or not _declares_body(scope))
+                connection.answered()  # before anything else runs: a pipelined request starts after
 
         connection.request_started()
         await self.app(scope, timed, sending)
-
-
-def _declares_body(scope: Scope) -> bool:
-    """Whether the request's head announced a body."""
-    for name, value in scope["headers"]:
-        if name == b"content-length":
-            return value.strip() != b"0"
-        if name == b"transfer-encoding":
-            return True
-    return False
 
 
 async def _before(loop: asyncio.AbstractEventLoop, deadline: float, receive: Receive) -> Message | None:
