@@ -214,3 +214,35 @@ def test_a_route_a_hot_route_cannot_answer_is_refused_at_start() -> None:
         return Response()
 
     assert hot.HotRoute(route_of(fine)).methods == {"GET"}
+
+
+def test_an_error_no_handler_answers_is_a_500_and_raised(tmp_path: Any, answered_by: list[str],
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """An error the app has no handler for: the server-error answer (FastAPI's
+    own, a plain 500), then the error raised for the server to log, whichever
+    routes answer."""
+    from vsqs._gateway.rest import routes
+
+    def broken(request: Any) -> Any:
+        raise RuntimeError("broken")
+
+    monkeypatch.setattr(routes, "gateway_of", broken)
+    app, _ = make_app(tmp_path)
+    sent: list[dict[str, Any]] = []
+    given = [{"type": "http.request", "body": b"x", "more_body": False}]
+
+    async def receive() -> dict[str, Any]:
+        return given.pop() if given else {"type": "http.disconnect"}
+
+    async def send(message: dict[str, Any]) -> None:
+        sent.append(message)
+
+    headers = [(b"host", b"localhost"), *((k.encode(), v.encode()) for k, v in TEXT)]
+    scope = {"type": "http", "http_version": "1.1", "method": "POST", "path": "/queues/q/messages",
+             "raw_path": b"/queues/q/messages", "query_string": b"", "headers": headers, "scheme": "http",
+             "server": ("127.0.0.1", 8080), "client": ("127.0.0.1", 40000), "root_path": ""}
+    with pytest.raises(RuntimeError, match="broken"):
+        asyncio.run(app(scope, receive, send))
+    assert [(m["type"], m.get("status"), m.get("body")) for m in sent] == [
+        ("http.response.start", 500, None), ("http.response.body", None, b"Internal Server Error")]
+    assert answered_by == (["publish_raw"] if hot.HOT_ROUTES else [])

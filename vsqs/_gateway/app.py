@@ -13,7 +13,9 @@ Two faces share one port: the native JSON/raw API under ``/queues``
 :class:`~vsqs._gateway.size_cap.RequestSizeCap`,
 :class:`~vsqs._gateway.auth.ApiKeyAuth` and
 :class:`~vsqs._gateway.sqs.endpoint.SqsDispatch` (``POST /`` to the SQS face
-past FastAPI's router: every check above applies to both faces); under them
+past FastAPI's router: every check above applies to both faces) and
+:class:`~vsqs._gateway.rest.hot.HotDispatch` (the native hot routes before
+FastAPI's stack); under them
 uvicorn's protocol runs inside :class:`~vsqs._gateway.timeouts.HeadDeadline`
 (a deadline and a size bound for request heads).
 """
@@ -41,7 +43,7 @@ from vsqs._gateway.config import CONFIG_FILE_ENV, SECRET_ENVS, GatewayConfig
 from vsqs._gateway.errors import ApiError, api_error_of, error_response, without_paths
 from vsqs._gateway.limits import KEEP_ALIVE_TIMEOUT, MAX_REQUEST_HEAD_BYTES
 from vsqs._gateway.metrics import RequestMetrics
-from vsqs._gateway.rest.hot import hot_routes
+from vsqs._gateway.rest.hot import HotDispatch, hot_routes
 from vsqs._gateway.rest.routes import router as rest_router
 from vsqs._gateway.size_cap import RequestSizeCap, http_refusal
 from vsqs._gateway.sqs.endpoint import SqsDispatch, SqsFace
@@ -70,12 +72,14 @@ def create_app(config: GatewayConfig) -> ASGIApp:
     # the native routes (their paths already under /queues) straight into the app's router: the
     # same routes and schema as include_router, without its per-request layer of matching; the hot
     # ones first as plain starlette routes, from their FastAPI declarations (rest/hot.py)
-    app.router.routes[:0] = hot_routes(rest_router.routes)
+    hot = hot_routes(rest_router.routes)
+    app.router.routes[:0] = hot
     app.router.routes.extend(rest_router.routes)
     app.include_router(console.router(ui))
     sqs_face = SqsFace(gateway)
     app.router.routes.append(sqs_route(sqs_face))
-    routed = SqsDispatch(app, sqs_face)  # POST /: straight to the SQS face
+    # POST /: straight to the SQS face; the hot native routes: before FastAPI's stack (rest/hot.py)
+    routed = SqsDispatch(HotDispatch(app, hot), sqs_face)
     capped = RequestSizeCap(ApiKeyAuth(routed, config.api_key, gateway.key_guesses), config)
     guarded = BrowserGuard(capped, config)
     measured = RequestMetrics(console.SecurityHeaders(guarded), gateway.metrics)  # (the guard's refusals too)

@@ -1,6 +1,6 @@
 """The native face's hot routes, the ones a client calls once per message
-(:data:`HOT_ROUTES`), as plain starlette routes: :class:`HotRoute`, put first
-in the app's router by :func:`hot_routes`.
+(:data:`HOT_ROUTES`), as plain starlette routes: :class:`HotRoute`, made by
+:func:`hot_routes`, answered by :class:`HotDispatch` before FastAPI's stack.
 
 FastAPI's per-request work for a route (dependency solving, a validation per
 parameter, its request and response layers) cost about as much CPU as a raw
@@ -11,27 +11,40 @@ which FastAPI writes the OpenAPI schema. Its :class:`HotRoute` validates the
 same declarations with pydantic, calls the same function with the route's
 body caps (:func:`~vsqs._gateway.rest.bodies.call_bounded`), and raises
 invalid parameters as FastAPI's :class:`~fastapi.exceptions.RequestValidationError`,
-which the app's handler answers as for any route. The FastAPI route stays in
-the router behind it, for the schema, and answers the same way when
-:data:`HOT_ROUTES` is emptied (``scripts/gateway_instructions.py
---no-fast-path`` weighs the difference).
+which the app's handler answers as for any route.
+
+FastAPI's stack in front of its router (its telemetry, server-error,
+body-limit, exception and exit-stack layers) cost the hot routes more than
+their own routing: :class:`HotDispatch`, plain ASGI composition just inside
+the gateway's own middleware, sends a request that fully matches a hot route
+to it, and every other request to the FastAPI app; a hot route's error is
+answered by the two layers of that stack that answer errors (starlette's
+``ServerErrorMiddleware`` and ``ExceptionMiddleware``, with the FastAPI app's
+own handlers, split as FastAPI splits them), put together for that error
+only. The hot routes are also first in the app's router, where they
+answer what the dispatch leaves to it for their paths (a method they do not
+take: 405), as they did alone; the FastAPI route stays behind them, for the
+schema, and answers the same way when :data:`HOT_ROUTES` is emptied
+(``scripts/gateway_instructions.py --no-fast-path`` weighs the difference).
 """
 
 from __future__ import annotations
 
 import inspect
 import typing
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any
 
-from fastapi import params
+from fastapi import FastAPI, params
 from fastapi.exceptions import RequestValidationError
 from pydantic import BaseModel, TypeAdapter, ValidationError
+from starlette.middleware.errors import ServerErrorMiddleware
+from starlette.middleware.exceptions import ExceptionMiddleware
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Match, Route
 
-from vsqs._gateway.asgi import Receive, Scope, Send
+from vsqs._gateway.asgi import ASGIApp, Receive, Scope, Send
 from vsqs._gateway.rest.bodies import call_bounded
 
 # the native routes a client calls once per message, by the route's name
@@ -108,6 +121,68 @@ class _Endpoint:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         response = await self.route.answer(Request(scope, receive))
         await response(scope, receive, send)
+
+
+class HotDispatch:
+    """Answers a request that fully matches one of ``routes`` (the :class:`HotRoute`
+    s, also first in ``app``'s router) by that route; passes every other request
+    to ``app``. The scope gets what FastAPI's stack would have put in it for the
+    route: the app, its router, the route's path parameters and the route itself.
+
+    An error raised while the route makes its answer (nothing has been sent yet)
+    is answered by the two layers of FastAPI's stack that answer errors,
+    starlette's ``ExceptionMiddleware`` inside its ``ServerErrorMiddleware``,
+    given ``app``'s own handlers as FastAPI gives them: the same handler, the
+    same answer, and an error no handler answers raised after the 500, for the
+    server to log. The layers are put together for that error only (around an
+    app that raises it), so an answered request does not pay for them; an
+    error while the answer is sent, after its start, is raised as is, as those
+    layers would raise it (they cannot answer any more)."""
+
+    def __init__(self, app: FastAPI, routes: Sequence[HotRoute]) -> None:
+        self.app = app
+        # by method: a route of another method never fully matches a request (the router's 405 is FastAPI's)
+        self._by_method: dict[str, tuple[HotRoute, ...]] = {}
+        for route in routes:
+            for method in route.methods or ():
+                self._by_method[method] = (*self._by_method.get(method, ()), route)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            for route in self._by_method.get(scope["method"], ()):
+                match, child_scope = route.matches(scope)
+                if match is Match.FULL:
+                    scope.update(child_scope)
+                    scope["app"] = self.app
+                    scope.setdefault("router", self.app.router)
+                    try:
+                        response = await route.answer(Request(scope, receive))
+                    except Exception as exc:  # noqa: BLE001 - answered by starlette's layers, or raised by them
+                        await self._error_layers(exc)(scope, receive, send)
+                        return
+                    await response(scope, receive, send)
+                    return
+        await self.app(scope, receive, send)
+
+    def _error_layers(self, exc: Exception) -> ASGIApp:
+        """An app that raises ``exc`` inside the two layers of FastAPI's stack that
+        answer errors, given ``app``'s handlers as FastAPI gives them (those of
+        500 and ``Exception`` to the server-error layer, the others to the
+        exception layer)."""
+
+        async def raise_it(scope: Scope, receive: Receive, send: Send) -> None:
+            raise exc
+
+        server_error_handler = None
+        handlers = {}
+        for key, handler in self.app.exception_handlers.items():
+            if key in (500, Exception):
+                server_error_handler = handler
+            else:
+                handlers[key] = handler
+        debug = self.app.debug
+        return ServerErrorMiddleware(ExceptionMiddleware(raise_it, handlers=handlers, debug=debug),
+                                     handler=server_error_handler, debug=debug)
 
 
 def hot_routes(routes: Iterable[BaseRoute]) -> list[HotRoute]:
