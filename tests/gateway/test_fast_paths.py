@@ -497,3 +497,68 @@ def test_a_console_form_without_a_session_is_never_parsed(monkeypatch: pytest.Mo
         status, _, _ = call(app, "POST", path, _form_headers(len(form)) + [(b"origin", b"http://localhost")], [form])
         assert status in (401, 403), path
     assert parsed == []  # refused on the cookie alone: no session, no token to match
+
+
+def _refused_or_reset(sock: socket.socket, more: bytes) -> tuple[int, bytes]:
+    """Send ``more`` in pieces until the server stops taking it (up to 64 MiB);
+    how much was sent, and what the server answered."""
+    sent = 0
+    try:
+        while sent < 64 * 1024 * 1024:
+            sock.sendall(more)
+            sent += len(more)
+    except (BrokenPipeError, ConnectionResetError):
+        pass
+    try:
+        return sent, _until_closed(sock)
+    except ConnectionResetError:
+        return sent, b""
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+def test_blank_lines_before_a_request_line_end_no_head(spool: str, protocol: str) -> None:
+    """Parsers skip blank lines before a request line: they do not end a head,
+    so a head after them is bounded as any other (on a new connection and on
+    one kept alive)."""
+    with serving(create_app(GatewayConfig(spool=spool)), PROTOCOLS[protocol]) as port:
+        for kept_alive in (False, True):
+            with socket.create_connection(("127.0.0.1", port), timeout=WAIT) as sock:
+                if kept_alive:
+                    sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: localhost\r\n\r\n")
+                    assert sock.recv(65536).startswith(b"HTTP/1.1 200")
+                sock.sendall(b"\r\n\r\nGET /healthz HTTP/1.1\r\nHost: localhost\r\nX-Padding: ")
+                sent, answer = _refused_or_reset(sock, b"p" * 65536)
+            assert sent < 64 * 1024 * 1024, "the head after blank lines was read on without bound"
+            assert not answer or answer.split(b" ")[1] in (b"400", b"431")
+
+
+def test_a_head_pipelined_behind_a_long_poll_is_bounded(spool: str) -> None:
+    """A request without a body (a long poll, which reads its empty body only
+    at its end) lets the next head be counted at once: past its bound the
+    connection is refused while the poll still waits."""
+    vsqs.Spool(spool).create_queue("q")
+    with serving(create_app(GatewayConfig(spool=spool)), protocol_factory(WAIT)) as port, \
+            socket.create_connection(("127.0.0.1", port), timeout=WAIT) as sock:
+        sock.sendall(b"GET /queues/q/messages?wait=20 HTTP/1.1\r\nHost: localhost\r\n\r\n"
+                     b"GET /healthz HTTP/1.1\r\nHost: localhost\r\nX-Padding: ")
+        started = time.monotonic()
+        sent, _ = _refused_or_reset(sock, b"p" * 65536)
+    assert sent < 64 * 1024 * 1024, "the partial head was read on without bound"
+    assert time.monotonic() - started < 15, "refused only when the poll ended"
+
+
+def test_a_body_sent_after_its_refusal_keeps_the_connection(spool: str) -> None:
+    """A client that sends its whole body although the answer (413: too large)
+    came before it was read keeps its connection: the rest of the body it
+    declared is no head, and the next request on the connection is answered."""
+    config = GatewayConfig(spool=spool)
+    body = b"b" * (config.max_body_bytes + 100_000)
+    with serving(create_app(config), protocol_factory(WAIT)) as port, \
+            socket.create_connection(("127.0.0.1", port), timeout=WAIT) as sock:
+        sock.sendall(b"POST /queues/q/messages HTTP/1.1\r\nHost: localhost\r\nContent-Length: %d\r\n\r\n" % len(body))
+        assert sock.recv(65536).startswith(b"HTTP/1.1 413 ")
+        sock.sendall(body + b"GET /healthz HTTP/1.1\r\nHost: localhost\r\n\r\n")
+        answer = b""
+        while b"HTTP/1.1 200" not in answer and (chunk := sock.recv(65536)):
+            answer += chunk
+        assert b"HTTP/1.1 200" in answer
