@@ -424,13 +424,13 @@ def process_queue(
 
 
 RESULT_TYPE = "struct<attempt: string, " + ", ".join(f"{f.name}: bigint" for f in fields(ProcessResult)) + ">"
-JOB_TAG = "vsqs-process-queue"
+JOB_TAG = "vsqs-process-queue"  # every process_queue job carries it: spark.interruptTag(JOB_TAG) stops them
 _NO_VSQS = "No module named 'vsqs'"
 MISSING_ON_EXECUTORS = (
     "vsqs.spark.process_queue: the executors' Python cannot import vsqs; install vsqs into the "
     "Python the Spark workers run (PYSPARK_PYTHON on the cluster, or the Spark Connect server's), "
     "or ship it with spark.addArtifacts(..., pyfile=True)"
-)  # every process_queue job carries it: spark.interruptTag(JOB_TAG) stops them
+)
 
 
 def _is_connect(spark: SparkSession) -> bool:
