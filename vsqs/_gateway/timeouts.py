@@ -19,15 +19,14 @@ called only once a head is whole), so:
   the previous answer went out, not moved by bytes trickling in; past it the
   connection is closed (with a 408 if part of a head had come). A head is
   at most ``MAX_REQUEST_HEAD_BYTES``, counted as it comes (a 431 and the
-  connection closed past it), a pipelined one too, from the start of a
-  request without a body, else from the end of its body (or from the
-  answer, for a request answered before its body was read: a refusal,
-  whose declared rest is then no head's). Blank lines before a request
-  line, which the parsers skip, count as head but never end one. Where a
-  body ends only uvicorn's parser knows, so two cases are counted loosely:
-  the rest of a refused chunked body counts as the next head's, and
-  requests pipelined in one read with an earlier one are not counted apart
-  (a read is scanned for the first head's end only).
+  connection closed past it), a pipelined one too, from the end of the
+  previous request's body (or from the answer, for a request answered
+  before its body was read: a refusal). Where a body ends only uvicorn's
+  parser knows, so two cases are counted loosely: the rest of a refused
+  body still coming counts as the next head's (a body refused with more
+  than ``MAX_REQUEST_HEAD_BYTES`` still to come gets a 431 after its
+  answer), and requests pipelined in one read with an earlier one are not
+  counted apart (a read is scanned for the first head's end only).
 * :class:`BodyDeadline` is the ASGI half: once a request has started, its
   body must have come in full within ``body_timeout`` seconds, else the app's
   read fails with a 408 (``Connection: close``) in the face's format; and it
@@ -80,10 +79,6 @@ class HeadDeadline(asyncio.Protocol):
         self._head_size = 0  # bytes of that head so far
         self._tail = b""  # the last bytes of it, for a blank line split between reads
         self._head_waiting = False  # a whole head came whose request has not started (pipelined)
-        self._begun = False  # the head has a byte other than the blank lines a parser skips before it
-        self._body_pending = False  # the request started has a body to come: the next head starts after it
-        self._skip = 0  # bytes of a body the app answered without reading, still to come: no head's
-        self._lost = False
 
     # -- asyncio.Protocol, passed on ------------------------------------------------------------
 
@@ -110,7 +105,6 @@ class HeadDeadline(asyncio.Protocol):
         return self.inner.eof_received()
 
     def connection_lost(self, exc: Exception | None) -> None:
-        self._lost = True  # (an answer sent after this arms no timer)
         self._disarm()
         self.inner.connection_lost(exc)
 
@@ -122,33 +116,20 @@ class HeadDeadline(asyncio.Protocol):
 
     # -- what the ASGI half tells ------------------------------------------------------------
 
-    def request_started(self, *, has_body: bool) -> None:
-        """A head has come whole (the app is called): no deadline while it is
-        answered. Without a body, what comes next is the next request's head,
-        counted from now (a long poll may read its empty body only at its end)."""
+    def request_started(self) -> None:
+        """A head has come whole (the app is called): no deadline while it is answered."""
         self._disarm()
-        self._head_waiting = False
-        self._body_pending = has_body
-        if has_body:
-            self._counting = False
-        else:
-            self._start_head()
+        self._counting = self._head_waiting = False
 
     def body_came(self) -> None:
         """The request's body is in: what comes next is the next request's head."""
-        if self._body_pending:
-            self._body_pending = False
-            self._start_head()
+        self._start_head()
 
-    def answered(self, unread: int = 0) -> None:
-        """The answer went out: the next head has ``header_timeout`` from now.
-        ``unread``: bytes of the request's body the app did not read (a refusal
-        before it), which are still to come and are no head's."""
+    def answered(self) -> None:
+        """The answer went out: the next head has ``header_timeout`` from now."""
         if not self._head_waiting:  # (a pipelined request's head has come: it starts now)
             if not self._counting:
                 self._start_head()
-                self._skip = unread
-            self._body_pending = False
             self._arm()
 
     # -- the head ------------------------------------------------------------------------
@@ -157,23 +138,10 @@ class HeadDeadline(asyncio.Protocol):
         self._counting = True
         self._head_size = 0
         self._tail = b""
-        self._begun = False
-        self._skip = 0
 
     def _counted(self, data: bytes) -> bool:
         """Counts ``data`` into the head it belongs to; False past MAX_REQUEST_HEAD_BYTES.
         (The deadline runs on until the request starts: the parser may yet refuse the head.)"""
-        if self._skip:  # the rest of a body the app did not read
-            skipped = min(self._skip, len(data))
-            self._skip -= skipped
-            data = data[skipped:]
-        if not self._begun:  # blank lines before a request line, which parsers skip: counted, no head's end
-            start = len(data) - len(data.lstrip(b"\r\n"))
-            self._head_size += start
-            data = data[start:]
-            if not data:
-                return self._head_size <= MAX_REQUEST_HEAD_BYTES
-            self._begun = True
         across = (self._tail + data[:3]).find(_HEAD_END) if self._tail else -1
         if across != -1:
             self._head_size += across - len(self._tail) + len(_HEAD_END)
@@ -189,8 +157,6 @@ class HeadDeadline(asyncio.Protocol):
 
     def _arm(self) -> None:
         self._disarm()
-        if self._lost:
-            return
         self._timer = asyncio.get_running_loop().call_later(self.header_timeout, self._timed_out)
 
     def _disarm(self) -> None:
@@ -237,11 +203,10 @@ class BodyDeadline:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.seconds
         complete = False
-        received = 0  # bytes of the body the app has read
         connection = _connection.get()
 
         async def timed() -> Message:
-            nonlocal complete, received
+            nonlocal complete
             if complete:  # the body is in: reads now wait for a disconnect (long polls)
                 return await receive()
             message = await _before(loop, deadline, receive)
@@ -249,7 +214,6 @@ class BodyDeadline:
                 raise StarletteHTTPException(
                     408, f"the request body did not come in full within {self.seconds:g} s",
                     headers={"Connection": "close"})
-            received += len(message.get("body", b""))
             if message["type"] != "http.request" or not message.get("more_body", False):
                 complete = True
                 if connection is not None:
@@ -260,30 +224,13 @@ class BodyDeadline:
             await self.app(scope, timed, send)
             return
 
-        length = _declared_length(scope)
-
         async def sending(message: Message) -> None:
             await send(message)
             if message["type"] == "http.response.body" and not message.get("more_body", False):
-                # before anything else runs: a pipelined request starts after
-                connection.answered(0 if complete or length is None else max(0, length - received))
+                connection.answered()  # before anything else runs: a pipelined request starts after
 
-        connection.request_started(has_body=length != 0)
+        connection.request_started()
         await self.app(scope, timed, sending)
-
-
-def _declared_length(scope: Scope) -> int | None:
-    """The request body's Content-Length: 0 for none (no body), None for a
-    chunked body or a length that is no number (its end is the parser's to find)."""
-    length = 0
-    for name, value in scope["headers"]:
-        if name == b"transfer-encoding":
-            return None
-        if name == b"content-length":
-            if not value.isdigit() or len(value) > 18:
-                return None
-            length = int(value)
-    return length
 
 
 async def _before(loop: asyncio.AbstractEventLoop, deadline: float, receive: Receive) -> Message | None:
