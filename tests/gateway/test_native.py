@@ -414,7 +414,7 @@ def test_bodies_over_the_limits_are_refused_and_nothing_is_written(http, queue_n
             yield b"y" * 10_000
 
     assert refused_status(lambda: http.post(f"/queues/{queue_name}/messages", content=chunks())) in (413, None)
-    http.patch(f"/queues/{queue_name}", json={"max_message_bytes": 10})
+    assert http.patch(f"/queues/{queue_name}", json={"max_message_bytes": 10}).status_code == 200
     over_queue = http.post(f"/queues/{queue_name}/messages/batch", json={"messages": [{"body": "y" * 11}]})
     assert over_queue.status_code == 413 and over_queue.json()["error"]["code"] == "message_too_large"
     assert message_files() == []
