@@ -4,7 +4,8 @@ server as ``vsqs serve`` (uvicorn with the gateway's own options: its HTTP
 protocol class, event loop and keep-alive) that answers each workload's
 requests with the same library call, made in one hop to the thread pool,
 and nothing else: no routing framework, no middleware, no checks, no
-metrics, no access log.
+metrics, no access log (but the ASGI half of the server's head deadline,
+:class:`~vsqs._gateway.timeouts.BodyDeadline`).
 
     python scripts/_gateway_floor.py SPOOL PORT
 
@@ -31,6 +32,7 @@ import uvicorn
 import vsqs
 from vsqs._gateway.app import uvicorn_options
 from vsqs._gateway.config import GatewayConfig
+from vsqs._gateway.timeouts import BodyDeadline
 
 Scope = dict[str, Any]
 Send = Callable[[dict[str, Any]], Awaitable[None]]
@@ -130,7 +132,10 @@ def main() -> None:
     spool, port = sys.argv[1], int(sys.argv[2])
     queue = vsqs.Spool(spool).queue("q")
     config = GatewayConfig(spool=os.path.abspath(spool))
-    uvicorn.run(make_app(queue), host="127.0.0.1", port=port, log_level="warning", access_log=False,
+    # the server's head deadline has an ASGI half (it hears when a request started and was answered),
+    # part of the server as the gateway runs it: without it a connection would be closed mid-run
+    app = BodyDeadline(make_app(queue), config.body_timeout)
+    uvicorn.run(app, host="127.0.0.1", port=port, log_level="warning", access_log=False,
                 **uvicorn_options(config))
 
 

@@ -11,8 +11,8 @@ Each figure is (a run of ``--many`` iterations) minus (a run of ``--few``),
 both under ``valgrind --tool=callgrind``, divided by the difference: start-up,
 imports and the queue's fill cancel out. An iteration is one message: one
 request for the publishes, two (receive, then delete) for the consumes.
-``--no-fast-path`` sends the native routes through FastAPI's full path (the
-fast path given no routes), to weigh :mod:`vsqs._gateway.rest.fast`.
+``--no-fast-path`` sends the native routes through FastAPI's routes (no hot
+routes), to weigh :mod:`vsqs._gateway.rest.hot`.
 ``--profile`` runs the iterations once under cProfile instead (the event
 loop's thread only) and prints the top functions.
 """
@@ -103,10 +103,10 @@ async def run(workload: str, iterations: int, fast_path: bool, profile: bool) ->
     """Build the app over a fresh spool and run ``iterations`` of ``workload`` (after a warm-up)."""
     from vsqs._gateway.app import create_app
     from vsqs._gateway.config import GatewayConfig
-    from vsqs._gateway.rest import fast
+    from vsqs._gateway.rest import hot
 
     if not fast_path:
-        fast.FAST_ROUTES = frozenset()
+        hot.HOT_ROUTES = frozenset()
     with tempfile.TemporaryDirectory(prefix="vsqs-instructions-") as spool:
         app = create_app(GatewayConfig(spool=spool, gc_interval=0, console_interval=0))
         queue = vsqs.Spool(spool).create_queue("q")

@@ -13,7 +13,6 @@ heads.
 from __future__ import annotations
 
 import asyncio
-import functools
 import json
 import socket
 import threading
@@ -28,6 +27,7 @@ pytest.importorskip("fastapi", reason="the gateway needs the server extra: pip i
 import httpx
 import uvicorn
 from starlette.requests import ClientDisconnect
+from uvicorn.protocols.http.h11_impl import H11Protocol
 
 import vsqs
 from tests.gateway.server import free_port, running_gateway
@@ -35,7 +35,7 @@ from vsqs._gateway.app import create_app
 from vsqs._gateway.config import GatewayConfig
 from vsqs._gateway.limits import MAX_REQUEST_HEAD_BYTES
 from vsqs._gateway.sqs import endpoint
-from vsqs._gateway.timeouts import HeadDeadlineProtocol, protocol_factory
+from vsqs._gateway.timeouts import protocol_factory
 
 WAIT = 30.0
 SQS_JSON = "application/x-amz-json-1.0"
@@ -237,7 +237,7 @@ def _until_closed(sock: socket.socket) -> bytes:
     return received
 
 
-PROTOCOLS = {"default": protocol_factory(0.5), "h11": functools.partial(HeadDeadlineProtocol, header_timeout=0.5)}
+PROTOCOLS = {"default": protocol_factory(0.5), "h11": protocol_factory(0.5, http=H11Protocol)}
 
 
 @pytest.mark.parametrize("protocol", PROTOCOLS)
@@ -269,6 +269,24 @@ def test_request_heads_are_bounded_in_size_and_time(spool: str, protocol: str) -
             assert _until_closed(sock).startswith(b"HTTP/1.1 408 ")
 
 
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+def test_a_request_answered_past_the_header_timeout_keeps_its_connection(spool: str, protocol: str) -> None:
+    """The head deadline waits for heads, not answers: a long poll of 1.5 s on
+    a server that gives heads 0.5 s is answered, and its connection then takes
+    the next request and gives its head the deadline again."""
+    with serving(create_app(GatewayConfig(spool=spool)), PROTOCOLS[protocol]) as port:
+        with socket.create_connection(("127.0.0.1", port), timeout=WAIT) as sock:
+            sock.sendall(b"GET /queues/q/messages?wait=1.5 HTTP/1.1\r\nHost: localhost\r\n\r\n")
+            started = time.monotonic()
+            assert sock.recv(65536).startswith(b"HTTP/1.1 204 ")
+            assert time.monotonic() - started >= 1.4
+            sock.sendall(b"PUT /queues/r HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n"
+                         b"Content-Length: 2\r\n\r\n{}")
+            assert sock.recv(65536).startswith(b"HTTP/1.1 201 ")
+            sock.sendall(b"GET /healthz HTTP/1.1\r\n")
+            assert _until_closed(sock).startswith(b"HTTP/1.1 408 ")
+
+
 def _head_of(size: int, path: bytes = b"/healthz") -> bytes:
     """A GET head of exactly ``size`` bytes (one long header)."""
     start = b"GET %s HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\nX-Padding: " % path
@@ -288,6 +306,45 @@ def test_a_whole_head_in_one_read_is_bounded_too(spool: str) -> None:
     assert answers == {MAX_REQUEST_HEAD_BYTES: b"HTTP/1.1 200 OK",
                        MAX_REQUEST_HEAD_BYTES + 1: b"HTTP/1.1 431 Request Header Fields Too Large",
                        4 * MAX_REQUEST_HEAD_BYTES: b"HTTP/1.1 431 Request Header Fields Too Large"}
+
+
+def test_a_head_is_measured_across_reads(spool: str) -> None:
+    """A head whose blank line is split between two reads is measured whole,
+    and the body after it is no part of it: with a head of exactly
+    MAX_REQUEST_HEAD_BYTES and a 20 KB body the message is published; one
+    byte more of head is refused."""
+    body = b"b" * 20_000
+    with serving(create_app(GatewayConfig(spool=spool)), protocol_factory(WAIT)) as port:
+        answers = {}
+        for size in (MAX_REQUEST_HEAD_BYTES, MAX_REQUEST_HEAD_BYTES + 1):
+            start = b"POST /queues/q/messages HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n" \
+                    b"Content-Length: %d\r\nX-Padding: " % len(body)
+            head = start + b"p" * (size - len(start) - 4) + b"\r\n\r\n"
+            with socket.create_connection(("127.0.0.1", port), timeout=WAIT) as sock:
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+                sock.sendall(head[:-3])
+                time.sleep(0.2)  # a read of its own
+                try:
+                    sock.sendall(head[-3:] + body)
+                    answers[size] = _until_closed(sock).split(b"\r\n", 1)[0]
+                except ConnectionResetError:
+                    answers[size] = b"(reset)"
+    assert answers[MAX_REQUEST_HEAD_BYTES] == b"HTTP/1.1 201 Created"
+    assert answers[MAX_REQUEST_HEAD_BYTES + 1] in (b"HTTP/1.1 431 Request Header Fields Too Large", b"(reset)")
+    assert vsqs.Spool(spool).queue("q").stats().total == 1
+
+
+def test_a_refusal_before_the_body_keeps_the_head_deadline(spool: str) -> None:
+    """A request answered before its body was read (here: no API key) keeps
+    its connection, and the next head on it has the deadline again."""
+    config = GatewayConfig(spool=spool, api_key="k" * 32)
+    with serving(create_app(config), protocol_factory(0.5)) as port, \
+            socket.create_connection(("127.0.0.1", port), timeout=WAIT) as sock:
+        for _ in range(2):
+            sock.sendall(b"POST /queues/q/messages HTTP/1.1\r\nHost: localhost\r\nContent-Length: 2\r\n\r\nhi")
+            assert sock.recv(65536).startswith(b"HTTP/1.1 401 ")
+        sock.sendall(b"GET /healthz HTTP/1.1\r\n")
+        assert _until_closed(sock).startswith(b"HTTP/1.1 408 ")
 
 
 def test_a_pipelined_head_is_bounded_while_a_request_is_answered(monkeypatch: pytest.MonkeyPatch,
@@ -440,3 +497,68 @@ def test_a_console_form_without_a_session_is_never_parsed(monkeypatch: pytest.Mo
         status, _, _ = call(app, "POST", path, _form_headers(len(form)) + [(b"origin", b"http://localhost")], [form])
         assert status in (401, 403), path
     assert parsed == []  # refused on the cookie alone: no session, no token to match
+
+
+def _refused_or_reset(sock: socket.socket, more: bytes) -> tuple[int, bytes]:
+    """Send ``more`` in pieces until the server stops taking it (up to 64 MiB);
+    how much was sent, and what the server answered."""
+    sent = 0
+    try:
+        while sent < 64 * 1024 * 1024:
+            sock.sendall(more)
+            sent += len(more)
+    except (BrokenPipeError, ConnectionResetError):
+        pass
+    try:
+        return sent, _until_closed(sock)
+    except ConnectionResetError:
+        return sent, b""
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+def test_blank_lines_before_a_request_line_end_no_head(spool: str, protocol: str) -> None:
+    """Parsers skip blank lines before a request line: they do not end a head,
+    so a head after them is bounded as any other (on a new connection and on
+    one kept alive)."""
+    with serving(create_app(GatewayConfig(spool=spool)), PROTOCOLS[protocol]) as port:
+        for kept_alive in (False, True):
+            with socket.create_connection(("127.0.0.1", port), timeout=WAIT) as sock:
+                if kept_alive:
+                    sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: localhost\r\n\r\n")
+                    assert sock.recv(65536).startswith(b"HTTP/1.1 200")
+                sock.sendall(b"\r\n\r\nGET /healthz HTTP/1.1\r\nHost: localhost\r\nX-Padding: ")
+                sent, answer = _refused_or_reset(sock, b"p" * 65536)
+            assert sent < 64 * 1024 * 1024, "the head after blank lines was read on without bound"
+            assert not answer or answer.split(b" ")[1] in (b"400", b"431")
+
+
+def test_a_head_pipelined_behind_a_long_poll_is_bounded(spool: str) -> None:
+    """A request without a body (a long poll, which reads its empty body only
+    at its end) lets the next head be counted at once: past its bound the
+    connection is refused while the poll still waits."""
+    vsqs.Spool(spool).create_queue("q")
+    with serving(create_app(GatewayConfig(spool=spool)), protocol_factory(WAIT)) as port, \
+            socket.create_connection(("127.0.0.1", port), timeout=WAIT) as sock:
+        sock.sendall(b"GET /queues/q/messages?wait=20 HTTP/1.1\r\nHost: localhost\r\n\r\n"
+                     b"GET /healthz HTTP/1.1\r\nHost: localhost\r\nX-Padding: ")
+        started = time.monotonic()
+        sent, _ = _refused_or_reset(sock, b"p" * 65536)
+    assert sent < 64 * 1024 * 1024, "the partial head was read on without bound"
+    assert time.monotonic() - started < 15, "refused only when the poll ended"
+
+
+def test_a_body_sent_after_its_refusal_keeps_the_connection(spool: str) -> None:
+    """A client that sends its whole body although the answer (413: too large)
+    came before it was read keeps its connection: the rest of the body it
+    declared is no head, and the next request on the connection is answered."""
+    config = GatewayConfig(spool=spool)
+    body = b"b" * (config.max_body_bytes + 100_000)
+    with serving(create_app(config), protocol_factory(WAIT)) as port, \
+            socket.create_connection(("127.0.0.1", port), timeout=WAIT) as sock:
+        sock.sendall(b"POST /queues/q/messages HTTP/1.1\r\nHost: localhost\r\nContent-Length: %d\r\n\r\n" % len(body))
+        assert sock.recv(65536).startswith(b"HTTP/1.1 413 ")
+        sock.sendall(body + b"GET /healthz HTTP/1.1\r\nHost: localhost\r\n\r\n")
+        answer = b""
+        while b"HTTP/1.1 200" not in answer and (chunk := sock.recv(65536)):
+            answer += chunk
+        assert b"HTTP/1.1 200" in answer

@@ -7,15 +7,17 @@ under uvicorn.
 Two faces share one port: the native JSON/raw API under ``/queues``
 (:mod:`vsqs._gateway.rest`) and the Amazon SQS JSON 1.0 protocol on
 ``POST /`` (:mod:`vsqs._gateway.sqs`). Around the app, outermost first:
+:class:`~vsqs._gateway.timeouts.BodyDeadline`,
 :class:`~vsqs._gateway.metrics.RequestMetrics`,
 :class:`~vsqs._gateway.auth.BrowserGuard`,
-:class:`~vsqs._gateway.timeouts.BodyDeadline`,
 :class:`~vsqs._gateway.size_cap.RequestSizeCap`,
 :class:`~vsqs._gateway.auth.ApiKeyAuth` and
 :class:`~vsqs._gateway.sqs.endpoint.SqsDispatch` (``POST /`` to the SQS face
-past FastAPI's router: every check above applies to both faces); under them
-uvicorn runs the protocol of :mod:`vsqs._gateway.timeouts` (a deadline for
-request heads).
+past FastAPI's router: every check above applies to both faces) and
+:class:`~vsqs._gateway.rest.hot.HotDispatch` (the native hot routes before
+FastAPI's stack); under them
+uvicorn's protocol runs inside :class:`~vsqs._gateway.timeouts.HeadDeadline`
+(a deadline and a size bound for request heads).
 """
 
 from __future__ import annotations
@@ -41,7 +43,7 @@ from vsqs._gateway.config import CONFIG_FILE_ENV, SECRET_ENVS, GatewayConfig
 from vsqs._gateway.errors import ApiError, api_error_of, error_response, without_paths
 from vsqs._gateway.limits import KEEP_ALIVE_TIMEOUT, MAX_REQUEST_HEAD_BYTES
 from vsqs._gateway.metrics import RequestMetrics
-from vsqs._gateway.rest.fast import NativeFastPath
+from vsqs._gateway.rest.hot import HotDispatch, hot_routes
 from vsqs._gateway.rest.routes import router as rest_router
 from vsqs._gateway.size_cap import RequestSizeCap, http_refusal
 from vsqs._gateway.sqs.endpoint import SqsDispatch, SqsFace
@@ -68,16 +70,20 @@ def create_app(config: GatewayConfig) -> ASGIApp:
     _add_error_handlers(app, gateway)
     _add_operations_routes(app, gateway)
     # the native routes (their paths already under /queues) straight into the app's router: the
-    # same routes and schema as include_router, without its per-request layer of matching
+    # same routes and schema as include_router, without its per-request layer of matching; the hot
+    # ones first as plain starlette routes, from their FastAPI declarations (rest/hot.py)
+    hot = hot_routes(rest_router.routes)
+    app.router.routes[:0] = hot
     app.router.routes.extend(rest_router.routes)
     app.include_router(console.router(ui))
     sqs_face = SqsFace(gateway)
     app.router.routes.append(sqs_route(sqs_face))
-    # POST /: straight to the SQS face; the hot native routes: past FastAPI's layers, from their declarations
-    routed = SqsDispatch(NativeFastPath(app), sqs_face)
+    # POST /: straight to the SQS face; the hot native routes: before FastAPI's stack (rest/hot.py)
+    routed = SqsDispatch(HotDispatch(app, hot), sqs_face)
     capped = RequestSizeCap(ApiKeyAuth(routed, config.api_key, gateway.key_guesses), config)
-    guarded = BrowserGuard(BodyDeadline(capped, config.body_timeout), config)  # headers first, then the body
-    return RequestMetrics(console.SecurityHeaders(guarded), gateway.metrics)  # (the guard's refusals too)
+    guarded = BrowserGuard(capped, config)
+    measured = RequestMetrics(console.SecurityHeaders(guarded), gateway.metrics)  # (the guard's refusals too)
+    return BodyDeadline(measured, config.body_timeout)  # outermost: it tells the connection of every answer
 
 
 def _together(*lifespans: Callable[[Any], Any]) -> Callable[[Any], Any]:

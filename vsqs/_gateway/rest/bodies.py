@@ -74,7 +74,7 @@ async def call_bounded(handler: Callable[[Request], Awaitable[Response]], reques
     (:func:`body_limits`): a declared Content-Length over them is refused
     before anything is read, a body that grows past them while read too, and
     its JSON is parsed with bounded cost. FastAPI's routes
-    (:class:`BoundedRoute`) and the fast path (:mod:`.fast`) both call it."""
+    (:class:`BoundedRoute`) and the hot routes (:mod:`.hot`) both call it."""
     max_bytes, max_values, code = body_limits(route, gateway_of(request).config)
     too_large = ApiError(413, code, f"the request body is over {max_bytes} bytes", "body")
     try:

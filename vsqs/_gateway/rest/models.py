@@ -10,7 +10,7 @@ import base64
 import binascii
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
-from fastapi import Path, Query
+from fastapi import Path
 from pydantic import BaseModel, ConfigDict, Discriminator, Field, JsonValue, StringConstraints, Tag, create_model
 
 from vsqs import InvalidArgument, Outgoing
@@ -34,13 +34,25 @@ QueueName = Annotated[
               min_length=1, max_length=MAX_QUEUE_NAME, pattern=rf"^{QUEUE_NAME_RE.pattern}$")
 ]
 ReceiptPath = Annotated[str, Path(description="A receipt, as received", min_length=1, max_length=512)]
-Wait = Annotated[
-    float | None, Query(ge=0, le=MAX_WAIT, description="Long-poll seconds [default: the queue's receive_wait]")
-]
-VisibilityQuery = Annotated[
-    float | None, Query(ge=0, le=MAX_VISIBILITY_TIMEOUT,
-                        description="Seconds the message stays hidden [default: the queue's setting]")
-]
+
+
+class RawPublishOptions(BaseModel):
+    """The query parameters of a raw publish (``POST /queues/{queue}/messages``)."""
+
+    delay: float | None = Field(None, ge=0, description="Seconds hidden")
+    priority: int | None = Field(None, ge=MIN_PRIORITY, le=MAX_PRIORITY)
+    group: str | None = Field(None, min_length=1, max_length=MAX_GROUP_LENGTH)
+    dedup_id: str | None = Field(None, min_length=1, max_length=MAX_DEDUP_ID)
+
+
+class RawReceiveOptions(BaseModel):
+    """The query parameters of a raw receive (``GET /queues/{queue}/messages``)."""
+
+    wait: float | None = Field(
+        None, ge=0, le=MAX_WAIT, description="Long-poll seconds [default: the queue's receive_wait]")
+    visibility_timeout: float | None = Field(
+        None, ge=0, le=MAX_VISIBILITY_TIMEOUT,
+        description="Seconds the message stays hidden [default: the queue's setting]")
 
 
 def queue_name_ok(name: str) -> bool:

@@ -14,13 +14,7 @@ from fastapi import APIRouter, Body, Query, Request, Response
 from vsqs import Message, QueueNotFound, VsqsError
 from vsqs._core.settings import validate as validate_settings
 from vsqs._gateway.errors import ApiError, api_error_of
-from vsqs._gateway.limits import (
-    MAX_DEDUP_ID,
-    MAX_GROUP_LENGTH,
-    MAX_PRIORITY,
-    MAX_SHARDS,
-    MIN_PRIORITY,
-)
+from vsqs._gateway.limits import MAX_SHARDS
 from vsqs._gateway.rest.bodies import BoundedRoute
 from vsqs._gateway.rest.models import (
     Count,
@@ -38,6 +32,8 @@ from vsqs._gateway.rest.models import (
     QueueOut,
     QueueSettings,
     QueueStatsOut,
+    RawPublishOptions,
+    RawReceiveOptions,
     ReceiptPath,
     Receipts,
     ReceiveRequest,
@@ -46,9 +42,7 @@ from vsqs._gateway.rest.models import (
     Visibility,
     VisibilityBatch,
     VisibilityOutcome,
-    VisibilityQuery,
     VisibilityResult,
-    Wait,
     queue_name_ok,
 )
 from vsqs._gateway.state import Gateway, gateway_of
@@ -224,13 +218,7 @@ async def resume(request: Request, queue: QueueName,
     responses={201: {"description": "Stored; Message-Id, Message-Md5 and Message-Timestamp headers",
                      "content": None}},
 )
-async def publish_raw(
-    request: Request, queue: QueueName,
-    delay: Annotated[float | None, Query(ge=0, description="Seconds hidden")] = None,
-    priority: Annotated[int | None, Query(ge=MIN_PRIORITY, le=MAX_PRIORITY)] = None,
-    group: Annotated[str | None, Query(min_length=1, max_length=MAX_GROUP_LENGTH)] = None,
-    dedup_id: Annotated[str | None, Query(min_length=1, max_length=MAX_DEDUP_ID)] = None,
-) -> Response:
+async def publish_raw(request: Request, queue: QueueName, options: Annotated[RawPublishOptions, Query()]) -> Response:
     """Store the request body as is, whatever its Content-Type (kept for GET)."""
     gateway = gateway_of(request)
     data = await request.body()  # at most --max-body-bytes: the route's cap (rest/bodies.py)
@@ -239,11 +227,11 @@ async def publish_raw(
         raise ApiError(422, "invalid_parameter", "Content-Type must be a media type such as text/plain",
                        "Content-Type")
     attributes = {CONTENT_TYPE_ATTRIBUTE: content_type} if content_type else None
-    options: dict[str, Any] = {} if priority is None else {"priority": priority}
+    priority: dict[str, Any] = {} if options.priority is None else {"priority": options.priority}
     sent = datetime.now(UTC).timestamp()
     message_id = await gateway.on(queue, lambda q: q.publish(
-        data, delay=delay, **options,
-        attributes=attributes, group=group, dedup_id=dedup_id,
+        data, delay=options.delay, **priority,
+        attributes=attributes, group=options.group, dedup_id=options.dedup_id,
     ))
     return Response(status_code=201, headers={
         "Message-Id": message_id, "Message-Md5": _md5(data), "Message-Timestamp": _timestamp(sent)})
@@ -255,11 +243,10 @@ async def publish_raw(
                      "content": {"*/*": {"schema": {"type": "string", "format": "binary"}}}},
                204: {"description": "No message is visible (after the wait)"}},
 )
-async def receive_raw(request: Request, queue: QueueName, wait: Wait = None,
-                      visibility_timeout: VisibilityQuery = None) -> Response:
+async def receive_raw(request: Request, queue: QueueName, options: Annotated[RawReceiveOptions, Query()]) -> Response:
     """Receive one message and answer its body as is (204 when none is visible)."""
     gateway = gateway_of(request)
-    got = await gateway.receive(queue, 1, visibility_timeout, wait, request.is_disconnected)
+    got = await gateway.receive(queue, 1, options.visibility_timeout, options.wait, request.is_disconnected)
     if not got:
         await _throttled_or_empty(gateway, queue)
         return Response(status_code=204)
