@@ -562,3 +562,29 @@ def test_a_body_sent_after_its_refusal_keeps_the_connection(spool: str) -> None:
         while b"HTTP/1.1 200" not in answer and (chunk := sock.recv(65536)):
             answer += chunk
         assert b"HTTP/1.1 200" in answer
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+def test_a_chunked_body_refused_part_read_closes_its_connection(spool: str, protocol: str) -> None:
+    """A chunked body refused before its end (413: over the route's cap) is
+    answered with ``Connection: close`` and its connection ends there: only
+    the parser knows where the rest of that body ends, which would otherwise
+    be taken for the next request's head (past its bound: a 431, and the
+    client's next request lost). A client's next request goes on a new
+    connection and is answered."""
+    vsqs.Spool(spool).create_queue("q")
+    config = GatewayConfig(spool=spool)
+    sent = config.max_body_bytes + 1  # a raw publish's cap, plus one: all of it is read before the refusal
+    with serving(create_app(config), PROTOCOLS[protocol]) as port:
+        with socket.create_connection(("127.0.0.1", port), timeout=WAIT) as sock:
+            sock.sendall(b"POST /queues/q/messages HTTP/1.1\r\nHost: localhost\r\n"
+                         b"Transfer-Encoding: chunked\r\n\r\n%x\r\n" % (sent + 65536) + b"b" * sent)
+            answer = _until_closed(sock)
+        head = answer.split(b"\r\n\r\n")[0].lower()
+        assert head.startswith(b"http/1.1 413 ")
+        assert b"\r\nconnection: close" in head
+        with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=WAIT) as client:
+            chunks = (b"b" * 65536 for _ in range(sent // 65536 + 2))
+            assert client.post("/queues/q/messages", content=chunks).status_code == 413
+            assert client.get("/healthz").status_code == 200
+    assert vsqs.Spool(spool).queue("q").stats().ready == 0

@@ -24,10 +24,11 @@ called only once a head is whole), so:
   answer, for a request answered before its body was read: a refusal,
   whose declared rest is then no head's). Blank lines before a request
   line, which the parsers skip, count as head but never end one. Where a
-  body ends only uvicorn's parser knows, so two cases are counted loosely:
-  the rest of a refused chunked body counts as the next head's, and
-  requests pipelined in one read with an earlier one are not counted apart
-  (a read is scanned for the first head's end only).
+  body ends only uvicorn's parser knows: the answer to a request whose
+  chunked body was not read in full closes the connection (``Connection:
+  close``; clients open another), and requests pipelined in one read with an
+  earlier one are not counted apart (a read is scanned for the first head's
+  end only).
 * :class:`BodyDeadline` is the ASGI half: once a request has started, its
   body must have come in full within ``body_timeout`` seconds, else the app's
   read fails with a 408 (``Connection: close``) in the face's format; and it
@@ -263,6 +264,8 @@ class BodyDeadline:
         length = _declared_length(scope)
 
         async def sending(message: Message) -> None:
+            if message["type"] == "http.response.start" and length is None and not complete:
+                message = _closing(message)  # where the rest of a chunked body ends is the parser's to know
             await send(message)
             if message["type"] == "http.response.body" and not message.get("more_body", False):
                 # before anything else runs: a pipelined request starts after
@@ -270,6 +273,14 @@ class BodyDeadline:
 
         connection.request_started(has_body=length != 0)
         await self.app(scope, timed, sending)
+
+
+def _closing(start: Message) -> Message:
+    """``start`` (an ``http.response.start``) with ``Connection: close``: the answer
+    to a request whose chunked body was not read in full ends its connection, as
+    only the parser can tell the rest of that body from the next request's head."""
+    headers = [(name, value) for name, value in start.get("headers", ()) if name.lower() != b"connection"]
+    return {**start, "headers": [*headers, (b"connection", b"close")]}
 
 
 def _declared_length(scope: Scope) -> int | None:
