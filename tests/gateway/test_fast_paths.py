@@ -564,27 +564,75 @@ def test_a_body_sent_after_its_refusal_keeps_the_connection(spool: str) -> None:
         assert b"HTTP/1.1 200" in answer
 
 
+def _answers(sock: socket.socket, count: int) -> list[bytes]:
+    """The status lines of the next ``count`` answers on ``sock`` (their bodies read by length)."""
+    statuses, data = [], b""
+    while len(statuses) < count:
+        while b"\r\n\r\n" not in data:
+            chunk = sock.recv(65536)
+            assert chunk, f"closed after {statuses}"
+            data += chunk
+        head, data = data.split(b"\r\n\r\n", 1)
+        length = next((int(line.split(b":")[1]) for line in head.split(b"\r\n")
+                       if line.lower().startswith(b"content-length:")), 0)
+        while len(data) < length:
+            data += sock.recv(65536)
+        data = data[length:]
+        statuses.append(head.split(b"\r\n")[0])
+    return statuses
+
+
 @pytest.mark.parametrize("protocol", PROTOCOLS)
-def test_a_chunked_body_refused_part_read_closes_its_connection(spool: str, protocol: str) -> None:
-    """A chunked body refused before its end (413: over the route's cap) is
-    answered with ``Connection: close`` and its connection ends there: only
-    the parser knows where the rest of that body ends, which would otherwise
-    be taken for the next request's head (past its bound: a 431, and the
-    client's next request lost). A client's next request goes on a new
-    connection and is answered."""
+def test_a_chunked_body_refused_part_read_keeps_the_connection(spool: str, protocol: str) -> None:
+    """A chunked body refused before its end (413: over the route's cap): the
+    rest of it, past a head's bound, then trailers, is no head, and the next
+    request on the connection is answered."""
     vsqs.Spool(spool).create_queue("q")
     config = GatewayConfig(spool=spool)
     sent = config.max_body_bytes + 1  # a raw publish's cap, plus one: all of it is read before the refusal
-    with serving(create_app(config), PROTOCOLS[protocol]) as port:
-        with socket.create_connection(("127.0.0.1", port), timeout=WAIT) as sock:
-            sock.sendall(b"POST /queues/q/messages HTTP/1.1\r\nHost: localhost\r\n"
-                         b"Transfer-Encoding: chunked\r\n\r\n%x\r\n" % (sent + 65536) + b"b" * sent)
-            answer = _until_closed(sock)
-        head = answer.split(b"\r\n\r\n")[0].lower()
-        assert head.startswith(b"http/1.1 413 ")
-        assert b"\r\nconnection: close" in head
-        with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=WAIT) as client:
-            chunks = (b"b" * 65536 for _ in range(sent // 65536 + 2))
-            assert client.post("/queues/q/messages", content=chunks).status_code == 413
-            assert client.get("/healthz").status_code == 200
+    with serving(create_app(config), PROTOCOLS[protocol]) as port, \
+            socket.create_connection(("127.0.0.1", port), timeout=WAIT) as sock:
+        sock.sendall(b"POST /queues/q/messages HTTP/1.1\r\nHost: localhost\r\n"
+                     b"Transfer-Encoding: chunked\r\n\r\n%x\r\n" % (sent + 65536) + b"b" * sent)
+        assert _answers(sock, 1)[0].startswith(b"HTTP/1.1 413 ")
+        sock.sendall(b"b" * 65536 + b"\r\n1;x=y\r\nb\r\n0\r\nTrailer: t\r\n\r\n"
+                     b"GET /healthz HTTP/1.1\r\nHost: localhost\r\n\r\n")
+        assert _answers(sock, 1)[0] == b"HTTP/1.1 200 OK"
     assert vsqs.Spool(spool).queue("q").stats().ready == 0
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+def test_a_body_refused_as_it_came_keeps_the_connection(spool: str, protocol: str) -> None:
+    """Part of a body too large (413, refused by its Content-Length) comes with
+    its head, the rest after the answer: none of it is a head, and the next
+    request on the connection is answered."""
+    vsqs.Spool(spool).create_queue("q")
+    config = GatewayConfig(spool=spool)
+    large, small = b"b" * (config.max_body_bytes + 100_000), b"s" * 100_000
+    with serving(create_app(config), PROTOCOLS[protocol]) as port, \
+            socket.create_connection(("127.0.0.1", port), timeout=WAIT) as sock:
+        sock.sendall(b"POST /queues/q/messages HTTP/1.1\r\nHost: localhost\r\nContent-Length: %d\r\n\r\n"
+                     % len(large) + large[:60_000])
+        assert _answers(sock, 1)[0].startswith(b"HTTP/1.1 413 ")
+        sock.sendall(large[60_000:])
+        sock.sendall(b"POST /queues/q/messages HTTP/1.1\r\nHost: localhost\r\nContent-Length: %d\r\n\r\n"
+                     % len(small) + small)
+        assert _answers(sock, 1)[0] == b"HTTP/1.1 201 Created"
+    assert vsqs.Spool(spool).queue("q").stats().ready == 1
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+def test_pipelined_requests_are_each_answered(spool: str, protocol: str) -> None:
+    """Requests sent in one write, the second with a body past a head's bound,
+    are each answered and stored: a body is never taken for a head."""
+    vsqs.Spool(spool).create_queue("q")
+    large = b"o" * 300_000
+    with serving(create_app(GatewayConfig(spool=spool)), PROTOCOLS[protocol]) as port, \
+            socket.create_connection(("127.0.0.1", port), timeout=WAIT) as sock:
+        sock.sendall(b"POST /queues/q/messages HTTP/1.1\r\nHost: localhost\r\nContent-Length: 5\r\n\r\nhello"
+                     b"POST /queues/q/messages HTTP/1.1\r\nHost: localhost\r\nTransfer-Encoding: chunked\r\n\r\n"
+                     b"3\r\nabc\r\n0\r\n\r\n"
+                     b"POST /queues/q/messages HTTP/1.1\r\nHost: localhost\r\nContent-Length: %d\r\n\r\n"
+                     % len(large) + large + b"GET /healthz HTTP/1.1\r\nHost: localhost\r\n\r\n")
+        assert _answers(sock, 4) == [b"HTTP/1.1 201 Created"] * 3 + [b"HTTP/1.1 200 OK"]
+    assert vsqs.Spool(spool).queue("q").stats().ready == 3

@@ -13,28 +13,25 @@ called only once a head is whole), so:
   class, called with uvicorn's keyword arguments), and that makes uvicorn's
   own protocol (``auto``: httptools when installed, else h11) and passes it
   every call, unchanged. It subclasses nothing and reads nothing of it: it
-  sees the bytes that come in, finds where a head ends (the blank line), and
-  learns from the ASGI half when a request's body is in and its answer out.
-  A head has ``header_timeout`` seconds from when the connection opened or
-  the previous answer went out, not moved by bytes trickling in; past it the
-  connection is closed (with a 408 if part of a head had come). A head is
-  at most ``MAX_REQUEST_HEAD_BYTES``, counted as it comes (a 431 and the
-  connection closed past it), a pipelined one too, from the start of a
-  request without a body, else from the end of its body (or from the
-  answer, for a request answered before its body was read: a refusal,
-  whose declared rest is then no head's). Blank lines before a request
-  line, which the parsers skip, count as head but never end one. Where a
-  body ends only uvicorn's parser knows: the answer to a request whose
-  chunked body was not read in full closes the connection (``Connection:
-  close``; clients open another), and requests pipelined in one read with an
-  earlier one are not counted apart (a read is scanned for the first head's
-  end only).
+  follows the bytes that come in as HTTP/1.1 frames them (:class:`Framing`:
+  where each head ends, and each body, by its Content-Length or its chunks,
+  whatever the app reads of it), and learns from the ASGI half when a
+  request starts and when its answer is out. A head has ``header_timeout``
+  seconds from when the connection opened or the previous answer went out
+  (a head that came whole while an earlier request was answered starts at
+  once), not moved by bytes trickling in; past it the connection is closed
+  (with a 408 if part of a head had come). A head, pipelined or not, and a
+  chunked body's trailers are at most ``MAX_REQUEST_HEAD_BYTES``, counted as
+  they come (a 431 and the connection closed past it); blank lines before a
+  request line, which the parsers skip, count as head but never end one. A
+  request whose framing it cannot follow, which the parsers refuse, ends
+  the connection at its answer.
 * :class:`BodyDeadline` is the ASGI half: once a request has started, its
   body must have come in full within ``body_timeout`` seconds, else the app's
   read fails with a 408 (``Connection: close``) in the face's format; and it
   tells the request's :class:`HeadDeadline` (found in the context uvicorn's
   protocol makes the request's task in: a context variable the wrapper sets
-  around each call into it) when the body is in and the answer out.
+  around each call into it) when the request starts and its answer is out.
 
 A request costs at most ``header_timeout + body_timeout`` seconds of a slot
 before it is answered; what a reverse proxy must still do is in
@@ -50,6 +47,7 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import functools
+import re
 from typing import Any
 
 from starlette.exceptions import HTTPException as StarletteHTTPException
@@ -61,11 +59,154 @@ from vsqs._gateway.limits import MAX_REQUEST_HEAD_BYTES
 _TIMED_OUT = b"HTTP/1.1 408 Request Timeout\r\ncontent-length: 0\r\nconnection: close\r\n\r\n"
 _HEAD_TOO_LARGE = (b"HTTP/1.1 431 Request Header Fields Too Large\r\ncontent-length: 0\r\n"
                    b"connection: close\r\n\r\n")
-_HEAD_END = b"\r\n\r\n"
 
 # the connection whose protocol is running: set by HeadDeadline around each call into uvicorn's
 # protocol, so the task it makes for a request (which copies the context) finds its connection
 _connection: contextvars.ContextVar[HeadDeadline | None] = contextvars.ContextVar("vsqs_connection", default=None)
+
+
+class HeadTooLarge(Exception):
+    """A request head (or a chunked body's trailers) past its bound."""
+
+
+_HEAD_END = re.compile(rb"\n\r?\n")  # (h11 takes bare LF line ends too)
+_FRAMING = re.compile(rb"\n(content-length|transfer-encoding)[ \t]*:[ \t]*([^\r\n]*)", re.IGNORECASE)
+_BLANK = re.compile(rb"[\r\n]*")
+_HEX = re.compile(rb"[0-9a-fA-F]{1,16}")
+_MAX_CHUNK_LINE = 4096  # a chunk's size line, extensions included
+
+# where the bytes coming in are
+_HEAD, _LENGTH, _CHUNK_LINE, _CHUNK_DATA, _TRAILERS = range(5)
+
+
+class Framing:
+    """Where each request's head and body end in the bytes a connection
+    receives, found as HTTP/1.1 frames them (RFC 9112: Content-Length, else
+    chunked) and as the parser does, whatever the app reads: heads are
+    measured against ``max_head`` (blank lines before a request line, which
+    parsers skip, included), bodies skipped, a chunked body's trailers
+    measured as a head. A framing it cannot follow (a Transfer-Encoding not
+    ending in chunked, a Content-Length that is no number, a chunk size that
+    is no hex number or a line past 4 KiB), which the parsers refuse,
+    makes it ``opaque``: it takes no more bytes."""
+
+    def __init__(self, max_head: int = MAX_REQUEST_HEAD_BYTES) -> None:
+        self.max_head = max_head
+        self.opaque = False
+        self._state = _HEAD
+        self._head = bytearray()  # the head so far, from its first byte after blank lines
+        self._blank = 0  # bytes of blank lines before it
+        self._left = 0  # bytes of a body (or of a chunk and its CRLF) still to come
+        self._line = bytearray()  # a chunk-size or trailer line so far
+        self._trailers = 0  # bytes of a chunked body's trailers so far
+
+    @property
+    def in_head(self) -> bool:
+        """Part of a head has come (blank lines before it included)."""
+        return self._state == _HEAD and bool(self._head or self._blank)
+
+    def feed(self, data: bytes) -> int:
+        """Takes the next bytes received; how many heads they ended.
+        Raises HeadTooLarge past the bound."""
+        heads = 0
+        at, size = 0, len(data)
+        while at < size and not self.opaque:
+            state = self._state
+            if state == _HEAD:
+                at, ended = self._in_head(data, at)
+                heads += ended
+            elif state == _LENGTH or state == _CHUNK_DATA:
+                step = min(self._left, size - at)
+                self._left -= step
+                at += step
+                if not self._left:
+                    self._state = _HEAD if state == _LENGTH else _CHUNK_LINE
+            else:
+                at = self._in_line(data, at)
+        return heads
+
+    def _in_head(self, data: bytes, at: int) -> tuple[int, bool]:
+        if not self._head and data[at] in b"\r\n":  # blank lines before a request line: no head's end
+            start = at
+            at = _BLANK.match(data, at).end()  # type: ignore[union-attr]  # (it matches the empty string)
+            self._blank += at - start
+            if self._blank > self.max_head:
+                raise HeadTooLarge
+            if at == len(data):
+                return at, False
+        room = self.max_head - self._blank - len(self._head)  # head bytes the bound still allows
+        if not self._head:  # the head starts in this read: found in place, no copy
+            end = _HEAD_END.search(data, at, at + room)
+            if end is not None:
+                self._body(data, at, end.end())
+                self._blank = 0
+                return end.end(), True
+            piece = data[at : at + room + 1]
+        else:
+            piece = data[at : at + room + 1]
+        before = len(self._head)
+        self._head += piece
+        end = _HEAD_END.search(self._head, max(0, before - 2))  # (an end may begin in what came before)
+        if end is None or self._blank + end.end() > self.max_head:
+            if self._blank + len(self._head) > self.max_head:
+                raise HeadTooLarge
+            return at + len(piece), False
+        self._body(self._head, 0, end.end())
+        self._head.clear()
+        self._blank = 0
+        return at + end.end() - before, True
+
+    def _body(self, head: bytes | bytearray, start: int, end: int) -> None:
+        """What the head (``head[start:end]``) says of the body that follows."""
+        fields = _FRAMING.findall(head, start, end)
+        if not fields:
+            return
+        if len(fields) == 1 and fields[0][0].lower() == b"content-length":
+            length = fields[0][1].strip()
+        else:
+            codings = [value for name, value in fields if name.lower() == b"transfer-encoding"]
+            if codings:  # (over any Content-Length)
+                if b",".join(codings).split(b",")[-1].strip().lower() != b"chunked":
+                    self.opaque = True
+                self._state = _CHUNK_LINE
+                return
+            declared = {value.strip() for _, line in fields for value in line.split(b",")}
+            length = declared.pop() if len(declared) == 1 else b""
+        if not length.isdigit() or len(length) > 18:
+            self.opaque = True
+        elif length != b"0":
+            self._left = int(length)
+            self._state = _LENGTH
+
+    def _in_line(self, data: bytes, at: int) -> int:
+        """A chunk's size line, or a trailer line (an empty one ends the body)."""
+        newline = data.find(b"\n", at)
+        end = len(data) if newline == -1 else newline + 1
+        if self._state == _TRAILERS:
+            self._trailers += end - at
+            if self._trailers > self.max_head:
+                raise HeadTooLarge
+        if newline == -1:
+            self._line += data[at:]
+            if self._state == _CHUNK_LINE and len(self._line) > _MAX_CHUNK_LINE:
+                self.opaque = True
+            return end
+        line = bytes(self._line) + data[at:newline]
+        self._line.clear()
+        if self._state == _TRAILERS:
+            if not line.strip(b"\r"):
+                self._state = _HEAD
+            return end
+        digits = line.split(b";", 1)[0].strip(b" \t\r")
+        if _HEX.fullmatch(digits) is None:
+            self.opaque = True
+        elif chunk := int(digits, 16):
+            self._left = chunk + 2  # (and its CRLF)
+            self._state = _CHUNK_DATA
+        else:
+            self._trailers = 0
+            self._state = _TRAILERS
+        return end
 
 
 class HeadDeadline(asyncio.Protocol):
@@ -76,14 +217,9 @@ class HeadDeadline(asyncio.Protocol):
         self.inner: asyncio.Protocol = http(**uvicorn)
         self.header_timeout = header_timeout
         self.transport: asyncio.Transport | None = None
+        self._framing = Framing()
         self._timer: asyncio.TimerHandle | None = None
-        self._counting = True  # the bytes coming are a head's (until its blank line)
-        self._head_size = 0  # bytes of that head so far
-        self._tail = b""  # the last bytes of it, for a blank line split between reads
-        self._head_waiting = False  # a whole head came whose request has not started (pipelined)
-        self._begun = False  # the head has a byte other than the blank lines a parser skips before it
-        self._body_pending = False  # the request started has a body to come: the next head starts after it
-        self._skip = 0  # bytes of a body the app answered without reading, still to come: no head's
+        self._waiting = 0  # heads that came whole, whose requests have not started (pipelined)
         self._lost = False
 
     # -- asyncio.Protocol, passed on ------------------------------------------------------------
@@ -98,9 +234,12 @@ class HeadDeadline(asyncio.Protocol):
             _connection.reset(token)
 
     def data_received(self, data: bytes) -> None:
-        if self._counting and not self._counted(data):
-            self._refuse(_HEAD_TOO_LARGE)
-            return
+        if not self._framing.opaque:
+            try:
+                self._waiting += self._framing.feed(data)
+            except HeadTooLarge:
+                self._refuse(_HEAD_TOO_LARGE)
+                return
         token = _connection.set(self)
         try:
             self.inner.data_received(data)
@@ -123,70 +262,22 @@ class HeadDeadline(asyncio.Protocol):
 
     # -- what the ASGI half tells ------------------------------------------------------------
 
-    def request_started(self, *, has_body: bool) -> None:
-        """A head has come whole (the app is called): no deadline while it is
-        answered. Without a body, what comes next is the next request's head,
-        counted from now (a long poll may read its empty body only at its end)."""
+    def request_started(self) -> None:
+        """A head has come whole (the app is called): no deadline while it is answered."""
         self._disarm()
-        self._head_waiting = False
-        self._body_pending = has_body
-        if has_body:
-            self._counting = False
-        else:
-            self._start_head()
+        self._waiting = max(0, self._waiting - 1)
 
-    def body_came(self) -> None:
-        """The request's body is in: what comes next is the next request's head."""
-        if self._body_pending:
-            self._body_pending = False
-            self._start_head()
-
-    def answered(self, unread: int = 0) -> None:
-        """The answer went out: the next head has ``header_timeout`` from now.
-        ``unread``: bytes of the request's body the app did not read (a refusal
-        before it), which are still to come and are no head's."""
-        if not self._head_waiting:  # (a pipelined request's head has come: it starts now)
-            if not self._counting:
-                self._start_head()
-                self._skip = unread
-            self._body_pending = False
+    def answered(self) -> None:
+        """The answer went out: the next head has ``header_timeout`` from now,
+        unless it has come already (pipelined: its request starts now). After
+        a request whose framing the wrapper could not follow, the connection
+        ends (the parser has most often refused it already)."""
+        if self._framing.opaque:
+            self._refuse(b"")
+        elif not self._waiting:
             self._arm()
 
-    # -- the head ------------------------------------------------------------------------
-
-    def _start_head(self) -> None:
-        self._counting = True
-        self._head_size = 0
-        self._tail = b""
-        self._begun = False
-        self._skip = 0
-
-    def _counted(self, data: bytes) -> bool:
-        """Counts ``data`` into the head it belongs to; False past MAX_REQUEST_HEAD_BYTES.
-        (The deadline runs on until the request starts: the parser may yet refuse the head.)"""
-        if self._skip:  # the rest of a body the app did not read
-            skipped = min(self._skip, len(data))
-            self._skip -= skipped
-            data = data[skipped:]
-        if not self._begun:  # blank lines before a request line, which parsers skip: counted, no head's end
-            start = len(data) - len(data.lstrip(b"\r\n"))
-            self._head_size += start
-            data = data[start:]
-            if not data:
-                return self._head_size <= MAX_REQUEST_HEAD_BYTES
-            self._begun = True
-        across = (self._tail + data[:3]).find(_HEAD_END) if self._tail else -1
-        if across != -1:
-            self._head_size += across - len(self._tail) + len(_HEAD_END)
-        elif (end := data.find(_HEAD_END)) != -1:
-            self._head_size += end + len(_HEAD_END)
-        else:
-            self._head_size += len(data)
-            self._tail = (self._tail + data)[-3:]
-            return self._head_size <= MAX_REQUEST_HEAD_BYTES
-        self._counting = False  # the body, if any, is not a head's
-        self._head_waiting = True
-        return self._head_size <= MAX_REQUEST_HEAD_BYTES
+    # -- the deadline ----------------------------------------------------------------------
 
     def _arm(self) -> None:
         self._disarm()
@@ -201,7 +292,7 @@ class HeadDeadline(asyncio.Protocol):
 
     def _timed_out(self) -> None:
         self._timer = None
-        self._refuse(_TIMED_OUT if self._head_size else b"")
+        self._refuse(_TIMED_OUT if self._framing.in_head else b"")
 
     def _refuse(self, answer: bytes) -> None:
         self._disarm()
@@ -224,8 +315,8 @@ class BodyDeadline:
     """Fails the app's body read with a 408 (``Connection: close``) when the body
     has not come in full ``seconds`` after the request started; and tells the
     request's connection (:class:`HeadDeadline`, when there is one) that the
-    request started, that its body came, that its answer went out. It must be
-    the outermost layer, so that it sees every answer, refusals included."""
+    request started and that its answer went out. It must be the outermost
+    layer, so that it sees every answer, refusals included."""
 
     def __init__(self, app: ASGIApp, seconds: float) -> None:
         self.app = app
@@ -238,11 +329,9 @@ class BodyDeadline:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.seconds
         complete = False
-        received = 0  # bytes of the body the app has read
-        connection = _connection.get()
 
         async def timed() -> Message:
-            nonlocal complete, received
+            nonlocal complete
             if complete:  # the body is in: reads now wait for a disconnect (long polls)
                 return await receive()
             message = await _before(loop, deadline, receive)
@@ -250,51 +339,22 @@ class BodyDeadline:
                 raise StarletteHTTPException(
                     408, f"the request body did not come in full within {self.seconds:g} s",
                     headers={"Connection": "close"})
-            received += len(message.get("body", b""))
             if message["type"] != "http.request" or not message.get("more_body", False):
                 complete = True
-                if connection is not None:
-                    connection.body_came()
             return message
 
+        connection = _connection.get()
         if connection is None:
             await self.app(scope, timed, send)
             return
 
-        length = _declared_length(scope)
-
         async def sending(message: Message) -> None:
-            if message["type"] == "http.response.start" and length is None and not complete:
-                message = _closing(message)  # where the rest of a chunked body ends is the parser's to know
             await send(message)
             if message["type"] == "http.response.body" and not message.get("more_body", False):
-                # before anything else runs: a pipelined request starts after
-                connection.answered(0 if complete or length is None else max(0, length - received))
+                connection.answered()  # before anything else runs: a pipelined request starts after
 
-        connection.request_started(has_body=length != 0)
+        connection.request_started()
         await self.app(scope, timed, sending)
-
-
-def _closing(start: Message) -> Message:
-    """``start`` (an ``http.response.start``) with ``Connection: close``: the answer
-    to a request whose chunked body was not read in full ends its connection, as
-    only the parser can tell the rest of that body from the next request's head."""
-    headers = [(name, value) for name, value in start.get("headers", ()) if name.lower() != b"connection"]
-    return {**start, "headers": [*headers, (b"connection", b"close")]}
-
-
-def _declared_length(scope: Scope) -> int | None:
-    """The request body's Content-Length: 0 for none (no body), None for a
-    chunked body or a length that is no number (its end is the parser's to find)."""
-    length = 0
-    for name, value in scope["headers"]:
-        if name == b"transfer-encoding":
-            return None
-        if name == b"content-length":
-            if not value.isdigit() or len(value) > 18:
-                return None
-            length = int(value)
-    return length
 
 
 async def _before(loop: asyncio.AbstractEventLoop, deadline: float, receive: Receive) -> Message | None:
