@@ -636,3 +636,21 @@ def test_pipelined_requests_are_each_answered(spool: str, protocol: str) -> None
                      % len(large) + large + b"GET /healthz HTTP/1.1\r\nHost: localhost\r\n\r\n")
         assert _answers(sock, 4) == [b"HTTP/1.1 201 Created"] * 3 + [b"HTTP/1.1 200 OK"]
     assert vsqs.Spool(spool).queue("q").stats().ready == 3
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+def test_what_follows_an_upgrade_request_is_bounded_as_a_head(spool: str, protocol: str) -> None:
+    """llhttp ends an upgrade request at its head, whatever its Content-Length
+    declares, and reads on as a new request: what follows is bounded as a
+    head while the upgrade request (a long poll) is answered, with either
+    parser."""
+    vsqs.Spool(spool).create_queue("q")
+    with serving(create_app(GatewayConfig(spool=spool)), PROTOCOLS[protocol]) as port, \
+            socket.create_connection(("127.0.0.1", port), timeout=WAIT) as sock:
+        sock.sendall(b"GET /queues/q/messages?wait=20 HTTP/1.1\r\nHost: localhost\r\n"
+                     b"Connection: Upgrade\r\nUpgrade: h2c\r\n"
+                     b"Content-Length: 100000000000\r\n\r\n")
+        time.sleep(0.3)  # (in a read of its own, llhttp parses what follows as a new request)
+        sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: localhost\r\nX-Padding: ")
+        sent, _ = _refused_or_reset(sock, b"p" * 65536)
+    assert sent < 64 * 1024 * 1024, "the bytes after an upgrade request were read on without bound"

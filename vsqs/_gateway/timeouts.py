@@ -70,10 +70,11 @@ class HeadTooLarge(Exception):
 
 
 _HEAD_END = re.compile(rb"\n\r?\n")  # (h11 takes bare LF line ends too)
-_FRAMING = re.compile(rb"\n(content-length|transfer-encoding)[ \t]*:[ \t]*([^\r\n]*)", re.IGNORECASE)
+_FRAMING = re.compile(rb"\n(content-length|transfer-encoding|upgrade)[ \t]*:[ \t]*([^\r\n]*)", re.IGNORECASE)
+_CONNECTION_UPGRADE = re.compile(rb"\nconnection[ \t]*:[^\r\n]*\bupgrade\b", re.IGNORECASE)
 _BLANK = re.compile(rb"[\r\n]*")
-_HEX = re.compile(rb"[0-9a-fA-F]{1,16}")
-_MAX_CHUNK_LINE = 4096  # a chunk's size line, extensions included
+_HEX = re.compile(rb"[0-9a-fA-F]+")
+_KEPT = 256  # bytes kept of a chunk-size or trailer line (its size, or whether it is empty)
 
 # where the bytes coming in are
 _HEAD, _LENGTH, _CHUNK_LINE, _CHUNK_DATA, _TRAILERS = range(5)
@@ -84,11 +85,13 @@ class Framing:
     receives, found as HTTP/1.1 frames them (RFC 9112: Content-Length, else
     chunked) and as the parser does, whatever the app reads: heads are
     measured against ``max_head`` (blank lines before a request line, which
-    parsers skip, included), bodies skipped, a chunked body's trailers
-    measured as a head. A framing it cannot follow (a Transfer-Encoding not
-    ending in chunked, a Content-Length that is no number, a chunk size that
-    is no hex number or a line past 4 KiB), which the parsers refuse,
-    makes it ``opaque``: it takes no more bytes."""
+    parsers skip, included), bodies skipped; each chunk-size line and a
+    chunked body's trailers are measured as a head. An upgrade request
+    (``Connection: upgrade`` and ``Upgrade``) ends at its head, as llhttp
+    reads it. A framing the parsers refuse (a Transfer-Encoding not ending in
+    chunked, a Content-Length that is no number or past 2**64, a chunk size
+    that is no hex number or past 16 digits) makes it ``opaque``: it takes no
+    more bytes."""
 
     def __init__(self, max_head: int = MAX_REQUEST_HEAD_BYTES) -> None:
         self.max_head = max_head
@@ -97,8 +100,8 @@ class Framing:
         self._head = bytearray()  # the head so far, from its first byte after blank lines
         self._blank = 0  # bytes of blank lines before it
         self._left = 0  # bytes of a body (or of a chunk and its CRLF) still to come
-        self._line = bytearray()  # a chunk-size or trailer line so far
-        self._trailers = 0  # bytes of a chunked body's trailers so far
+        self._line = bytearray()  # the start of a chunk-size or trailer line (_KEPT bytes at most)
+        self._measured = 0  # bytes of a chunk's size line, or of a chunked body's trailers, so far
 
     @property
     def in_head(self) -> bool:
@@ -161,50 +164,56 @@ class Framing:
         fields = _FRAMING.findall(head, start, end)
         if not fields:
             return
-        if len(fields) == 1 and fields[0][0].lower() == b"content-length":
+        if len(fields) == 1 and fields[0][0].lower() == b"content-length" and fields[0][1].strip().isdigit():
             length = fields[0][1].strip()
         else:
-            codings = [value for name, value in fields if name.lower() == b"transfer-encoding"]
+            names = [name.lower() for name, _ in fields]
+            if b"upgrade" in names and _CONNECTION_UPGRADE.search(head, start, end):
+                return  # llhttp ends an upgrade request at its head, and reads on as a new request
+            codings = [value for (_, value), name in zip(fields, names, strict=True) if name == b"transfer-encoding"]
             if codings:  # (over any Content-Length)
                 if b",".join(codings).split(b",")[-1].strip().lower() != b"chunked":
                     self.opaque = True
                 self._state = _CHUNK_LINE
+                self._measured = 0
                 return
-            declared = {value.strip() for _, line in fields for value in line.split(b",")}
+            declared = {value.strip() for (_, line), name in zip(fields, names, strict=True)
+                        if name == b"content-length" for value in line.split(b",")}
             length = declared.pop() if len(declared) == 1 else b""
-        if not length.isdigit() or len(length) > 18:
+        if not length.isdigit() or len(length.lstrip(b"0")) > 20:  # (past 2**64: the parsers refuse it)
             self.opaque = True
-        elif length != b"0":
+        elif length.strip(b"0"):
             self._left = int(length)
             self._state = _LENGTH
 
     def _in_line(self, data: bytes, at: int) -> int:
-        """A chunk's size line, or a trailer line (an empty one ends the body)."""
+        """A chunk's size line, or a trailer line (an empty one ends the body);
+        each chunk-size line, and the trailers together, are measured as a head."""
         newline = data.find(b"\n", at)
         end = len(data) if newline == -1 else newline + 1
-        if self._state == _TRAILERS:
-            self._trailers += end - at
-            if self._trailers > self.max_head:
-                raise HeadTooLarge
+        self._measured += end - at
+        if self._measured > self.max_head:
+            raise HeadTooLarge
+        if len(self._line) < _KEPT:
+            self._line += data[at : min(end, at + _KEPT - len(self._line))]
         if newline == -1:
-            self._line += data[at:]
-            if self._state == _CHUNK_LINE and len(self._line) > _MAX_CHUNK_LINE:
-                self.opaque = True
             return end
-        line = bytes(self._line) + data[at:newline]
+        line = bytes(self._line).rstrip(b"\r\n")
         self._line.clear()
         if self._state == _TRAILERS:
-            if not line.strip(b"\r"):
+            if not line:
                 self._state = _HEAD
             return end
-        digits = line.split(b";", 1)[0].strip(b" \t\r")
-        if _HEX.fullmatch(digits) is None:
-            self.opaque = True
+        self._measured = 0
+        digits = line.split(b";", 1)[0].strip(b" \t")
+        if len(digits) >= _KEPT:  # a size we did not keep whole: leading zeros past reason
+            raise HeadTooLarge
+        if _HEX.fullmatch(digits) is None or len(digits.lstrip(b"0")) > 16:
+            self.opaque = True  # (the parsers refuse it)
         elif chunk := int(digits, 16):
             self._left = chunk + 2  # (and its CRLF)
             self._state = _CHUNK_DATA
         else:
-            self._trailers = 0
             self._state = _TRAILERS
         return end
 
