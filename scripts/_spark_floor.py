@@ -4,8 +4,8 @@ that does everything the ``vsqs`` source does for Spark, and no queue work.
 ``format("vsqs_floor")`` with option ``count`` delivers that many rows of the
 vsqs schema, planned as the vsqs source plans them (``maxMessagesPerTrigger``
 rows a batch, one partition per 5,000 rows and at least two, Arrow record
-batches of 50 rows doubling to 1,000, built from Python lists as the claims
-build them), with ``Trigger.AvailableNow``. It lists, claims, reads, records
+batches of 50 rows doubling to 1,000, built by the source's own
+``record_batches``), with ``Trigger.AvailableNow``. It lists, claims, reads, records
 and deletes nothing: what the vsqs stream spends beyond it is the queue's
 work; what it spends itself is Spark's (the query, its Python processes,
 the batches' jobs and log writes, the rows' way from Python to the JVM).
@@ -16,6 +16,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass, field
 from typing import Any
 
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
@@ -63,30 +64,32 @@ class FloorStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return [FloorPartition(end["seq"], index, share + (index < extra)) for index in range(parts)]
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
-        import pyarrow
+        from vsqs._spark.record_batches import record_batches
 
         assert isinstance(partition, FloorPartition)
         arrow = to_arrow_schema(SCHEMA, timezone="UTC")
         body = b"x" * self.body_size
-        now = round(time.time() * 1_000_000)
+        now = time.time()
         done, size = 0, CLAIM_FIRST
         while done < partition.each:
             n = min(size, partition.each - done)
-            ids = [f"{partition.seq}-{partition.index}-{done + k}" for k in range(n)]
-            columns = {
-                "id": ids,
-                "body": [body] * n,
-                "state": ["in_flight"] * n,
-                "receive_count": [1] * n,
-                "sent_at": [now] * n,
-                "priority": [0] * n,
-                "group": [None] * n,
-                "attributes": [[] for _ in range(n)],
-            }
-            arrays = [pyarrow.array(columns[field.name], type=field.type) for field in arrow]
-            yield pyarrow.RecordBatch.from_arrays(arrays, schema=arrow)
+            rows = [_Row(f"{partition.seq}-{partition.index}-{done + k}", body, now) for k in range(n)]
+            yield from record_batches(rows, arrow, True)  # (built as the vsqs source builds its batches)
             done += n
             size = min(2 * size, CLAIM_CHUNK)
+
+
+@dataclass
+class _Row:
+    """What a batch takes of a message."""
+
+    id: str
+    body: bytes
+    sent_at: float
+    receive_count: int = 1
+    priority: int = 0
+    group: str | None = None
+    attributes: dict[str, str] = field(default_factory=dict)
 
 
 class FloorDataSource(DataSource):

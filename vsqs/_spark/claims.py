@@ -25,6 +25,7 @@ from pyspark.sql.types import StructType
 from vsqs import InvalidReceipt, Message, Queue, StaleReceipt
 from vsqs._spark import manifest as manifests
 from vsqs._spark.options import Options
+from vsqs._spark.record_batches import record_batches
 from vsqs._spark.schema import row, timestamp, wants_content
 
 log = logging.getLogger("vsqs.spark")
@@ -86,35 +87,9 @@ def read_partition(options: Options, schema: StructType, partition: StreamPartit
         content = wants_content(schema.fieldNames())
         for messages in _claimed(queue, options, partition, content):
             if messages:
-                yield _record_batch(messages, arrow, content)
+                yield from record_batches(messages, arrow, content)
     finally:
         settler.finish()
-
-
-def _record_batch(messages: list[Message], arrow: Any, content: bool) -> Any:
-    import pyarrow
-
-    def column(name: str) -> list[Any]:
-        if name == "id":
-            return [m.id for m in messages]
-        if name == "body":
-            return [m.body for m in messages] if content else [None] * len(messages)
-        if name == "state":
-            return ["in_flight"] * len(messages)
-        if name == "receive_count":
-            return [m.receive_count for m in messages]
-        if name == "sent_at":
-            return [round(m.sent_at * 1_000_000) for m in messages]
-        if name == "priority":
-            return [m.priority for m in messages]
-        if name == "group":
-            return [m.group for m in messages] if content else [None] * len(messages)
-        if name == "attributes":
-            return [list(m.attributes.items()) for m in messages] if content else [None] * len(messages)
-        raise AssertionError(name)  # read_columns let only known columns through
-
-    arrays = [pyarrow.array(column(field.name), type=field.type) for field in arrow]
-    return pyarrow.RecordBatch.from_arrays(arrays, schema=arrow)
 
 
 def _claimed(queue: Queue, options: Options, partition: StreamPartition, content: bool) -> Iterator[list[Message]]:
