@@ -66,7 +66,7 @@ _connection: contextvars.ContextVar[HeadDeadline | None] = contextvars.ContextVa
 
 
 class HeadTooLarge(Exception):
-    """A request head (or a chunked body's trailers) past its bound."""
+    """A request head (or a chunk's size line, or a chunked body's trailers) past its bound."""
 
 
 _HEAD_END = re.compile(rb"\n\r?\n")  # (h11 takes bare LF line ends too)
