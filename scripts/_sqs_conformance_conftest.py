@@ -15,9 +15,10 @@ by vsqs's test suite. It:
 * sends LocalStack's raw signed HTTP client (``aws_http_client_factory``) to
   the gateway instead of the public SQS endpoint;
 * refuses every name lookup but loopback, so a test that reaches for another
-  host fails here at once, and no request leaves the machine;
-* records, per test, its outcome, the one-line reason of a failure and which
-  AWS services it called, to VSQS_JUDGE_RESULTS (JSON) at the end.
+  host fails here at once, and no request leaves the machine; the hosts a
+  test reached for are recorded with its result;
+* records, per test, its outcome, the one-line reason of a failure (of a
+  skip: the test's own reason, as text) and which AWS services it called, to VSQS_JUDGE_RESULTS (JSON) at the end.
 
 Snapshot waivers: LocalStack's ``skip_snapshot_verify`` markers are honoured
 by localstack-snapshot only when TEST_TARGET is not AWS_CLOUD; the harness
@@ -51,6 +52,9 @@ _real_getaddrinfo = socket.getaddrinfo
 def _loopback_only(host, *args, **kwargs):
     name = host.decode() if isinstance(host, bytes) else host
     if name is not None and name not in _LOOPBACK_NAMES and not str(name).startswith("127."):
+        nodeid = getattr(_current, "nodeid", None) or _Session.nodeid
+        if nodeid:  # the judge groups such a test by this, whatever error its client makes of the refusal
+            _refused.setdefault(nodeid, set()).add(str(name))
         raise socket.gaierror(socket.EAI_NONAME, f"judge: {name} is not loopback; only the gateway is reached")
     return _real_getaddrinfo(host, *args, **kwargs)
 
@@ -61,6 +65,7 @@ socket.getaddrinfo = _loopback_only
 # which AWS API calls each test made (service, operation), to tell a test that
 # needs another AWS service from one that exercises SQS alone
 _calls: dict[str, list[tuple[str, str, str]]] = {}
+_refused: dict[str, set[str]] = {}  # the hosts off this machine each test reached for
 _current = threading.local()
 _real_make_api_call = botocore.client.BaseClient._make_api_call
 
@@ -148,6 +153,9 @@ def _reason(report) -> str:
     differing path (localstack-snapshot's report: ">> match key: K" then lines
     "(~) /path expected → actual", "(-) /path (expected)", "(+) /path (actual)"),
     else the exception's own message."""
+    if report.skipped and isinstance(report.longrepr, tuple) and len(report.longrepr) == 3:
+        # a skip's report is (file, line, "Skipped: why"): its reason as text
+        return _one_line(str(report.longrepr[2]).removeprefix("Skipped: "))
     text = _ANSI.sub("", report.longreprtext or "")
     if text.startswith(">> match key:"):
         key = re.match(r">> match key: (\S+)", text)
@@ -184,6 +192,8 @@ def pytest_sessionfinish(session, exitstatus):
     """Each process writes its own file (RESULTS_PATH.WORKER.json; "main" without
     pytest-xdist, or for xdist's controller, which sees the reports but made no calls)."""
     for nodeid, entry in _Session.results.items():
+        if nodeid in _refused:
+            entry["off_machine_hosts"] = sorted(_refused[nodeid])
         if nodeid in _calls:
             calls = _calls[nodeid]
             entry["services"] = sorted({service for service, _, _ in calls})

@@ -1,6 +1,6 @@
 """How scripts/sqs_conformance.py counts and groups LocalStack's test results.
 
-The run itself needs a Python 3.12 venv with localstack-core and a LocalStack
+The run itself needs a Python 3.13 venv with localstack-core and a LocalStack
 checkout (`scripts/sqs_conformance.py --self-check` proves that part); these
 tests pin the judging on results shaped as its conftest writes them."""
 
@@ -85,6 +85,11 @@ def test_a_keyword_run_does_not_list_the_validated_tests_it_left_out(script):
                      "gateway is reached"),
      "reaches for a host off this machine"),
     (entry("skipped", "Skipped: not here"), "skipped by the test itself"),
+    (entry("failed", "requests.exceptions.ConnectionError: HTTPSConnectionPool(host='queue.amazonaws.com', "
+                     "port=443): Max retries exceeded with url: /?Action=ReceiveMessage&QueueUrl=http%3A..."),
+     "reaches for a host off this machine"),
+    ({**entry("failed", "KeyError: 'Messages'"), "off_machine_hosts": ["sqs.us-east-1.amazonaws.com"]},
+     "reaches for a host off this machine"),
     (entry("failed", "Failed: Timeout (>600.0s) from pytest-timeout."), "test timed out"),
 ])
 def test_a_failure_is_grouped_by_its_cause(script, failure, expected):
@@ -125,3 +130,72 @@ def test_a_validated_test_of_a_module_that_did_not_import_counts_as_failed(scrip
     assert (result["passed"], result["judged"]) == (1, 2)
     assert result["tests"][moved]["cause"] == "harness: tests/aws/services/sqs/test_sqs_move_task.py did not import"
     assert result["validated_not_collected"] == [SQS + "test_gone"]
+
+
+def test_a_connection_error_to_loopback_is_not_off_machine(script):
+    failure = entry("failed", "requests.exceptions.ConnectionError: HTTPConnectionPool(host='127.0.0.1', port=1): "
+                              "Max retries exceeded")
+    assert script.cause(failure) == "requests.exceptions.ConnectionError"
+
+
+def test_a_test_that_skips_itself_is_listed_with_its_reason_and_not_judged(script):
+    raw = {"collected": [SQS + "test_a", SQS + "test_b", SQS + "test_c"],
+           "tests": {SQS + "test_a": entry("passed"),
+                     SQS + "test_b": entry("skipped", "this test requires 5 minutes to run. Only execute manually"),
+                     # as an earlier conftest wrote it: the skip report's tuple
+                     SQS + "test_c": entry("skipped", "('/x/tests/aws/services/sqs/test_sqs.py', 3994, "
+                                                      "'Skipped: unconditional skip')")}}
+
+    result = script.judge(raw, {SQS + "test_a", SQS + "test_b", SQS + "test_c"}, keyword=None)
+
+    assert (result["passed"], result["failed"], result["judged"]) == (1, 0, 1)
+    assert result["skipped"] == {SQS + "test_b": "this test requires 5 minutes to run. Only execute manually",
+                                 SQS + "test_c": "unconditional skip"}
+    assert result["causes"] == {}
+
+
+def test_the_report_prints_skips_as_text_apart_from_the_verdicts(script, tmp_path, capsys):
+    raw = {"collected": [SQS + "test_a", SQS + "test_b"],
+           "tests": {SQS + "test_a": entry("failed", "AssertionError: assert 1 == 2"),
+                     SQS + "test_b": entry("skipped", "only by hand")}}
+    result = script.judge(raw, {SQS + "test_a", SQS + "test_b"}, keyword=None)
+    result.update(aws_seconds=None, wall_seconds=1)
+
+    script.print_report(result, tmp_path / "result.json", tmp_path)
+
+    out = capsys.readouterr().out
+    assert ("skipped by the test itself, not judged (1):\n"
+            "  test_sqs.py::TestSqsProvider::test_b\n      only by hand") in out
+    assert "judged: 0 passed, 1 failed; 1 skipped by the test itself, not judged" in out
+    assert out.rstrip().endswith("0 / 1 passed")
+
+
+def test_fixture_conflicts_is_left_out_of_the_run(script):
+    """LocalStack's plugin aborts the session on a fixture defined twice; the judging
+    conftest overrides account_id, region_name and aws_http_client_factory on purpose."""
+    assert "localstack.testing.pytest.fixture_conflicts" in script.LEFT_OUT_PLUGINS
+
+
+def test_python_313_comes_first_and_312_only_if_it_imports_the_sqs_tests(script, tmp_path, monkeypatch):
+    made = []
+
+    def make_venv(cache, python, version, xdist):
+        made.append(version)
+        return tmp_path / f"py{version}"
+
+    monkeypatch.setattr(script, "find_pythons", lambda given: [("/p/3.13", (3, 13)), ("/p/3.12", (3, 12))])
+    monkeypatch.setattr(script, "make_venv", make_venv)
+    monkeypatch.setattr(script, "imports_sqs_tests", lambda python: "")
+    assert script.ensure_venv(tmp_path, None, xdist=False) == tmp_path / "py3.13"
+    assert made == ["3.13"]
+
+    made.clear()
+    monkeypatch.setattr(script, "find_pythons", lambda given: [("/p/3.12", (3, 12))])
+    assert script.ensure_venv(tmp_path, None, xdist=False) == tmp_path / "py3.12"  # no 3.13, and it imports
+
+    made.clear()
+    monkeypatch.setattr(script, "imports_sqs_tests",
+                        lambda python: "ImportError: cannot import name 'deprecated' from 'warnings'")
+    with pytest.raises(SystemExit, match="does not|no Python found"):
+        script.ensure_venv(tmp_path, None, xdist=False)
+    assert made == ["3.12"]

@@ -47,6 +47,7 @@ from vsqs._gateway.sqs.messages import (
     send_result,
 )
 from vsqs._gateway.sqs.parameters import (
+    BOUNDS,
     FIFO_NAME_RULE,
     STANDARD_NAME_RULE,
     batch_entries,
@@ -274,7 +275,7 @@ async def send_message_batch(call: Call) -> dict[str, Any]:
         total = 0
         for entry in entries:
             try:
-                prepared = prepare(entry, name, limit, call.trace_header)
+                prepared = prepare(entry, name, limit, call.trace_header, in_batch=True)
                 check_dedup(prepared, name, settings)
                 total += prepared.size
                 ready.append((entry["Id"], prepared))
@@ -317,7 +318,7 @@ async def receive_message(call: Call) -> dict[str, Any]:
     params = call.params
     count = integer(params, "MaxNumberOfMessages", 1, MAX_BATCH) or 1
     visibility = integer(params, "VisibilityTimeout", 0, MAX_VISIBILITY_TIMEOUT)
-    wait = integer(params, "WaitTimeSeconds", 0, MAX_WAIT_SECONDS)
+    wait = integer(params, "WaitTimeSeconds", 0, MAX_WAIT_SECONDS, BOUNDS)
     # Amazon ignores names it does not know here, and takes All in any case (see received_message)
     system_names = set(string_list(params, "AttributeNames")) | set(string_list(params, "MessageSystemAttributeNames"))
     attribute_names = string_list(params, "MessageAttributeNames")

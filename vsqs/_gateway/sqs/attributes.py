@@ -128,6 +128,11 @@ def unknown_attribute(name: str) -> SqsError:
     return SqsError("InvalidAttributeName", f"Unknown Attribute {name[:100]}.")
 
 
+def fifo_only_attribute(name: str) -> SqsError:
+    """Amazon's answer to DeduplicationScope or FifoThroughputLimit given for a standard queue."""
+    return SqsError("InvalidAttributeName", f"You can specify the {name} only when FifoQueue is set to true.")
+
+
 def unknown_queue_attributes(names: Iterable[str]) -> list[str]:
     """The names GetQueueAttributes does not know (``All`` in any case is known)."""
     return sorted(name for name in names if name not in QUEUE_ATTRIBUTE_NAMES and name.lower() != "all")
@@ -148,8 +153,10 @@ def settings_of(attributes: Mapping[str, str], queue_name: str) -> dict[str, Any
             settings[setting] = int(text)
         elif name == "RedrivePolicy":
             settings.update(_redrive_settings(text, queue_name))
+        elif name in _FIFO_CHOICES and not fifo:
+            raise fifo_only_attribute(name)
         elif name in _FIFO_ATTRIBUTES and not fifo:
-            raise unknown_attribute(name)  # Amazon: a FIFO attribute is unknown to a standard queue
+            raise unknown_attribute(name)  # Amazon: FifoQueue, ContentBasedDeduplication unknown to a standard queue
         elif name == "FifoQueue":
             if text.lower() != "true":
                 raise invalid_attribute_value(name, "Modifying queue type is not supported.")

@@ -49,8 +49,21 @@ def _not_for_this_queue_type(parameter: str, value: str) -> SqsError:
                                    "queue type.")  # (Amazon's words)
 
 
-def prepare(entry: Mapping[str, Any], queue_name: str, limit: int, trace: str | None = None) -> Prepared:
-    """Check one SendMessage (or batch entry) against SQS's rules and the queue's type.
+# an id quoted in an error whole, as Amazon quotes it (129 characters of a 129-character id), within bounds
+_QUOTED_ID_CHARS = 1024
+
+
+def too_long(limit: int, in_batch: bool = False) -> SqsError:
+    """Amazon's answer to a message over ``limit`` bytes: SendMessage's words,
+    or those of a SendMessageBatch entry's Failed item."""
+    check = "cannot be validated" if in_batch else "are invalid"
+    return SqsError("InvalidParameterValue", f"One or more parameters {check}. "
+                    f"Reason: Message must be shorter than {limit} bytes.")
+
+
+def prepare(entry: Mapping[str, Any], queue_name: str, limit: int, trace: str | None = None,
+            in_batch: bool = False) -> Prepared:
+    """Check one SendMessage (or batch entry, ``in_batch``) against SQS's rules and the queue's type.
     ``trace``: the request's ``X-Amzn-Trace-Id`` header, kept as the message's
     AWSTraceHeader unless the entry's MessageSystemAttributes give one (Amazon:
     the attribute overrides the header); neither counts in the message's size."""
@@ -64,8 +77,8 @@ def prepare(entry: Mapping[str, Any], queue_name: str, limit: int, trace: str | 
     dedup_id = string(entry, "MessageDeduplicationId")
     for key, value in (("MessageGroupId", group), ("MessageDeduplicationId", dedup_id)):
         if value is not None and not _ID_CHARS_RE.fullmatch(value):
-            raise invalid_parameter_value(key, value[:128], f"{key} can only include alphanumeric and punctuation "
-                                          "characters. 1 to 128 in length.")
+            raise invalid_parameter_value(key, value[:_QUOTED_ID_CHARS], f"{key} can only include alphanumeric "
+                                          "and punctuation characters. 1 to 128 in length.")
     if fifo:
         if group is None:
             raise missing("MessageGroupId")
@@ -80,8 +93,7 @@ def prepare(entry: Mapping[str, Any], queue_name: str, limit: int, trace: str | 
         raise SqsError("InvalidParameterValue", "MessageSystemAttributes may hold only AWSTraceHeader (String).")
     size = len(body.encode("utf-8")) + attributes_size(attributes)
     if size > limit:
-        raise SqsError("InvalidParameterValue", "One or more parameters are invalid. "
-                       f"Reason: Message must be shorter than {limit} bytes.")
+        raise too_long(limit, in_batch)
     stored = stored_attributes(attributes)
     if dedup_id is not None:
         stored[DEDUP_ATTRIBUTE] = dedup_id

@@ -20,6 +20,10 @@ STANDARD_NAME_RULE = "Can only include alphanumeric characters, hyphens, or unde
 FIFO_NAME_RULE = ("The name of a FIFO queue can only include alphanumeric characters, hyphens, or underscores, "
                   "must end with .fifo suffix and be 1 to 80 in length.")
 
+# Amazon's two wordings of a number out of its range (InvalidParameterValue, "Reason: ...")
+BETWEEN = "Must be between {low} and {high}, if provided."  # MaxNumberOfMessages, and the rest
+BOUNDS = "Must be >= {low} and <= {high}, if provided."  # WaitTimeSeconds
+
 _SQS_NAME_RE = re.compile(rf"[A-Za-z0-9_-]{{1,{MAX_SQS_QUEUE_NAME}}}")
 _ACCOUNT_RE = re.compile(r"[A-Za-z0-9_-]{1,64}")
 _BATCH_ID_RE = re.compile(r"[A-Za-z0-9_-]{1,80}")
@@ -42,12 +46,14 @@ def required_string(params: Mapping[str, Any], key: str) -> str:
     return value
 
 
-def integer(params: Mapping[str, Any], key: str, low: int, high: int) -> int | None:
+def integer(params: Mapping[str, Any], key: str, low: int, high: int, wording: str = BETWEEN) -> int | None:
+    """``params[key]``, a whole number ``low``-``high``, else None; ``wording``
+    (:data:`BETWEEN`, :data:`BOUNDS`) is the reason Amazon gives for that parameter."""
     value = params.get(key)
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
-        raise invalid_parameter_value(key, str(value)[:40], f"Must be between {low} and {high}, if provided.")
+        raise invalid_parameter_value(key, str(value)[:40], wording.format(low=low, high=high))
     return value
 
 

@@ -116,9 +116,10 @@ def result_xml(action: str, result: dict[str, Any], request_id: str) -> str:
     if shape is not None:
         if action == "ReceiveMessage":
             result = deliverable(result)
-        out.append(f"<{action}Result>")
-        _members(out, result, shape)
-        out.append(f"</{action}Result>")
+        members: list[str] = []
+        _members(members, result, shape)
+        # an answer with no members is one empty element, as Amazon writes it (<ReceiveMessageResult/>)
+        out.append(f"<{action}Result>{''.join(members)}</{action}Result>" if members else f"<{action}Result/>")
     out.append(f"<ResponseMetadata><RequestId>{escape(request_id)}</RequestId></ResponseMetadata>"
                f"</{action}Response>")
     return "".join(out)
