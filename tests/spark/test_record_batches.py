@@ -98,3 +98,28 @@ def test_no_pandas_is_imported(tmp_path: Any) -> None:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, env=env)
     assert out.stdout.strip() == "False"
+
+
+def test_without_content_no_message_file_is_read(tmp_path: Any) -> None:
+    """Columns that are not the message's content come from the claim alone:
+    a batch of messages deleted since their claim is still built."""
+    queue = vsqs.Queue(str(tmp_path / "q"), create=True)
+    queue.publish_batch([b"a", b"b"])
+    claimed = queue.receive_batch(10, read_bodies=False)
+    for message in claimed:
+        queue.delete(message.receipt)
+    arrow = to_arrow_schema(StructType([SCHEMA["id"], SCHEMA["sent_at"], SCHEMA["body"]]), timezone="UTC")
+    batch = next(build(claimed, arrow, False))
+    assert batch.num_rows == 2 and batch.column("body").null_count == 2
+
+
+def test_a_null_among_values_is_a_null() -> None:
+    rows = [_Row(None), _Row(b"x"), _Row(b"")]
+    arrow = to_arrow_schema(StructType([SCHEMA["body"]]), timezone="UTC")
+    assert next(build(rows, arrow, True)).column("body").to_pylist() == [None, b"x", b""]  # type: ignore[arg-type]
+
+
+class _Row:
+    def __init__(self, body: bytes | None) -> None:
+        self.body = body
+        self.attributes: dict[str, str] = {}

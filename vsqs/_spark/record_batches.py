@@ -29,7 +29,7 @@ def record_batches(messages: list[Message], arrow: Any, content: bool) -> Iterat
     source's columns, in any order); ``content``: the bodies were read (else
     body, group and attributes are null). Usually one batch; more where the
     bodies would pass a column's 2 GiB."""
-    if _bytes(messages) <= MAX_BATCH_BYTES:
+    if not content or _bytes(messages) <= MAX_BATCH_BYTES:  # (without content, no bodies to read)
         yield _record_batch(messages, arrow, content)
         return
     start = 0
@@ -67,9 +67,9 @@ def _record_batch(messages: list[Message], arrow: Any, content: bool) -> Any:
         if not content:
             return pyarrow.nulls(count, kind)
         if name == "body":
-            return _strings([m.body or b"" for m in messages], kind)
+            return _nullable([m.body for m in messages], kind)
         if name == "group":
-            return _nullable_strings([m.group for m in messages], kind)
+            return _nullable([None if m.group is None else m.group.encode() for m in messages], kind)
         if name == "attributes":
             return _maps([m.attributes for m in messages], kind)
         raise AssertionError(name)  # read_columns let only known columns through
@@ -96,20 +96,21 @@ def _strings(values: Sequence[bytes] | bytes, kind: Any, width: int = 0) -> Any:
         kind, len(values), [None, _offsets(map(len, values)), pyarrow.py_buffer(b"".join(values))])
 
 
-def _nullable_strings(values: list[str | None], kind: Any) -> Any:
-    if all(value is None for value in values):
+def _nullable(values: list[bytes | None], kind: Any) -> Any:
+    """A string or binary array of ``values`` (encoded), None a null."""
+    nulls = values.count(None)
+    if nulls == len(values):
         return pyarrow.nulls(len(values), kind)
+    if not nulls:
+        return _strings(values, kind)  # type: ignore[arg-type]  # (no None in it)
     valid = bytearray((len(values) + 7) // 8)
-    encoded = []
     for index, value in enumerate(values):
-        if value is None:
-            encoded.append(b"")
-        else:
+        if value is not None:
             valid[index >> 3] |= 1 << (index & 7)
-            encoded.append(value.encode())
+    present = [b"" if value is None else value for value in values]
     return pyarrow.Array.from_buffers(
-        kind, len(values), [pyarrow.py_buffer(valid), _offsets(map(len, encoded)),
-                            pyarrow.py_buffer(b"".join(encoded))])
+        kind, len(values), [pyarrow.py_buffer(valid), _offsets(map(len, present)),
+                            pyarrow.py_buffer(b"".join(present))], null_count=nulls)
 
 
 def _numbers(code: str, values: list[int], kind: Any) -> Any:
