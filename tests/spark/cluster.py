@@ -1,4 +1,4 @@
-"""A Spark standalone cluster whose workers are two NFS client "hosts".
+"""A Spark standalone cluster whose workers are NFS client "hosts".
 
 Used by tests/spark/test_spark_cluster.py and scripts/bench_spark_cluster.py.
 
@@ -11,7 +11,9 @@ Used by tests/spark/test_spark_cluster.py and scripts/bench_spark_cluster.py.
   own connection and caches) is mounted over that same path. So the driver
   and each worker see one export at one path, through three clients: what
   three hosts mounting one NFS export are. The workers listen on 127.0.0.2,
-  127.0.0.3, ... and the master on 127.0.0.1.
+  127.0.0.3, ... and the master on 127.0.0.1. Given ``cpu_per_worker``,
+  each worker's processes (its NFS client, its JVMs, its Python workers)
+  share a CPU cgroup of that many cores, as a host of its own would.
 
 Everything is torn down by :meth:`NfsCluster.close`, even after a failure:
 every process left in a worker's mount namespace is killed (which also
@@ -40,12 +42,14 @@ CACHE_S = 3  # entry/attr/negative cache seconds on every client (as NFS actimeo
 CLIENT_OPTS = f"entry_timeout={CACHE_S},attr_timeout={CACHE_S},negative_timeout={CACHE_S},direct_io"
 STARTUP_TIMEOUT = 180.0  # seconds for a JVM to come up on a loaded machine (not a correctness bound)
 
-# A worker: mount its own NFS client over SPOOL (the driver's mount point,
+# A worker: join its CPU group if it has one (every process of the "host"
+# inherits it), mount its own NFS client over SPOOL (the driver's mount point,
 # inherited from the parent namespace), wait until the mount is there (the
 # device number of SPOOL changes), then run the Spark worker. Not exec'd, so
 # the client and the JVM are both this namespace's processes.
 _WORKER_SCRIPT = r"""
 set -u
+for procs in ${CPU_GROUP_PROCS:-}; do echo $$ >"$procs" || exit 7; done
 before=$(stat -c %d "$SPOOL")
 $NETNS_ENTER "$NFS_PYTHON" "$KIT/nfsfuse.py" "$NFS_URL" "$SPOOL" -o "$CLIENT_OPTS" \
     >"$CLIENT_LOG" 2>&1 </dev/null &
@@ -62,6 +66,87 @@ _NFS_START_TRIES = 3
 
 class ClusterUnavailable(Exception):
     """This machine cannot run the NFS cluster (the message says why)."""
+
+
+CGROUP = Path("/sys/fs/cgroup")
+CPU_PERIOD_US = 100_000
+
+
+class CpuGroup:
+    """A cgroup that holds its processes to ``cores`` of CPU (cgroup v2's
+    ``cpu.max``, else v1's ``cpu`` controller, with a ``cpuacct`` group
+    beside it where that hierarchy is apart): one host's worth of CPU on a
+    machine that runs several "hosts". It counts the CPU its processes used,
+    those gone included, and how long the cap held them back."""
+
+    def __init__(self, name: str, cores: float) -> None:
+        if cores <= 0:
+            raise ValueError(f"a CPU group needs some CPU, not {cores} cores")
+        quota = max(1000, round(cores * CPU_PERIOD_US))
+        self.v2 = (CGROUP / "cgroup.controllers").exists()
+        self.paths: list[Path] = []
+        try:
+            if self.v2:  # the cpu controller must be on for children
+                controllers = (CGROUP / "cgroup.subtree_control").read_text().split()
+                if "cpu" not in controllers:
+                    _write(CGROUP / "cgroup.subtree_control", "+cpu")
+                self._make(CGROUP / name)
+                _write(self.paths[0] / "cpu.max", f"{quota} {CPU_PERIOD_US}")
+            else:
+                self._make(CGROUP / "cpu" / name)
+                _write(self.paths[0] / "cpu.cfs_period_us", str(CPU_PERIOD_US))
+                _write(self.paths[0] / "cpu.cfs_quota_us", str(quota))
+                if not (self.paths[0] / "cpuacct.usage").exists():  # (cpuacct in a hierarchy of its own)
+                    self._make(CGROUP / "cpuacct" / name)
+        except BaseException:
+            self.remove()
+            raise
+        self.procs = " ".join(str(path / "cgroup.procs") for path in self.paths)  # (no spaces in the names)
+
+    def _make(self, path: Path) -> None:
+        path.mkdir()
+        self.paths.append(path)
+
+    def used(self) -> tuple[float, int, int]:
+        """Seconds of CPU its processes have used; the scheduling periods in
+        which they ran, and those in which the cap held them back."""
+        stat = dict(line.split() for line in (self.paths[0] / "cpu.stat").read_text().splitlines())
+        if self.v2:
+            seconds = int(stat["usage_usec"]) / 1e6
+        else:
+            seconds = int((self.paths[-1] / "cpuacct.usage").read_text()) / 1e9
+        return seconds, int(stat["nr_periods"]), int(stat["nr_throttled"])
+
+    def remove(self) -> None:
+        """Remove the group (once its processes are gone; a warning if some stay)."""
+        for path in reversed(self.paths):
+            for _ in range(50):
+                try:
+                    path.rmdir()
+                    break
+                except FileNotFoundError:
+                    break
+                except OSError:
+                    time.sleep(0.1)
+            else:
+                print(f"vsqs-cluster: CPU group {path} left behind: processes still in it", file=sys.stderr)
+
+
+def _write(path: Path, text: str) -> None:
+    with open(path, "w") as f:
+        f.write(text)
+
+
+def check_cpu_groups() -> None:
+    """Raise ClusterUnavailable where CPU groups cannot be made here."""
+    try:
+        group = CpuGroup(f"vsqs-check-{uuid.uuid4().hex[:6]}", 0.5)
+        try:
+            group.used()
+        finally:
+            group.remove()
+    except (OSError, KeyError) as error:
+        raise ClusterUnavailable(f"cannot make a CPU cgroup under {CGROUP}: {error}") from None
 
 
 def _free_port() -> int:
@@ -113,12 +198,19 @@ class NfsCluster:
     ``spool`` is the directory every host sees at the same path (put queues
     in it); ``master_url`` is what a SparkSession connects to. Workers are
     added with :meth:`add_worker` (the constructor adds ``workers``).
+    ``cpu_per_worker``: cores of CPU each worker "host" may use (all its
+    processes: its NFS client, its JVMs, its Python workers), so that
+    several fit on one machine as hosts of their own would.
     """
 
-    def __init__(self, root: Path, *, workers: int = 2, cores: int = 2, memory: str = "1g") -> None:
+    def __init__(self, root: Path, *, workers: int = 2, cores: int = 2, memory: str = "1g",
+                 cpu_per_worker: float | None = None) -> None:
         check_available()
+        if cpu_per_worker is not None:
+            check_cpu_groups()
         self.root = Path(root)
         self.cores = cores
+        self.cpu_per_worker = cpu_per_worker
         self.memory = memory
         self.nfs_base = self.root / "nfs"
         self.spool = self.nfs_base / "mntA"
@@ -134,6 +226,7 @@ class NfsCluster:
         self._conf.write_text("spark.master.rest.enabled false\n")
         self._master: subprocess.Popen[bytes] | None = None
         self._workers: list[tuple[subprocess.Popen[bytes], str | None]] = []
+        self._cpu_groups: list[CpuGroup] = []
         self._nfs_up = False
         self.master_url = ""
         try:
@@ -201,6 +294,10 @@ class NfsCluster:
             "CLIENT_LOG": str(self.logs / f"nfsclient{index}.log"),
             "SPARK_CLASS": self._spark_class(),
         }
+        if self.cpu_per_worker is not None:
+            group = CpuGroup(f"{self._netns}-w{index}", self.cpu_per_worker)
+            self._cpu_groups.append(group)
+            env["CPU_GROUP_PROCS"] = group.procs
         args = ["--host", host, "--cores", str(self.cores), "--memory", self.memory, "--webui-port", "0",
                 "--work-dir", str(self.root / f"work{index}"), "--properties-file", str(self._conf),
                 self.master_url]
@@ -220,6 +317,13 @@ class NfsCluster:
         self._workers.append((process, namespace))
         _wait_for(log, "Successfully registered with master", 1, process)
         return host
+
+    def cpu_used(self) -> tuple[float, int, int]:
+        """Seconds of CPU the capped workers' processes have used in all; the
+        scheduling periods they ran in, and those their caps held them back
+        in (zeros without ``cpu_per_worker``)."""
+        used = [group.used() for group in self._cpu_groups]
+        return sum(u[0] for u in used), sum(u[1] for u in used), sum(u[2] for u in used)
 
     @property
     def worker_count(self) -> int:
@@ -258,6 +362,9 @@ class NfsCluster:
         for process, namespace in self._workers:
             _stop(process, namespace)
         self._workers = []
+        for group in self._cpu_groups:
+            group.remove()
+        self._cpu_groups = []
         if self._master is not None:
             _stop(self._master, None)
             self._master = None
