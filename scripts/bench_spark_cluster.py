@@ -52,6 +52,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import statistics
 import sys
 import tempfile
@@ -221,6 +222,7 @@ def main() -> int:
 
     _report.add_markdown_option(parser)
     args = parser.parse_args()
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # (so that the cluster is stopped on the way out)
     workloads = [args.only] if args.only else ["stream", "process_queue"]
     counts = sorted(set(args.workers) | {1}, reverse=True)  # the largest first: it publishes every queue
     most = counts[0]
