@@ -144,9 +144,7 @@ class Framing:
                 self._body(data, at, end.end())
                 self._blank = 0
                 return end.end(), True
-            piece = data[at : at + room + 1]
-        else:
-            piece = data[at : at + room + 1]
+        piece = data[at : at + room + 1]  # (one byte past the bound tells a head too large)
         before = len(self._head)
         self._head += piece
         end = _HEAD_END.search(self._head, max(0, before - 2))  # (an end may begin in what came before)
