@@ -65,6 +65,39 @@ def test_triage_sorts_names_by_state():
     assert _format.group_of(key) == ""
 
 
+def test_triage_takes_names_in_flight_unparsed_and_parses_the_rest(monkeypatch):
+    key = "9-1795305501723584-892190c0ba724662"
+    in_flight = [f"{key[:-4]}{i:04x}.0000000000000300.1.0191cc303a5c" for i in range(3)]
+    parsed = []
+    parse = _format.parse_name
+
+    def counting(name):
+        parsed.append(name)
+        return parse(name)
+
+    monkeypatch.setattr(_format, "parse_name", counting)
+    expired = key + ".0000000000000100.1.0191cc303a5c"
+    shaped = [
+        "junk.0000000000000300.x",  # foreign, of the shape, time to come: kept hidden, parsed when it comes
+        "junk.0000000000000100.x",  # foreign, of the shape, time come: parsed, dropped
+        "junk.\uff10000000000000300.x",  # foreign, a non-ASCII digit: parsed, dropped
+    ]
+    found = _format.triage([*in_flight, expired, *shaped], 200)
+    assert parsed == [expired, *shaped[1:]]
+    assert found.hidden == [(300, name) for name in in_flight] + [(300, shaped[0])]
+    assert found.visible == [expired]
+
+
+def test_a_foreign_name_shaped_as_in_flight_is_never_delivered(tmp_path):
+    queue = vsqs.Queue(str(tmp_path / "q"), create=True)
+    queue.publish(b"one")
+    past, future = _format.now_us() - 1_000_000, _format.now_us() + 3_600_000_000
+    for until in (past, future):
+        (tmp_path / "q" / f"junk.{until:016d}.1.0191cc303a5c").write_bytes(b"not a message")
+    assert [m.body for m in queue.receive_batch(10)] == [b"one"]
+    assert queue.receive_batch(10, wait=0) == []
+
+
 # -- the bounded window --------------------------------------------------------------
 
 

@@ -172,17 +172,28 @@ def triage(names: Iterable[str], visible_from_us: int) -> Triage:
     Most entries of a deep queue are never-received ready names, ``STEM``
     with no dot: those are passed through unparsed (a foreign dotless name
     gets in too; whoever claims a name must parse it first, see
-    :func:`parse_name`). Every name with a dot, or with a group flag, is
-    parsed here.
+    :func:`parse_name`). A name shaped ``STEM.UNTIL.`` with no group flag
+    and an UNTIL still to come goes to ``hidden`` unparsed too: a queue whose
+    consumers hold many messages in flight lists them on every listing, and
+    nothing is claimed without being parsed first (a foreign name of that
+    shape is tried, and skipped, once its time comes). Every other name with
+    a dot, or with a group flag, is parsed here.
     """
     visible: list[str] = []
     hidden: list[tuple[int, str]] = []
     grouped: list[Name] = []
     writing: list[str] = []
     for name in names:
-        if "." not in name and "-g" not in name:  # no KEY holds a "g": only a group flag does
-            visible.append(name)
-            continue
+        if "-g" not in name:  # no KEY holds a "g": only a group flag does
+            if "." not in name:
+                visible.append(name)
+                continue
+            dot = name.find(".")
+            if name[dot + 17 : dot + 18] == ".":  # (a ready count has at most 9 digits)
+                until = name[dot + 1 : dot + 17]
+                if until.isdigit() and until.isascii() and (until_us := int(until)) > visible_from_us:
+                    hidden.append((until_us, name))
+                    continue
         parsed = parse_name(name)
         if parsed is None:
             continue
