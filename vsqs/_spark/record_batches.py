@@ -19,6 +19,7 @@ from typing import Any
 import pyarrow
 
 from vsqs import Message
+from vsqs._core.limits import MAX_HEADER_BYTES
 
 MAX_BATCH_BYTES = 2**31 - 1  # the bytes of one binary or string column (32-bit offsets)
 _IN_FLIGHT = b"in_flight"
@@ -29,7 +30,7 @@ def record_batches(messages: list[Message], arrow: Any, content: bool) -> Iterat
     source's columns, in any order); ``content``: the bodies were read (else
     body, group and attributes are null). Usually one batch; more where the
     bodies would pass a column's 2 GiB."""
-    if not content or _bytes(messages) <= MAX_BATCH_BYTES:  # (without content, no bodies to read)
+    if not content or _bytes_at_most(messages) <= MAX_BATCH_BYTES or _bytes(messages) <= MAX_BATCH_BYTES:
         yield _record_batch(messages, arrow, content)
         return
     start = 0
@@ -40,6 +41,12 @@ def record_batches(messages: list[Message], arrow: Any, content: bool) -> Iterat
             end += 1
         yield _record_batch(messages[start:end], arrow, content)
         start = end
+
+
+def _bytes_at_most(messages: list[Message]) -> int:
+    """A cheaper bound than :func:`_bytes`: a message's attributes come from
+    its header line, whose bytes their UTF-8 cannot pass."""
+    return sum(len(m.body or b"") for m in messages) + len(messages) * MAX_HEADER_BYTES
 
 
 def _bytes(messages: list[Message]) -> int:
