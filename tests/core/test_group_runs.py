@@ -197,6 +197,25 @@ def test_a_run_ends_where_the_listing_is_out_of_date(flat_queue):
     assert bodies(vsqs.Queue(queue.path).receive_batch(10, group_runs=True)) == ["g2", "g3"]
 
 
+def test_a_delayed_message_that_turns_visible_takes_no_run_kept_for_a_later_one(flat_queue, monkeypatch):
+    queue = flat_queue
+    queue.publish(b"x")
+    queue.publish(b"m1", group="g", delay=30)
+    queue.publish_batch([b"m2", b"m3", b"m4"], group="g")
+    # this handle lists the queue: g's candidate is m2 (m1 is delayed), with the run m3, m4
+    [first] = queue.receive_batch(1, group_runs=True)
+    assert first.body == b"x"
+    first.delete()
+    later = _format.now_us() + 31_000_000
+    monkeypatch.setattr(_format, "now_us", lambda: later)  # m1's delay is over; the cached listing promotes it
+    delivered = []
+    while got := queue.receive_batch(10, group_runs=True):
+        delivered += bodies(got)
+        for message in got:
+            message.delete()
+    assert delivered == ["m1", "m2", "m3", "m4"]
+
+
 def test_a_member_at_max_receives_goes_to_the_dead_letter_queue(queue):
     queue.configure(max_receives=1)
     publish(queue, "g", 3)

@@ -159,7 +159,10 @@ class Listing:
         """Move hidden names whose time has come to the visible heaps."""
         while self.hidden and self.hidden[0][0] + self._skew_us <= now:
             name = heapq.heappop(self.hidden)[1]
-            if _format.group_of(name):
+            if group := _format.group_of(name):
+                # back in its group's order, before the names kept as the run of the
+                # group's candidate: that run is not this name's
+                self.runs.pop(group, None)
                 heapq.heappush(self.grouped, (0, name))
             else:
                 heapq.heappush(self.visible, name)
