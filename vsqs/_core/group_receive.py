@@ -149,7 +149,7 @@ class GroupReceiver:
         if parsed.group_hash:
             with self._lock:
                 # (a listing again is paid for by a message moved out: bounded by the queue's depth)
-                return self._listing.skip_buried(parsed.group_hash) and bool(moved)
+                return self._listing.skip_removed(parsed.group_hash) and bool(moved)
         return False
 
     def _move(self, name: str, parsed: _format.Name, until: int, members: list[_Member]) -> bool:

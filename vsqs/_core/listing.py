@@ -167,11 +167,12 @@ class Listing:
             else:
                 heapq.heappush(self.visible, name)
 
-    def skip_buried(self, group: str) -> bool:
-        """The group's candidate went to the dead-letter queue: the next name of
-        its run (as listed) is its candidate now; if none was kept, list again
-        before the next candidate (the group's next message may come before it).
-        Whether the listing must be made for the group to go on."""
+    def skip_removed(self, group: str) -> bool:
+        """The group's candidate left the queue (moved to the dead-letter queue, or
+        removed past retention): the next name of its run (as listed) is its
+        candidate now; if none was kept, list again before the next candidate (the
+        group's next message may come before it). Whether the listing must be made
+        for the group to go on."""
         following = self.runs.pop(group, None)
         if following:
             heapq.heappush(self.grouped, (0, following[0]))

@@ -16,6 +16,7 @@ from typing import Any
 from vsqs._core import envelope as _envelope
 from vsqs._core import format as _format
 from vsqs._core import fs as _fs
+from vsqs._core import settings as _settings
 from vsqs._core.adapter_area import collect_area
 from vsqs._core.dead_letters import DeadLetters
 from vsqs._core.dedup import Reservations
@@ -301,8 +302,8 @@ class Maintenance:
         files went (see :meth:`Queue.collect_garbage`)."""
         grace = check_seconds(grace, "grace", math.inf)
         stage_grace = check_seconds(stage_grace, "stage_grace", math.inf)
-        retention = self._settings.current()["retention"]
         now = time.time()
+        kept_from = _settings.retained_from_us(self._settings.current()["retention"], _format.now_us(), self._skew_us)
         removed = 0
         present: set[str] = set()
         self._layout.rehome_strays(self._settings.mode)
@@ -312,7 +313,7 @@ class Maintenance:
                 present.add(name.key)
                 self._layout.report_damage(self._layout.message_file(entry), "not a regular file")
             elif name is not None and name.state is not State.WRITING:
-                if retention is not None and name.sent_us / 1e6 < now - retention:
+                if kept_from is not None and name.sent_us < kept_from:  # past retention
                     removed += _fs.unlink(self._layout.message_file(entry))
                 else:
                     present.add(name.key)

@@ -18,6 +18,7 @@ import asyncio
 import heapq
 import logging
 import math
+import stat
 import threading
 import time
 from collections.abc import Awaitable, Callable, Mapping
@@ -273,6 +274,24 @@ class Receiver:
                 due = min(due, now + (math.floor(wall / seconds) + 1) * seconds - wall)
         return (-1 if news else version), due
 
+    def _remove_past_retention(self, name: str, parsed: _format.Name) -> bool | None:
+        """Remove the candidate ``name``, past the queue's retention, as gc would:
+        a regular file is unlinked (a racer that claimed it first wins: the unlink
+        then finds nothing). Damage is never removed: ``None``, and the caller
+        goes on with it as with any candidate (claimed, then reported). For a
+        message of a group, its next message becomes the group's candidate; True
+        if the listing must be made again for that (see Listing.skip_removed)."""
+        path = self._store.layout.message_file(name)
+        status = _fs.lstat(path)
+        if status is not None:
+            if not stat.S_ISREG(status.st_mode):
+                return None
+            _fs.unlink(path)
+        if not parsed.group_hash:
+            return False
+        with self._lock:
+            return self._listing.skip_removed(parsed.group_hash)
+
     def claim(  # noqa: C901 - the receive hot path, kept in one function on purpose
         self, queue: Queue, limit: int, lease_us: int, read_bodies: bool, settings: Mapping[str, Any],
         group_runs: bool,
@@ -284,6 +303,11 @@ class Receiver:
         got: list[Message] = []
         failure: StorageError | None = None  # raised only if nothing else was claimed
         max_receives, throttle = settings["max_receives"], settings["throttle"]
+        # a message sent before kept_from (µs) is past retention: removed, never delivered (None: no retention).
+        # A group's messages after its candidate were sent after it: a candidate kept vouches for its run
+        kept_from = settings["retention"]
+        if kept_from is not None:
+            kept_from = _settings.retained_from_us(kept_from, _format.now_us(), self._skew_us)
         store = self._store
         layout, cache, lock, queue_id = store.layout, self._listing, self._lock, store.id
         prefix, locate, first_receive = layout.prefix, layout.locate, store.first_receive  # (format 3: -rFIRST)
@@ -313,6 +337,12 @@ class Receiver:
             parsed = _format.parse_name(name)  # the one parse of this name on its way out
             if parsed is None or parsed.state is State.WRITING:
                 continue  # a foreign name the listing passed through unparsed
+            if kept_from is not None and parsed.sent_us < kept_from:
+                removed = self._remove_past_retention(name, parsed)
+                if removed is not None:  # (None: damage, never removed: claimed and reported as before)
+                    if removed:  # its group's next is not in the listing: list again
+                        lists_left = max(lists_left, 1)
+                    continue
             if parsed.until_us and got:  # a lease that ran out (hidden): perhaps one this call gave
                 answered = answered or set()
                 answered.update(message.id for message in got[len(answered):])

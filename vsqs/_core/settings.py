@@ -234,6 +234,17 @@ def file_mode_of(settings: Mapping[str, Any]) -> int | None:
 OPERATIONS = ("publish", "receive", "delete")
 
 
+def retained_from_us(retention: float | None, now_us: int, skew_us: int = 0) -> int | None:
+    """The oldest SENT (epoch µs) a queue whose ``retention`` is that many seconds
+    keeps at ``now_us``; ``None`` for a queue without retention (it keeps all). A
+    message whose SENT is below it is past retention: never delivered, removed
+    (docs/FORMAT.md, Retention). ``skew_us``, the reader's clock-skew allowance, is
+    taken in the message's favour: a clock running ahead removes nothing early."""
+    if retention is None:
+        return None
+    return now_us - round(retention * 1_000_000) - skew_us
+
+
 def _operations(name: str, value: Any) -> list[str]:
     """A JSON array of operation names, in any order, repeats meaning nothing; read as sorted and distinct."""
     if not isinstance(value, list):
@@ -370,8 +381,10 @@ SCHEMA: dict[str, Setting] = {
         30.0, MAX_VISIBILITY_TIMEOUT, "seconds a received message stays hidden, when the receiver does not say"),
     "delay": _seconds_setting(
         0.0, MAX_DELAY, "seconds a published message stays hidden, when the publisher does not say"),
-    "retention": _seconds_setting(None, 10 * 366 * 86400.0, "messages sent longer ago than this are removed by gc",
-                                  positive=True),
+    "retention": _seconds_setting(
+        None, 10 * 366 * 86400.0,
+        "messages sent longer ago than this are never delivered: receives and gc remove them", positive=True,
+    ),
     "max_messages": _count_setting(
         None, 1, 10**12,
         "publish fails (`QueueFull`) if the queue would hold more messages than this (see Back-pressure)"),

@@ -1,0 +1,166 @@
+"""Retention at receive: a message sent longer ago than the queue's
+``retention`` is never delivered; the receive that meets it removes it, as
+gc would (docs/FORMAT.md, Retention).
+
+Messages are published at the real time; the receives then run with the
+wall clock the engine reads (``time.time``, ``time.time_ns``) stopped at a
+chosen moment (the ``clock`` fixture), to the microsecond: nothing here
+sleeps. No message is published while the clock is moved (send times
+strictly increase within a process: a publish ahead of time would leave
+later tests' send times ahead of the real clock).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+import pytest
+
+import vsqs
+from tests.conftest import message_files, message_names, message_path
+from vsqs._core import format as _format
+
+RETENTION = 60.0
+SECOND = 1_000_000
+
+
+class Clock:
+    """The engine's wall clock: the real one, or stopped at a moment (epoch µs)."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.stopped_ns: int | None = None
+        real_time, real_time_ns = time.time, time.time_ns
+        monkeypatch.setattr(time, "time", lambda: real_time() if self.stopped_ns is None else self.stopped_ns / 1e9)
+        monkeypatch.setattr(time, "time_ns", lambda: real_time_ns() if self.stopped_ns is None else self.stopped_ns)
+
+    def stop_at(self, epoch_us: int) -> None:
+        self.stopped_ns = epoch_us * 1000
+
+    def resume(self) -> None:
+        """The real clock again (to publish: see the module's docstring)."""
+        self.stopped_ns = None
+
+
+@pytest.fixture
+def clock(monkeypatch: pytest.MonkeyPatch) -> Clock:
+    return Clock(monkeypatch)
+
+
+def sent_us(message_id: str) -> int:
+    return _format.sent_us_of(message_id)
+
+
+def bodies(messages: list[vsqs.Message]) -> list[bytes | None]:
+    return [message.body for message in messages]
+
+
+def test_a_receive_removes_messages_past_retention_and_delivers_none(queue, clock):
+    queue.configure(retention=RETENTION)
+    *_, last = queue.publish_batch([b"old-1", b"old-2", b"old-3"])
+    clock.stop_at(sent_us(last) + round(RETENTION * SECOND) + 1)
+    assert queue.receive_batch(10) == []
+    assert message_files(queue.path) == {}  # removed by the receive, not left for gc
+    assert queue.stats().ready == 0
+
+
+def test_a_message_sent_at_the_retention_bound_is_delivered_one_after_it_is_not(queue, clock):
+    queue.configure(retention=RETENTION)
+    old, kept, newer = queue.publish_batch([b"old", b"kept", b"newer"])
+    clock.stop_at(sent_us(kept) + round(RETENTION * SECOND))  # "kept" is exactly as old as the retention
+    assert sent_us(old) < sent_us(kept) < sent_us(newer)
+    assert sorted(bodies(queue.receive_batch(10))) == [b"kept", b"newer"]  # (across shards: any order)
+    assert sorted(message_files(queue.path)) == sorted([kept, newer])  # in flight; "old" removed
+
+
+def test_a_message_whose_lease_runs_out_past_retention_does_not_come_back(queue, clock):
+    queue.configure(retention=RETENTION)
+    start = max(map(sent_us, queue.publish_batch([b"one", b"two"])))
+    clock.stop_at(start + SECOND)
+    [held] = queue.receive_batch(1, visibility_timeout=RETENTION)  # (across shards: either); held until start + 61 s
+    clock.stop_at(start + round(RETENTION * SECOND) + 1)  # both past retention, one in flight
+    assert queue.receive_batch(10) == []
+    assert sorted(message_files(queue.path)) == [held.id]  # in flight: its lease has not run out
+    clock.stop_at(start + round(RETENTION * SECOND) + SECOND)  # and now it has
+    assert queue.receive_batch(10) == []
+    assert message_files(queue.path) == {}
+    with pytest.raises(vsqs.StaleReceipt):
+        held.delete()
+
+
+def test_a_message_due_for_the_dead_letter_queue_past_retention_is_removed(tmp_path, clock):
+    queue = vsqs.Queue(tmp_path / "q", create=True)
+    queue.configure(retention=RETENTION, max_receives=1)
+    once = queue.publish(b"once")
+    clock.stop_at(sent_us(once) + 1)
+    assert bodies(queue.receive_batch(1, visibility_timeout=1)) == [b"once"]
+    clock.stop_at(sent_us(once) + round(RETENTION * SECOND) + 2 * SECOND)  # its lease ran out too
+    assert queue.receive_batch(10) == []
+    assert message_files(queue.path) == {}
+    assert message_files(queue.dead_letter_queue().path) == {}
+
+
+@pytest.mark.parametrize("runs", [False, True], ids=["one-a-group", "runs"])
+def test_a_group_whose_head_is_past_retention_goes_on_with_its_next(queue, clock, runs):
+    queue.configure(retention=RETENTION)
+    queue.publish(b"a-old", group="a")
+    queue.publish(b"b-old", group="b")
+    first, _ = queue.publish_batch([b"a-1", b"a-2"], group="a")
+    clock.stop_at(sent_us(first) + round(RETENTION * SECOND))  # the two heads past retention, a-1 not
+    got = queue.receive_batch(10, group_runs=runs)
+    assert bodies(got) == ([b"a-1", b"a-2"] if runs else [b"a-1"])
+    for message in got:
+        message.delete()
+    assert bodies(queue.receive_batch(10, group_runs=runs)) == ([] if runs else [b"a-2"])
+    assert len(message_files(queue.path)) == (0 if runs else 1)
+
+
+def test_a_group_member_back_from_flight_past_retention_lets_the_group_go_on(queue, clock):
+    queue.configure(retention=RETENTION)
+    clock.stop_at(sent_us(queue.publish(b"first", group="g")) + 1)
+    [first] = queue.receive_batch(1, visibility_timeout=1)
+    clock.resume()
+    second = queue.publish(b"second", group="g")
+    clock.stop_at(sent_us(second) + round(RETENTION * SECOND))  # "first" is back from flight, past retention
+    assert bodies(queue.receive_batch(10)) == [b"second"]
+    with pytest.raises(vsqs.StaleReceipt):
+        first.delete()
+
+
+def test_the_clock_skew_allowance_keeps_a_message_longer(tmp_path, clock):
+    vsqs.Queue(tmp_path / "q", create=True).configure(retention=RETENTION)
+    queue = vsqs.Queue(tmp_path / "q", clock_skew=5)
+    kept = queue.publish(b"kept")
+    clock.stop_at(sent_us(kept) + round((RETENTION + 5) * SECOND))  # past by this clock, not by one 5 s behind
+    assert bodies(queue.receive_batch(10, visibility_timeout=0)) == [b"kept"]
+    clock.stop_at(sent_us(kept) + round((RETENTION + 20) * SECOND))  # visible again (its lease + 5 s), and past
+    assert queue.receive_batch(10) == []
+    assert message_files(queue.path) == {}
+
+
+def test_without_retention_old_messages_are_delivered(queue, clock):
+    old = queue.publish(b"old")
+    clock.stop_at(sent_us(old) + 10 * 366 * 86400 * SECOND)
+    assert bodies(queue.receive_batch(10)) == [b"old"]
+
+
+def test_damage_past_retention_is_left_in_place(flat_queue, clock):
+    queue = flat_queue
+    queue.configure(retention=RETENTION)
+    key = queue.publish(b"placeholder")
+    [name] = [n for n in message_names(queue.path) if n.startswith(key)]
+    os.unlink(message_path(queue, name))
+    os.mkfifo(message_path(queue, name))  # damage named like a message
+    clock.stop_at(sent_us(key) + round(RETENTION * SECOND) + 1)
+    assert queue.receive_batch(10) == []
+    assert [n for n in message_names(queue.path) if n.startswith(key)]  # never removed
+
+
+def test_gc_keeps_a_message_within_the_clock_skew_allowance(tmp_path, clock):
+    vsqs.Queue(tmp_path / "q", create=True).configure(retention=RETENTION)
+    queue = vsqs.Queue(tmp_path / "q", clock_skew=5)
+    kept = queue.publish(b"kept")
+    clock.stop_at(sent_us(kept) + round((RETENTION + 5) * SECOND))
+    assert queue.collect_garbage() == 0
+    clock.stop_at(sent_us(kept) + round((RETENTION + 5) * SECOND) + 1)
+    assert queue.collect_garbage() == 1
