@@ -12,6 +12,7 @@ later tests' send times ahead of the real clock).
 
 from __future__ import annotations
 
+import errno
 import os
 import time
 
@@ -20,6 +21,10 @@ import pytest
 import vsqs
 from tests.conftest import message_files, message_names, message_path
 from vsqs._core import format as _format
+from vsqs._core import fs as _fs
+from vsqs._core import listing as _listing
+from vsqs._core import receiver as _receiver
+from vsqs._core.limits import MAX_MESSAGE_FILE
 
 RETENTION = 60.0
 SECOND = 1_000_000
@@ -164,3 +169,144 @@ def test_gc_keeps_a_message_within_the_clock_skew_allowance(tmp_path, clock):
     assert queue.collect_garbage() == 0
     clock.stop_at(sent_us(kept) + round((RETENTION + 5) * SECOND) + 1)
     assert queue.collect_garbage() == 1
+
+
+# What a review found (each of these failed before its fix)
+
+
+def past_retention_from(message_id: str) -> int:
+    """The first moment (epoch µs) at which ``message_id`` is past retention and
+    anything sent after it is not."""
+    return sent_us(message_id) + round(RETENTION * SECOND) + 1
+
+
+def count_listings(monkeypatch: pytest.MonkeyPatch, queue: vsqs.Queue, most: int) -> list[int]:
+    """Count the handle's listings; one past ``most`` fails the receive (a spin)."""
+    listing = queue._receiver._listing
+    relist, made = listing.relist, [0]
+
+    def counted(now: int) -> None:
+        made[0] += 1
+        if made[0] > most:
+            raise AssertionError(f"more than {most} listings in one receive: a spin")
+        relist(now)
+
+    monkeypatch.setattr(listing, "relist", counted)
+    return made
+
+
+@pytest.mark.parametrize("from_flight", [False, True], ids=["listed", "back-from-flight"])
+def test_a_stray_past_retention_does_not_make_a_receive_spin(tmp_path, clock, monkeypatch, from_flight):
+    # a group's message past retention outside its shard: the receive's lstat at its home finds
+    # nothing, as when a racer took it; that must not make it list again (and meet it again) forever
+    queue = vsqs.Queue(tmp_path / "q", create=True, shards=2)
+    queue.configure(retention=RETENTION)
+    key = queue.publish(b"old", group="g")
+    handle = vsqs.Queue(tmp_path / "q")
+    if from_flight:  # the handle's cache holds it: a candidate again when its lease runs out
+        clock.stop_at(sent_us(key) + 1)
+        assert bodies(handle.receive_batch(1, visibility_timeout=1)) == [b"old"]
+    shards = tmp_path / "q" / "shards"
+    [(home, name)] = [(d, n) for d in os.listdir(shards) for n in os.listdir(shards / d) if n.startswith(key)]
+    [other] = [d for d in os.listdir(shards) if d != home]
+    os.rename(shards / home / name, shards / other / name)  # a stray (by hand, or a tool: gc takes it home)
+    clock.stop_at(past_retention_from(key) + 2 * SECOND)
+    made = count_listings(monkeypatch, handle, 4)
+    assert handle.receive_batch(10, wait=0) == []
+    assert made[0] <= 2  # (one round of the two shards)
+
+
+@pytest.mark.parametrize("from_flight", [False, True], ids=["listed", "back-from-flight"])
+def test_a_head_past_retention_that_cannot_be_looked_at_fails_no_other_and_does_not_spin(
+    queue, clock, monkeypatch, from_flight
+):
+    queue.configure(retention=RETENTION)
+    broken = queue.publish(b"old", group="g")
+    queue.publish(b"fresh", group="h")
+    handle = vsqs.Queue(queue.path)
+    if from_flight:  # the handle's cache holds it: a candidate again when its lease runs out
+        clock.stop_at(sent_us(broken) + 1)
+        assert sorted(bodies(handle.receive_batch(2, visibility_timeout=0))) == [b"fresh", b"old"]
+    real_lstat = _fs._lstat
+
+    def failing(path: str) -> os.stat_result | None:
+        if os.path.basename(path).startswith(broken):
+            raise OSError(errno.EIO, "Input/output error", path)  # as ext4 answers for a corrupt inode
+        return real_lstat(path)
+
+    monkeypatch.setattr(_fs, "_lstat", failing)
+    clock.stop_at(past_retention_from(broken))  # (its lease ran out, "fresh" is within retention)
+    count_listings(monkeypatch, handle, 8)
+    assert bodies(handle.receive_batch(10, wait=0)) == [b"fresh"]  # the failure is not "removed by a racer"
+    with pytest.raises(vsqs.StorageError, match="Input/output error"):  # nothing else: the failure is told
+        handle.receive_batch(10, wait=0)
+    assert [n for n in message_names(queue.path) if n.startswith(broken)]  # left in place
+
+
+def test_removals_let_a_receive_list_again_and_find_a_message_past_its_window(queue, clock, monkeypatch):
+    monkeypatch.setattr(_listing, "WINDOW", 10)  # (a deep queue's 100,000, made small)
+    queue.configure(retention=RETENTION)
+    *_, last_old = queue.publish_batch([b"old"] * 30)
+    queue.publish(b"fresh")
+    clock.stop_at(past_retention_from(last_old))
+    handle = vsqs.Queue(queue.path)
+    assert bodies(handle.receive_batch(10, wait=0)) == [b"fresh"]
+    assert len(message_files(queue.path)) == 1
+
+
+@pytest.mark.parametrize("group", [None, "g"], ids=["no-group", "group"])
+def test_a_receive_removes_a_bounded_number_past_retention_and_lists_once_for_a_group(
+    flat_queue, clock, monkeypatch, group
+):
+    queue = flat_queue  # (sharded, a call that stops at its first claim may have met fewer: the bound is the same)
+    # (raising=False: without the bound, the test fails at its assertions, not at its set-up)
+    monkeypatch.setattr(_listing, "REMOVALS_PER_CALL", 10, raising=False)
+    monkeypatch.setattr(_receiver, "REMOVALS_PER_CALL", 10, raising=False)
+    queue.configure(retention=RETENTION)
+    *_, last_old = queue.publish_batch([b"old"] * 30, group=group)
+    queue.publish(b"fresh", group=group)
+    clock.stop_at(past_retention_from(last_old))
+    handle = vsqs.Queue(queue.path)
+    made = count_listings(monkeypatch, handle, 50)
+    assert bodies(handle.receive_batch(1, wait=0)) == [b"fresh"]
+    assert len(message_files(queue.path)) == 21  # ten removed, the rest skipped (never delivered), "fresh" in flight
+    if group:
+        assert made[0] == 1  # the group's members past retention cost no listing each
+    assert handle.receive_batch(10, wait=0) == []
+    assert len(message_files(queue.path)) == 11
+    assert queue.collect_garbage() == 10
+
+
+def test_a_failed_removal_does_not_strand_what_the_receive_claimed(flat_queue, clock, monkeypatch):
+    queue = flat_queue
+    queue.configure(retention=RETENTION)
+    old = queue.publish(b"old", priority=0)
+    queue.publish(b"fresh, urgent", priority=9)  # first in delivery order: claimed before "old" is met
+    real_unlink = _fs.unlink
+
+    def failing(path: str) -> bool:
+        if os.path.basename(path).startswith(old):
+            raise vsqs.StorageError(errno.EIO, "cannot delete message file: Input/output error", path)
+        return real_unlink(path)
+
+    monkeypatch.setattr(_fs, "unlink", failing)
+    clock.stop_at(past_retention_from(old))
+    assert bodies(queue.receive_batch(10)) == [b"fresh, urgent"]  # not raised: its receipt is the caller's
+    assert [n for n in message_names(queue.path) if n.startswith(old)]
+    with pytest.raises(vsqs.StorageError, match="Input/output error"):  # nothing else: the failure is told
+        queue.receive_batch(10)
+
+
+def test_a_file_too_large_for_a_message_past_retention_is_damage_never_removed(flat_queue, clock):
+    queue = flat_queue
+    queue.configure(retention=RETENTION)
+    key = queue.publish(b"x")
+    [name] = [n for n in message_names(queue.path) if n.startswith(key)]
+    os.truncate(message_path(queue, name), MAX_MESSAGE_FILE + 1)  # sparse: damage (docs/FORMAT.md, Damage)
+    clock.stop_at(past_retention_from(key))
+    assert queue.collect_garbage() == 0
+    assert queue.receive_batch(10) == []  # claimed as any damage, then reported: not removed
+    assert queue.collect_garbage() == 0  # in flight now: gc leaves it too
+    [left] = [n for n in message_names(queue.path) if n.startswith(key)]
+    assert os.path.getsize(message_path(queue, left)) == MAX_MESSAGE_FILE + 1
+

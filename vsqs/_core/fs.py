@@ -836,6 +836,30 @@ def lstat(path: str) -> os.stat_result | None:
         return None
 
 
+def lstat_message(path: str) -> os.stat_result | None:
+    """``lstat`` of the message file ``path``; None only if it is not there (a racer
+    took it): any other failure (EIO, ESTALE, EACCES...) raises StorageError, so
+    that a caller never takes a file it could not look at for one that is gone."""
+    try:
+        return _lstat(path)
+    except OSError as exc:
+        raise storage_error(exc, "cannot stat message file", path) from exc
+
+
+def remove_expired(path: str) -> bool | None:
+    """Remove the message file ``path``, past its queue's retention (Retention in
+    docs/FORMAT.md): True if this call unlinked it, False if it was not there (a
+    racer took it), None if it is damage, never removed: no regular file, or one
+    larger than MAX_MESSAGE_FILE. Any failure to look at it or unlink it raises
+    StorageError."""
+    status = lstat_message(path)
+    if status is None:
+        return False
+    if not stat.S_ISREG(status.st_mode) or status.st_size > MAX_MESSAGE_FILE:
+        return None
+    return unlink(path)
+
+
 def _identity(fd: int) -> tuple[int, int] | None:
     """(device, inode) of the open ``fd``, None if it is not open (closed behind our back)."""
     try:

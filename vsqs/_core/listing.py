@@ -16,6 +16,7 @@ from collections.abc import Callable
 from typing import Any
 
 from vsqs._core import format as _format
+from vsqs._core import settings as _settings
 from vsqs._core.format import State
 from vsqs._core.groups import GroupLeases
 from vsqs._core.layout import Layout
@@ -44,6 +45,11 @@ WINDOW = 100_000
 # again before its cache runs dry (see skip_ahead), so a receive returns nothing
 # only if every name of its latest listing was tried.
 SKIP_AFTER_LOSS = 16
+# At most this many messages past retention (see Retention in docs/FORMAT.md) are
+# removed by one receive call, and kept for it by one listing: a receive that
+# meets more skips the rest (never delivered) and leaves them to the next call or
+# gc, so that a ``wait=0`` receive costs bounded work however many there are.
+REMOVALS_PER_CALL = 1_000
 
 
 class Listing:
@@ -61,11 +67,13 @@ class Listing:
         skew_us: int,
         group_limit: Callable[[], int],
         window: int | None = None,
+        retention: Callable[[], float | None] = lambda: None,
     ) -> None:
         self._layout = layout
         self._groups = groups
         self._skew_us = skew_us
         self._group_limit = group_limit  # the queue's group_concurrency now
+        self._retention = retention  # the queue's retention now
         self.window = WINDOW if window is None else window  # (the module's, looked up now: a test seam)
         self._groups_seen = False
         self.runs_wanted = False  # keep each group's next names (runs): once a receive asked for runs
@@ -98,6 +106,9 @@ class Listing:
         self.skipped = False  # names of this listing were dropped after a lost race: list again when out
         self.freed = False  # this handle freed a group's slot since the listing: list again when out
         self.published = False  # this handle published since the listing: list again when out
+        # members of groups past retention the listing met before their group's candidate
+        # (never candidates): the receive that made the listing removes them
+        self.expired: list[str] = []
 
     def next_candidate(self, may_list: bool = True) -> str | None:
         """The next name to try to claim (not yet validated). The directory is
@@ -256,6 +267,7 @@ class Listing:
         if self.watch is not None:  # what the watch told before this listing, the listing shows
             self.watch_epoch, self.watch_version = self.watch.mark()
         self.runs = {}
+        self.expired = []
         found, grouped, more_shards = self._list(now)
         visible, _ = first_messages(found.visible, self.window)  # (names left out: listed again when out)
         kept_grouped = first(grouped, self.window)
@@ -292,11 +304,12 @@ class Listing:
         are kept too (their visible names are not: by then they were all
         foreign, or strays of other shards)."""
         visible_from = now - self._skew_us
+        kept_from = _settings.retained_from_us(self._retention(), now, self._skew_us)
         passed = _format.Triage([], [], [], [])
         candidates: list[tuple[int, str]] = []
         for names, is_home in self._layout.receive_round():
             found = _format.triage(names, visible_from)
-            grouped = self._group_candidates(found.grouped, now, found.hidden) if found.grouped else []
+            grouped = self._group_candidates(found.grouped, now, found.hidden, kept_from) if found.grouped else []
             if is_home is None:
                 return found, grouped, False
             candidates.extend(grouped)
@@ -311,9 +324,15 @@ class Listing:
         return passed, candidates, False
 
     def _group_candidates(
-        self, members_of_groups: list[_format.Name], now: int, hidden: list[tuple[int, str]]
+        self, members_of_groups: list[_format.Name], now: int, hidden: list[tuple[int, str]],
+        kept_from: int | None = None,
     ) -> list[tuple[int, str]]:
-        """Each group's next messages in order, as many as it has free slots."""
+        """Each group's next messages in order, as many as it has free slots. A
+        member past retention (SENT before ``kept_from``) is never a candidate: the
+        group's next one is, and the member is kept in ``expired`` for removal
+        (up to REMOVALS_PER_CALL a listing), so a group whose head ran out of
+        retention costs no listing per member."""
+        expired = self.expired
         groups: dict[str, list[_format.Name]] = {}
         for name in members_of_groups:
             groups.setdefault(name.group_hash, []).append(name)
@@ -339,6 +358,10 @@ class Listing:
                     if len(run) >= MAX_RUN - 1 or room <= 0:
                         break
                     room -= 1
+                    continue
+                if kept_from is not None and m.sent_us < kept_from:  # past retention (its slots held or not)
+                    if len(expired) < REMOVALS_PER_CALL:
+                        expired.append(str(m))
                     continue
                 if free <= 0:
                     break

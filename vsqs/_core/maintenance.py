@@ -314,7 +314,11 @@ class Maintenance:
                 self._layout.report_damage(self._layout.message_file(entry), "not a regular file")
             elif name is not None and name.state is not State.WRITING:
                 if kept_from is not None and name.sent_us < kept_from:  # past retention
-                    removed += _fs.unlink(self._layout.message_file(entry))
+                    gone = _fs.remove_expired(self._layout.message_file(entry))
+                    if gone is None:  # damage after all (over MAX_MESSAGE_FILE, or replaced): never removed
+                        present.add(name.key)
+                        self._layout.report_damage(self._layout.message_file(entry), "not a regular file, or too large")
+                    removed += bool(gone)
                 else:
                     present.add(name.key)
             elif name is not None:

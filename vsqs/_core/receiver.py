@@ -18,7 +18,6 @@ import asyncio
 import heapq
 import logging
 import math
-import stat
 import threading
 import time
 from collections.abc import Awaitable, Callable, Mapping
@@ -28,6 +27,7 @@ from vsqs._core import envelope as _envelope
 from vsqs._core import format as _format
 from vsqs._core import fs as _fs
 from vsqs._core import hub as _hub
+from vsqs._core import retention as _retention
 from vsqs._core import settings as _settings
 from vsqs._core import wakeup as _wakeup
 from vsqs._core.dead_letters import DeadLetters
@@ -36,7 +36,7 @@ from vsqs._core.format import SlotRef, State
 from vsqs._core.group_receive import GroupReceiver
 from vsqs._core.groups import GroupLeases
 from vsqs._core.limits import MAX_RECEIVE_BYTES, MAX_VISIBILITY_TIMEOUT, MAX_WAIT
-from vsqs._core.listing import Listing
+from vsqs._core.listing import REMOVALS_PER_CALL, Listing
 from vsqs._core.message import Message, to_us
 from vsqs._core.metadata import Store
 from vsqs._core.receipts import HeldMessages, IssuedReceipts
@@ -70,7 +70,8 @@ class Receiver:
         self._lock = lock  # the handle's: it guards the listing, and the group leases (gc sweeps them too)
         self._groups = groups
         self._skew_us = skew_us
-        self._listing = Listing(store.layout, groups, skew_us, lambda: settings.current()["group_concurrency"])
+        self._listing = Listing(store.layout, groups, skew_us, lambda: settings.current()["group_concurrency"],
+                                retention=lambda: settings.current()["retention"])
         self.listing = self._listing  # the queue's publishes mark it (Listing.published)
         self._receipts = receipts
         self._throttle = throttle
@@ -274,24 +275,6 @@ class Receiver:
                 due = min(due, now + (math.floor(wall / seconds) + 1) * seconds - wall)
         return (-1 if news else version), due
 
-    def _remove_past_retention(self, name: str, parsed: _format.Name) -> bool | None:
-        """Remove the candidate ``name``, past the queue's retention, as gc would:
-        a regular file is unlinked (a racer that claimed it first wins: the unlink
-        then finds nothing). Damage is never removed: ``None``, and the caller
-        goes on with it as with any candidate (claimed, then reported). For a
-        message of a group, its next message becomes the group's candidate; True
-        if the listing must be made again for that (see Listing.skip_removed)."""
-        path = self._store.layout.message_file(name)
-        status = _fs.lstat(path)
-        if status is not None:
-            if not stat.S_ISREG(status.st_mode):
-                return None
-            _fs.unlink(path)
-        if not parsed.group_hash:
-            return False
-        with self._lock:
-            return self._listing.skip_removed(parsed.group_hash)
-
     def claim(  # noqa: C901 - the receive hot path, kept in one function on purpose
         self, queue: Queue, limit: int, lease_us: int, read_bodies: bool, settings: Mapping[str, Any],
         group_runs: bool,
@@ -321,6 +304,11 @@ class Receiver:
         held = 0  # bytes of the bodies read so far (see MAX_RECEIVE_BYTES)
         answered: set[str] | None = None  # ids of ``got[:len(answered)]``, once a lease that ran out is met
         again: list[tuple[str, int]] = []  # this call's own claims met again: back in the cache when it ends
+        # messages past retention this call may remove (a receive's work stays bounded however many
+        # there are: the rest are skipped, never delivered, and left to the next call or gc)
+        removals = REMOVALS_PER_CALL
+        expired: list[str] = []  # group members past retention the call's listings met (never candidates)
+        gone = 0  # messages past retention this call removed
         while len(got) < limit:
             with lock:
                 if cache.visible and not (cache.hidden or cache.grouped) and time.monotonic() < cache.stale_at:
@@ -332,16 +320,26 @@ class Receiver:
                         # a listing that went round every shard has seen them all: no more this call
                         lists_left = lists_left - 1 if cache.rest_of_round else 0
                         again.clear()  # (in the new listing, if still there: kept once)
+                        if cache.expired:  # members of groups past retention: removed when the call ends
+                            expired.extend(cache.expired)
+                            cache.expired = []
             if name is None:
                 break
             parsed = _format.parse_name(name)  # the one parse of this name on its way out
             if parsed is None or parsed.state is State.WRITING:
                 continue  # a foreign name the listing passed through unparsed
-            if kept_from is not None and parsed.sent_us < kept_from:
-                removed = self._remove_past_retention(name, parsed)
-                if removed is not None:  # (None: damage, never removed: claimed and reported as before)
-                    if removed:  # its group's next is not in the listing: list again
-                        lists_left = max(lists_left, 1)
+            if kept_from is not None and parsed.sent_us < kept_from:  # past retention: never delivered
+                if not removals:
+                    continue  # this call's removals are spent: left to the next call or gc
+                outcome = _retention.remove_candidate(layout, lock, cache, name, parsed)
+                if outcome is not None:  # (None: damage, never removed: claimed and reported as before)
+                    removals -= 1
+                    if outcome is True:  # it went: as after a claim, the call may list again
+                        gone += 1
+                        cache.claimed += 1
+                        lists_left = fruitless
+                    elif outcome is not False:
+                        failure = failure or outcome
                     continue
             if parsed.until_us and got:  # a lease that ran out (hidden): perhaps one this call gave
                 answered = answered or set()
@@ -420,6 +418,12 @@ class Receiver:
             with lock:
                 for name, until_us in again:
                     cache.remember(name, until_us)
+        if kept_from is not None:
+            if expired:
+                removed, failed = _retention.remove_listed(layout, expired[:removals])
+                gone, failure = gone + removed, failure or failed
+            if gone:
+                log.debug("queue %s: a receive removed %d messages past retention", _fs.shown(layout.path), gone)
         if failure is not None and not got:
             raise failure
         return got
