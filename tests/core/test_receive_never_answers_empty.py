@@ -212,8 +212,8 @@ def test_own_publish_during_another_threads_listing_is_taken(queue, slow_listing
     real_list = Listing._list
     armed = [True]
 
-    def listing_with_a_publish_meanwhile(self, now):
-        found = real_list(self, now)  # the directories read: the message is not in them
+    def listing_with_a_publish_meanwhile(self, *args):
+        found = real_list(self, *args)  # the directories read: the message is not in them
         if armed[0]:
             armed[0] = False
             other = threading.Thread(target=queue.publish, args=(b"mine",))  # thread B, same handle

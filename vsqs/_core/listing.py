@@ -268,8 +268,12 @@ class Listing:
             self.watch_epoch, self.watch_version = self.watch.mark()
         self.runs = {}
         self.expired = []
-        found, grouped, more_shards = self._list(now)
-        visible, _ = first_messages(found.visible, self.window)  # (names left out: listed again when out)
+        kept_from = _settings.retained_from_us(self._retention(), now, self._skew_us)
+        found, grouped, more_shards = self._list(now, kept_from)
+        ready = found.visible
+        if kept_from is not None and len(ready) > self.window:
+            ready = self._without_expired(ready, kept_from)
+        visible, _ = first_messages(ready, self.window)  # (names left out: listed again when out)
         kept_grouped = first(grouped, self.window)
         hidden = first(found.hidden, self.window)  # the soonest to turn visible; later ones wait for a listing
         if found.writing and time.monotonic() - self._orphans_swept_at > SWEEP_EVERY:
@@ -294,7 +298,26 @@ class Listing:
         self.cost = self.listed_at - started
         self.stale_at = self.listed_at + max(MAX_AGE, AGE_FACTOR * self.cost)
 
-    def _list(self, now: int) -> tuple[_format.Triage, list[tuple[int, str]], bool]:
+    def _without_expired(self, names: list[str], kept_from: int) -> list[str]:
+        """``names`` (ready, ungrouped) without those past retention (SENT before
+        ``kept_from``), when there are more than the window holds: the oldest sort
+        first, and would fill the window while a message retained waits behind
+        them. Up to REMOVALS_PER_CALL of them are kept in ``expired`` for removal,
+        the rest wait for a later listing or gc (a foreign name of their shape is
+        dropped too: it is never delivered)."""
+        oldest = f"{kept_from:016d}"  # (SENT is 16 digits at [2:18]: compared as text, as a number)
+        expired = self.expired
+        kept: list[str] = []
+        for name in names:
+            if name[2:18] >= oldest:
+                kept.append(name)
+            elif len(expired) < REMOVALS_PER_CALL:
+                parsed = _format.parse_name(name)
+                if parsed is not None and parsed.state is not State.WRITING and parsed.sent_us < kept_from:
+                    expired.append(name)
+        return kept
+
+    def _list(self, now: int, kept_from: int | None) -> tuple[_format.Triage, list[tuple[int, str]], bool]:
         """One listing sorted out for receive: the names by state, the groups'
         candidates, and whether other shards may hold more.
 
@@ -304,7 +327,6 @@ class Listing:
         are kept too (their visible names are not: by then they were all
         foreign, or strays of other shards)."""
         visible_from = now - self._skew_us
-        kept_from = _settings.retained_from_us(self._retention(), now, self._skew_us)
         passed = _format.Triage([], [], [], [])
         candidates: list[tuple[int, str]] = []
         for names, is_home in self._layout.receive_round():
@@ -354,6 +376,8 @@ class Listing:
                         hidden.append((m.until_us, str(m)))
                     continue  # in flight, or delayed: not yet in the group's order
                 if run is not None:  # the names after a lone slot's candidate (see take_run)
+                    if kept_from is not None and m.sent_us < kept_from:
+                        break  # past retention (its name of another priority than its candidate's)
                     run.append(str(m))
                     if len(run) >= MAX_RUN - 1 or room <= 0:
                         break

@@ -279,12 +279,17 @@ class Maintenance:
 
     def requeue_expired(self) -> int:
         """Make every hidden message whose time has come ready again, and move
-        those received ``max_receives`` times to the dead-letter queue; how many moved."""
+        those received ``max_receives`` times to the dead-letter queue; how many
+        moved. A message past retention is neither: it is gc's to remove."""
         now = _format.now_us()
-        max_receives = self._settings.current()["max_receives"]
+        settings = self._settings.current()
+        max_receives = settings["max_receives"]
+        kept_from = _settings.retained_from_us(settings["retention"], now, self._skew_us)
         moved = 0
         for name in self._layout.names():
             if name.state is State.WRITING or self.state_of(name, now) != "ready":
+                continue
+            if kept_from is not None and name.sent_us < kept_from:
                 continue
             if max_receives is not None and name.receive_count >= max_receives:
                 moved += self._dead_letters.bury(name)
