@@ -356,9 +356,8 @@ def test_a_redriven_message_starts_its_retention_again(tmp_path, clock):
 
 @pytest.mark.parametrize("wait", [0, 5], ids=["no-wait", "long-poll"])
 def test_a_message_behind_more_past_retention_than_a_window_and_a_call_removes_is_delivered(
-    flat_queue, clock, monkeypatch, wait
+    queue, clock, monkeypatch, wait
 ):
-    queue = flat_queue
     monkeypatch.setattr(_listing, "WINDOW", 10)  # (a deep queue's 100,000, made small)
     monkeypatch.setattr(_listing, "REMOVALS_PER_CALL", 10)
     monkeypatch.setattr(_receiver, "REMOVALS_PER_CALL", 10)
@@ -368,4 +367,4 @@ def test_a_message_behind_more_past_retention_than_a_window_and_a_call_removes_i
     clock.stop_at(past_retention_from(last_old))
     handle = vsqs.Queue(queue.path)
     assert bodies(handle.receive_batch(1, wait=wait)) == [b"fresh"]
-    assert len(message_files(queue.path)) == 31  # ten removed, the rest skipped (never delivered)
+    assert len(message_files(queue.path)) >= 31  # at most ten removed (sharded: those of the shards met)

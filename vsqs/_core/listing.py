@@ -270,10 +270,7 @@ class Listing:
         self.expired = []
         kept_from = _settings.retained_from_us(self._retention(), now, self._skew_us)
         found, grouped, more_shards = self._list(now, kept_from)
-        ready = found.visible
-        if kept_from is not None and len(ready) > self.window:
-            ready = self._without_expired(ready, kept_from)
-        visible, _ = first_messages(ready, self.window)  # (names left out: listed again when out)
+        visible, _ = first_messages(found.visible, self.window)  # (names left out: listed again when out)
         kept_grouped = first(grouped, self.window)
         hidden = first(found.hidden, self.window)  # the soonest to turn visible; later ones wait for a listing
         if found.writing and time.monotonic() - self._orphans_swept_at > SWEEP_EVERY:
@@ -331,6 +328,8 @@ class Listing:
         candidates: list[tuple[int, str]] = []
         for names, is_home in self._layout.receive_round():
             found = _format.triage(names, visible_from)
+            if kept_from is not None and len(found.visible) > self.window:  # (before a shard is judged empty)
+                found = found._replace(visible=self._without_expired(found.visible, kept_from))
             grouped = self._group_candidates(found.grouped, now, found.hidden, kept_from) if found.grouped else []
             if is_home is None:
                 return found, grouped, False

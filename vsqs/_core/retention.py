@@ -43,15 +43,20 @@ def remove_candidate(
 
 
 def remove_listed(layout: Layout, names: list[str]) -> tuple[int, StorageError | None]:
-    """Remove ``names``: members of groups past retention that a listing met in
-    their group's order (Listing.expired: never candidates, their groups go on
-    without them); damage stays. How many this call unlinked, and the first
-    failure, if any (the rest go on)."""
+    """Remove ``names``, past retention, that a listing kept aside (Listing.expired:
+    members of groups, met in their group's order, and ready names it left out of
+    its window; never candidates); damage stays, reported. How many this call
+    unlinked, and the first failure, if any (the rest go on)."""
     failure: StorageError | None = None
     removed = 0
     for name in names:
+        path = layout.message_file(name)
         try:
-            removed += bool(_fs.remove_expired(layout.message_file(name)))
+            gone = _fs.remove_expired(path)
         except StorageError as exc:
             failure = failure or exc
+            continue
+        if gone is None:
+            layout.report_damage(path, "not a regular file, or too large")
+        removed += bool(gone)
     return removed, failure
