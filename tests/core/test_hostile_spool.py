@@ -375,6 +375,18 @@ def test_purge_stats_and_messages_leave_a_fifo_alone(queue):
     assert stat.S_ISFIFO(os.lstat(fifo).st_mode)
 
 
+def test_purge_leaves_a_file_too_large_for_a_message(queue, caplog):
+    key = queue.publish(b"x")
+    [name] = [n for n in message_names(queue.path) if n.startswith(key)]
+    os.truncate(message_path(queue, name), MAX_MESSAGE_FILE + 1)  # sparse: damage (docs/FORMAT.md, Damage)
+    queue.publish(b"a")
+    caplog.set_level(logging.WARNING, logger="vsqs")
+    assert queue.purge() == 1
+    assert os.path.getsize(message_path(queue, name)) == MAX_MESSAGE_FILE + 1
+    assert queue.purge([key]) == 0
+    assert len(_damage_warnings(caplog)) == 1
+
+
 @pytest.mark.parametrize("kind", ["directory", "fifo"])
 def test_gc_skips_entries_that_are_not_messages(queue, kind):
     name = _old_name()

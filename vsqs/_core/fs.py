@@ -846,12 +846,12 @@ def lstat_message(path: str) -> os.stat_result | None:
         raise storage_error(exc, "cannot stat message file", path) from exc
 
 
-def remove_expired(path: str) -> bool | None:
-    """Remove the message file ``path``, past its queue's retention (Retention in
-    docs/FORMAT.md): True if this call unlinked it, False if it was not there (a
-    racer took it), None if it is damage, never removed: no regular file, or one
-    larger than MAX_MESSAGE_FILE. Any failure to look at it or unlink it raises
-    StorageError."""
+def remove_message(path: str) -> bool | None:
+    """Remove the message file ``path`` unless it is damage (docs/FORMAT.md: purge,
+    gc and retention never remove damage): True if this call unlinked it, False if
+    it was not there (a racer took it), None if it is damage, left in place: no
+    regular file, or one larger than MAX_MESSAGE_FILE. Any failure to look at it or
+    unlink it raises StorageError."""
     status = lstat_message(path)
     if status is None:
         return False

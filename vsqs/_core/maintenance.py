@@ -265,7 +265,13 @@ class Maintenance:
         for name in self._layout.files():
             if wanted is not None and name.key not in wanted:
                 continue
-            if name.state is not State.WRITING and _fs.unlink(self._layout.message_file(str(name))):
+            if name.state is State.WRITING:
+                continue
+            path = self._layout.message_file(str(name))
+            gone = _fs.remove_message(path)
+            if gone is None:  # a file over MAX_MESSAGE_FILE (or replaced since the listing): damage, left alone
+                self._layout.report_damage(path, "not a regular file, or too large")
+            elif gone:
                 if wanted is not None:
                     wanted.discard(name.key)
                 keys.add(name.key)
@@ -319,7 +325,7 @@ class Maintenance:
                 self._layout.report_damage(self._layout.message_file(entry), "not a regular file")
             elif name is not None and name.state is not State.WRITING:
                 if kept_from is not None and name.sent_us < kept_from:  # past retention
-                    gone = _fs.remove_expired(self._layout.message_file(entry))
+                    gone = _fs.remove_message(self._layout.message_file(entry))
                     if gone is None:  # damage after all (over MAX_MESSAGE_FILE, or replaced): never removed
                         present.add(name.key)
                         self._layout.report_damage(self._layout.message_file(entry), "not a regular file, or too large")

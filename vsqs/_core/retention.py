@@ -2,7 +2,7 @@
 queue's ``retention`` it meets (docs/FORMAT.md, Retention).
 
 A receive never delivers such a message: it removes it as gc would
-(:func:`vsqs._core.fs.remove_expired`: damage stays), at most
+(:func:`vsqs._core.fs.remove_message`: damage stays), at most
 :data:`~vsqs._core.listing.REMOVALS_PER_CALL` a call. Nothing here may make
 a receive raise while it holds messages it claimed, nor list again for a
 name that stays: a failure is handed back for the receive to report.
@@ -33,7 +33,7 @@ def remove_candidate(
     this call removed the file (as a claim lets it), so a name that stays can
     never make a receive spin."""
     try:
-        removed: bool | StorageError | None = _fs.remove_expired(layout.message_file(name))
+        removed: bool | StorageError | None = _fs.remove_message(layout.message_file(name))
     except StorageError as exc:
         removed = exc
     if removed is not None and parsed.group_hash:
@@ -52,7 +52,7 @@ def remove_listed(layout: Layout, names: list[str]) -> tuple[int, StorageError |
     for name in names:
         path = layout.message_file(name)
         try:
-            gone = _fs.remove_expired(path)
+            gone = _fs.remove_message(path)
         except StorageError as exc:
             failure = failure or exc
             continue
