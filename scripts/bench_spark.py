@@ -31,8 +31,10 @@ shared:
 * **Spark file stream**: ``readStream.format("text")`` of one file per
   message (as a Spark user would otherwise do it), same trigger and sink;
   fewer messages (``--file-messages``), as it is slow;
-* **CPU** of Spark's JVM and of its Python workers during each stream and
-  its floor (every such process of the machine, from ``/proc``);
+* **CPU** of Spark's JVM, of the executors' Python workers, and of the
+  driver's Python side (the data-source planners and lookups, the streaming
+  source's runner) during each stream and its floor: this run's JVM and the
+  processes below it, sampled from ``/proc`` every 0.1 s (see ``SparkCpu``);
 * **driver time per batch** at 5,000 and 50,000 messages a trigger, from
   Spark's progress reports: ``latestOffset`` (the source's planning) and
   everything but the batch's execution (``triggerExecution - addBatch``),
@@ -49,6 +51,7 @@ import shutil
 import statistics
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -59,35 +62,125 @@ sys.path.insert(0, str(ROOT / "scripts"))
 
 import vsqs
 
+# What each Python process Spark starts runs: the module after ``-m`` (``python -m
+# pyspark.daemon MODULE`` for a daemon and the workers it forks, ``python -m MODULE``
+# for one the JVM runs itself). The executors' Python workers run this one; every
+# other is the driver's side: data-source lookups and planners
+# (``pyspark.sql.worker.*``), the streaming source's runner (latestOffset, partitions).
+EXECUTOR_MODULE = "pyspark.worker"
+SAMPLE_EVERY = 0.1  # seconds between looks at the JVM's child processes
+CPU_KINDS = ("jvm", "executors", "driver side", "unattributed")
 
-def cpu_seconds() -> dict[str, float]:
-    """CPU seconds used so far by Spark's JVM and by its Python workers, live
-    or exited (all of this machine's processes, from /proc: run nothing else
-    meanwhile)."""
-    used = {"jvm": 0.0, "python": 0.0}
-    tick = os.sysconf("SC_CLK_TCK")
+
+def _stat(pid: int) -> tuple[int, int, int, int] | None:
+    """(parent pid, start time, own CPU ticks, ticks of its reaped children) of ``pid``; None if gone."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return int(fields[1]), int(fields[19]), int(fields[11]) + int(fields[12]), int(fields[13]) + int(fields[14])
+
+
+def _kind(pid: int) -> str:
+    """``executors`` for a process of the executors' Python workers, else ``driver side``."""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            args = f.read().decode(errors="replace").split("\0")
+    except OSError:
+        return "driver side"
+    modules = [args[i + 1] for i, arg in enumerate(args[:-1]) if arg == "-m"]
+    module = modules[0] if modules else ""
+    if module == "pyspark.daemon":
+        at = args.index("-m") + 2
+        module = args[at] if at < len(args) else ""
+    return "executors" if module == EXECUTOR_MODULE else "driver side"
+
+
+class SparkCpu:
+    """CPU seconds of Spark's processes between ``start`` and ``stop``: its JVM
+    (``jvm``), the executors' Python workers (``executors``), the other Python
+    processes it starts (``driver side``: planners, lookups, the streaming
+    source's runner), and ``unattributed``.
+
+    A process that exits is reaped by its parent, whose counter of reaped CPU
+    does not say whose it was (and the JVM itself starts some: the streaming
+    source's runner), so a thread looks every SAMPLE_EVERY s at the JVM's
+    children: each child's CPU with its descendants' (its own, what it reaped,
+    its live children's), as last seen. A child that exited counts what it had
+    when last seen; what the JVM reaped beyond that (a child that started and
+    exited between two looks, or worked on after the last) is ``unattributed``.
+    Only the processes below this run's JVM count, whatever else the machine runs.
+    """
+
+    def __init__(self, jvm: int) -> None:
+        self._jvm = jvm
+        self._tick = os.sysconf("SC_CLK_TCK")
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._watch, name="cpu-sampler", daemon=True)
+        self._seen: dict[tuple[int, int], tuple[str, int]] = {}  # (pid, start) of a JVM child -> (kind, ticks)
+        self._kinds: dict[tuple[int, int], str] = {}
+        self._first: dict[tuple[int, int], int] = {}  # ticks of the children already there at the start
+        self._alive: set[tuple[int, int]] = set()  # the JVM's children at the last look
+        self._jvm_first = self._jvm_last = (0, 0)  # (own, reaped) ticks of the JVM
+
+    def start(self) -> SparkCpu:
+        self._jvm_first = self._look()
+        self._first = {key: ticks for key, (_, ticks) in self._seen.items()}
+        self._thread.start()
+        return self
+
+    def stop(self) -> dict[str, float]:
+        self._stop.set()
+        self._thread.join()
+        self._jvm_last = self._look()
+        used = dict.fromkeys(CPU_KINDS, 0.0)
+        used["jvm"] = (self._jvm_last[0] - self._jvm_first[0]) / self._tick
+        reaped = self._jvm_last[1] - self._jvm_first[1]
+        for key, (kind, ticks) in self._seen.items():
+            used[kind] += (ticks - self._first.get(key, 0)) / self._tick
+            if key not in self._alive:
+                reaped -= ticks - self._first.get(key, 0)  # (its CPU is in the JVM's reaped counter now)
+        used["unattributed"] = max(0, reaped) / self._tick
+        return used
+
+    def _watch(self) -> None:
+        while not self._stop.wait(SAMPLE_EVERY):
+            self._look()
+
+    def _look(self) -> tuple[int, int]:
+        """Update each JVM child's ticks; the JVM's own and reaped ticks."""
+        stats = {}
+        for entry in os.listdir("/proc"):
+            if entry.isdigit() and (found := _stat(int(entry))) is not None:
+                stats[int(entry)] = found
+        children: dict[int, list[int]] = {}
+        for pid, (parent, *_) in stats.items():
+            children.setdefault(parent, []).append(pid)
+
+        def ticks(pid: int) -> int:  # own, reaped, and the live descendants'
+            _, _, own, reaped = stats[pid]
+            return own + reaped + sum(ticks(child) for child in children.get(pid, ()))
+
+        self._alive = set()
+        for pid in children.get(self._jvm, ()):
+            key = (pid, stats[pid][1])
+            kind = self._kinds.get(key) or self._kinds.setdefault(key, _kind(pid))
+            self._seen[key] = (kind, ticks(pid))
+            self._alive.add(key)
+        jvm = stats.get(self._jvm)
+        return (jvm[2], jvm[3]) if jvm is not None else self._jvm_last
+
+
+def spark_jvm() -> int:
+    """The pid of this process's Spark JVM (its child running java)."""
     for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat") as f:
-                fields = f.read().rsplit(")", 1)[1].split()
+        found = _stat(int(entry)) if entry.isdigit() else None
+        if found is not None and found[0] == os.getpid():
             with open(f"/proc/{entry}/cmdline", "rb") as f:
-                command = f.read().replace(b"\0", b" ")
-        except OSError:  # gone meanwhile
-            continue
-        own, reaped = int(fields[11]) + int(fields[12]), int(fields[13]) + int(fields[14])
-        if b"java" in command:  # its children are Python (Spark's daemons): theirs once they exited
-            used["jvm"] += own / tick
-            used["python"] += reaped / tick
-        elif b"pyspark" in command:  # (a daemon's reaped workers too: workers come and go)
-            used["python"] += (own + reaped) / tick
-    return used
-
-
-def _cpu_used(before: dict[str, float]) -> dict[str, float]:
-    after = cpu_seconds()
-    return {kind: after[kind] - before[kind] for kind in before}
+                if b"java" in f.read().split(b"\0")[0]:
+                    return int(entry)
+    raise RuntimeError("no Spark JVM among this process's children")
 
 
 def fill(path: str, count: int, body: bytes) -> vsqs.Queue:
@@ -167,7 +260,7 @@ def stream_run(spark, directory: str, count: int, body: bytes, options: dict[str
     reader = spark.readStream.format("vsqs")
     for key, value in options.items():
         reader = reader.option(key, value)
-    cpu = cpu_seconds()
+    cpu = SparkCpu(spark_jvm()).start()
     began = time.perf_counter()
     query = (
         reader.load(path)
@@ -178,7 +271,7 @@ def stream_run(spark, directory: str, count: int, body: bytes, options: dict[str
     )
     query.awaitTermination()
     elapsed = time.perf_counter() - began
-    cpu = _cpu_used(cpu)
+    cpu = cpu.stop()
     left = vsqs.Queue(path).stats().total
     progress = [p for p in query.recentProgress]
     rows = sum(p["numInputRows"] for p in progress)
@@ -204,7 +297,7 @@ def stream_run(spark, directory: str, count: int, body: bytes, options: dict[str
 def floor_run(spark, directory: str, count: int, body: bytes) -> dict:
     """Rate and CPU of the floor source: Spark's own cost of the same stream."""
     checkpoint = os.path.join(directory, f"flck-{time.monotonic_ns()}")
-    cpu = cpu_seconds()
+    cpu = SparkCpu(spark_jvm()).start()
     began = time.perf_counter()
     query = (
         spark.readStream.format("vsqs_floor")
@@ -218,7 +311,7 @@ def floor_run(spark, directory: str, count: int, body: bytes) -> dict:
     )
     query.awaitTermination()
     elapsed = time.perf_counter() - began
-    cpu = _cpu_used(cpu)
+    cpu = cpu.stop()
     rows = sum(p["numInputRows"] for p in query.recentProgress)
     assert rows == count, (rows, count)
     shutil.rmtree(checkpoint, ignore_errors=True)
@@ -290,11 +383,14 @@ def file_stream_rate(spark, directory: str, count: int, body: bytes) -> float:
 
 
 def _cpu_line(run: dict) -> str:
-    cpu = run["cpu"]
+    cpu, count = run["cpu"], run["count"]
+    python = cpu["executors"] + cpu["driver side"] + cpu["unattributed"]
     return (
-        f"JVM {cpu['jvm']:.2f}, Python workers {cpu['python']:.2f} "
-        f"(of {(os.cpu_count() or 1) * run['elapsed']:.2f}; "
-        f"{1e6 * cpu['python'] / run['count']:.0f} us a message in Python)"
+        f"JVM {cpu['jvm']:.2f}; executors' Python workers {cpu['executors']:.2f} "
+        f"({1e6 * cpu['executors'] / count:.0f} us a message); driver-side Python (planners, the "
+        f"streaming source's runner) {cpu['driver side']:.2f}; exited between samples {cpu['unattributed']:.2f}; "
+        f"all Python {python:.2f} ({1e6 * python / count:.0f} us a message) "
+        f"(of {(os.cpu_count() or 1) * run['elapsed']:.2f})"
     )
 
 
