@@ -122,6 +122,8 @@ class SparkCpu:
         self._kinds: dict[tuple[int, int], str] = {}
         self._first: dict[tuple[int, int], int] = {}  # ticks of the children already there at the start
         self._alive: set[tuple[int, int]] = set()  # the JVM's children at the last look
+        self._tree = {jvm}  # the JVM and the processes below it, as seen
+        self._foreign: set[int] = set()  # processes seen outside that tree (not read again)
         self._jvm_first = self._jvm_last = (0, 0)  # (own, reaped) ticks of the JVM
 
     def start(self) -> SparkCpu:
@@ -151,9 +153,16 @@ class SparkCpu:
     def _look(self) -> tuple[int, int]:
         """Update each JVM child's ticks; the JVM's own and reaped ticks."""
         stats = {}
-        for entry in os.listdir("/proc"):
-            if entry.isdigit() and (found := _stat(int(entry))) is not None:
-                stats[int(entry)] = found
+        # (ascending: a parent is met before its children, so a process new since the
+        # last look is placed by its parent; a process outside the JVM's tree stays out)
+        for pid in sorted(int(entry) for entry in os.listdir("/proc") if entry.isdigit()):
+            if pid in self._foreign or (found := _stat(pid)) is None:
+                continue
+            if pid in self._tree or found[0] in self._tree:
+                self._tree.add(pid)
+                stats[pid] = found
+            else:
+                self._foreign.add(pid)
         children: dict[int, list[int]] = {}
         for pid, (parent, *_) in stats.items():
             children.setdefault(parent, []).append(pid)
