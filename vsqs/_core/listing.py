@@ -106,8 +106,9 @@ class Listing:
         self.skipped = False  # names of this listing were dropped after a lost race: list again when out
         self.freed = False  # this handle freed a group's slot since the listing: list again when out
         self.published = False  # this handle published since the listing: list again when out
-        # members of groups past retention the listing met before their group's candidate
-        # (never candidates): the receive that made the listing removes them
+        # names past retention the listing kept aside, never candidates: members of groups met
+        # before their group's candidate, ready names left out of its window (_without_expired);
+        # the receive that made the listing removes them
         self.expired: list[str] = []
 
     def next_candidate(self, may_list: bool = True) -> str | None:

@@ -307,7 +307,7 @@ class Receiver:
         # messages past retention this call may remove (a receive's work stays bounded however many
         # there are: the rest are skipped, never delivered, and left to the next call or gc)
         removals = REMOVALS_PER_CALL
-        expired: list[str] = []  # group members past retention the call's listings met (never candidates)
+        expired: list[str] = []  # names past retention the call's listings kept aside (Listing.expired)
         gone = 0  # messages past retention this call removed
         while len(got) < limit:
             with lock:
