@@ -100,6 +100,32 @@ def test_groups_take_turns(flat_queue):
     assert sorted(got) == [b"busy-0", b"quiet-1", b"quiet-2"]  # round-robin, not 3 busy ones
 
 
+@pytest.mark.parametrize("handle", ["the releasing handle", "a fresh handle"])
+def test_groups_that_came_back_wait_behind_the_groups_never_received(flat_queue, handle):
+    queue = flat_queue
+    for body, group in [("g1-m1", "g1"), ("g1-m2", "g1"), ("g1-m3", "g1"), ("g2-m1", "g2"), ("g3-m1", "g3")]:
+        queue.publish(body.encode(), group=group)
+    run = queue.receive_batch(2, group_runs=True)
+    [g2] = queue.receive_batch(1, group_runs=True)
+    assert [m.body for m in [*run, g2]] == [b"g1-m1", b"g1-m2", b"g2-m1"]
+    for message in [*run, g2]:
+        message.release()  # visible again at once, received once
+    receiver = queue if handle == "the releasing handle" else vsqs.Queue(queue.path)
+    got = [m.body.decode() for m in receiver.receive_batch(10, group_runs=True)]
+    assert got[:2] == ["g3-m1", "g1-m1"]  # (a handle's own releases leave it no run to take)
+    assert [body for body in got if body.startswith("g1")] == ["g1-m1", "g1-m2", "g1-m3"][: len(got) - 2]
+    assert got[-1] == "g2-m1"
+
+
+def test_a_group_whose_timeout_ran_out_waits_behind_the_groups_never_received(flat_queue):
+    queue = flat_queue
+    queue.publish(b"a1", group="a")
+    assert queue.receive(visibility_timeout=0.1).body == b"a1"
+    queue.publish(b"b1", group="b")
+    time.sleep(0.2)  # a1's timeout is over: visible again, received once
+    assert [m.body for m in queue.receive_batch(10)] == [b"b1", b"a1"]
+
+
 def test_ungrouped_messages_are_not_held_up(queue):
     queue.publish_batch([b"g1", b"g2"], group="g")
     queue.publish(b"free")

@@ -438,7 +438,49 @@ def test_a_hidden_name_of_a_group_comes_back_among_the_groups(layout):
     assert (until, held) in listing.hidden  # it holds the group's slot until then
     assert listing.next_candidate(may_list=False) is None
     listing.promote(until)
-    assert listing.grouped == [(0, held)]
+    assert drain(listing) == [held]
+
+
+def test_a_group_whose_candidate_came_back_waits_behind_the_groups_never_received(layout):
+    came_back = hidden(1, NOW_US - 1, group=GROUP_A)  # received before, its timeout over
+    listing = listed(layout, [came_back, name(2, group=GROUP_B)])
+    assert drain(listing) == [name(2, group=GROUP_B), came_back]
+
+
+def test_a_group_held_at_the_listing_comes_back_behind_the_groups_never_received(layout):
+    until = NOW_US + 1_000_000
+    held = hidden(1, until, group=GROUP_A)
+    listing = listed(layout, [held, name(2, group=GROUP_B)])
+    listing.promote(until)
+    assert drain(listing) == [name(2, group=GROUP_B), held]
+
+
+def test_a_delayed_group_message_is_never_received_when_its_delay_ends(layout):
+    until = NOW_US + 1_000_000
+    delayed = hidden(1, until, count=0, group=GROUP_A)
+    listing = listed(layout, [delayed, name(2, group=GROUP_B)])
+    listing.promote(until)
+    assert drain(listing) == [delayed, name(2, group=GROUP_B)]  # by name: both never received
+
+
+def test_a_group_released_by_this_handle_goes_behind_the_groups_never_received(layout):
+    listing = listed(layout, [name(2, group=GROUP_B)])
+    released = hidden(1, NOW_US, group=GROUP_A)
+    listing.remember(released)
+    assert drain(listing) == [name(2, group=GROUP_B), released]
+
+
+def test_groups_that_came_back_merge_with_the_ungrouped_after_the_groups_never_received(layout):
+    came_back = hidden(1, NOW_US - 1, group=GROUP_A)
+    listing = listed(layout, [came_back, name(2), name(3, group=GROUP_B), name(4)])
+    assert drain(listing) == [name(2), name(3, group=GROUP_B), came_back, name(4)]
+
+
+def test_a_group_that_came_back_keeps_its_order_across_turns(layout):
+    came_back = hidden(1, NOW_US - 1, group=GROUP_A)
+    a, b = [came_back, name(2, group=GROUP_A)], [name(3, group=GROUP_B), name(4, group=GROUP_B)]
+    listing = listed(layout, [*a, *b], limit=2)
+    assert drain(listing) == [b[0], a[0], a[1], b[1]]  # turn 1: by name, as before
 
 
 def test_until_next_expiry(layout, clocks):

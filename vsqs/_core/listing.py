@@ -50,6 +50,9 @@ SKIP_AFTER_LOSS = 16
 # meets more skips the rest (never delivered) and leaves them to the next call or
 # gc, so that a ``wait=0`` receive costs bounded work however many there are.
 REMOVALS_PER_CALL = 1_000
+# A group's candidate that came back (received before: COUNT >= 1) goes after the
+# candidates of its turn never received (see _place)
+CAME_BACK = 1
 
 
 class Listing:
@@ -88,8 +91,8 @@ class Listing:
     def reset(self) -> None:
         """Forget the listing (after a purge): the next receive lists again."""
         self.visible: list[str] = []  # heap: smallest name = next to deliver
-        # heap of (round, name) for messages of groups: a group's first candidate
-        # is in round 0, its second in round 1...: groups take turns
+        # heap of (place, name) for messages of groups (see _place): groups take
+        # turns, and within a turn a group never received goes before one that came back
         self.grouped: list[tuple[int, str]] = []
         self.hidden: list[tuple[int, str]] = []  # heap by the time they turn visible
         self.blocked: set[str] = set()  # groups to leave alone until the next listing
@@ -140,8 +143,8 @@ class Listing:
             self.skipped = False
             self.relist(_format.now_us())
         while self.grouped:
-            turn, name = self.grouped[0]
-            if self.visible and (turn > 0 or self.visible[0] < name):
+            place, name = self.grouped[0]
+            if self.visible and (place > CAME_BACK or self.visible[0] < name):  # past the first turn
                 break
             heapq.heappop(self.grouped)
             if _format.group_of(name) not in self.blocked:
@@ -175,7 +178,7 @@ class Listing:
                 # back in its group's order, before the names kept as the run of the
                 # group's candidate: that run is not this name's
                 self.runs.pop(group, None)
-                heapq.heappush(self.grouped, (0, name))
+                heapq.heappush(self.grouped, (_place(0, _format.parse_name(name)), name))
             else:
                 heapq.heappush(self.visible, name)
 
@@ -187,7 +190,7 @@ class Listing:
         for the group to go on."""
         following = self.runs.pop(group, None)
         if following:
-            heapq.heappush(self.grouped, (0, following[0]))
+            heapq.heappush(self.grouped, (_place(0, _format.parse_name(following[0])), following[0]))
             self.runs[group] = following[1:]
             return False
         self.stale_at = -math.inf
@@ -215,7 +218,7 @@ class Listing:
         elif _format.group_of(name):
             self.blocked.discard(_format.group_of(name))
             self.runs.pop(_format.group_of(name), None)  # the group's order changed
-            heapq.heappush(self.grouped, (0, name))
+            heapq.heappush(self.grouped, (_place(0, _format.parse_name(name)), name))
         else:
             heapq.heappush(self.visible, name)
 
@@ -389,12 +392,20 @@ class Listing:
                     continue
                 if free <= 0:
                     break
-                candidates.append((turn, str(m)))
+                candidates.append((_place(turn, m), str(m)))
                 turn += 1
                 free -= 1
                 if limit == 1 and self.runs_wanted:
                     run = self.runs[m.group_hash] = []
         return candidates
+
+
+def _place(turn: int, name: _format.Name | None) -> int:
+    """Where a group's candidate goes in the heap: by turn, and within a turn the
+    groups never received first, then those whose candidate came back (received
+    before and visible again: COUNT >= 1), as Amazon SQS FIFO serves groups.
+    In the first turn, ungrouped names merge with that sequence by name."""
+    return 2 * turn + (CAME_BACK if name is not None and name.receive_count else 0)
 
 
 def first(items: list[Any], n: int) -> list[Any]:
