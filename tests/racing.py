@@ -135,7 +135,7 @@ def run_race(race: Race, producer_paths: list[str], consumer_paths: list[str], l
 def _consume_runs(path: str, index: int, total: int, barrier, deleted, deadline: float, out: str) -> None:
     """Take runs of groups; settle each member at random (delete, release, made
     visible, or extended first); log each run: its group, its bodies, when it
-    was received, when its last member's settling began, and what was deleted."""
+    was received, and for each member how it was settled and when that began."""
     q = vsqs.Queue(path)
     rng = random.Random(index)
     runs = []
@@ -148,32 +148,37 @@ def _consume_runs(path: str, index: int, total: int, barrier, deleted, deadline:
         for m in batch:
             by_group[m.group].append(m)
         for group, run in by_group.items():
-            done = []
+            settled = {}
             for m in rng.sample(run, len(run)):  # settled in any order
                 settling = time.time()
                 choice = rng.random()
                 if choice < 0.1:
                     m.release()
+                    settled[m.body.decode()] = ("visible", settling)
                 elif choice < 0.15:
                     m.change_visibility(0)
+                    settled[m.body.decode()] = ("visible", settling)
                 else:
                     if choice < 0.25:
                         m.change_visibility(120)
+                    settling = time.time()
                     m.delete()
-                    done.append(m.body.decode())
+                    settled[m.body.decode()] = ("deleted", settling)
                     with deleted.get_lock():
                         deleted.value += 1
-            runs.append((group, [m.body.decode() for m in run], received, settling, index, done))
+            runs.append((group, [m.body.decode() for m in run], received, settled))
     with open(out, "w") as f:
         json.dump(runs, f)
 
 
 def run_group_race(paths: list[str], logdir, groups: int, per_group: int, deadline: float = 120.0) -> int:
     """Consumers (one per path) take runs of ``groups`` groups of ``per_group``
-    messages each, already published; check that no group was ever held by
-    two consumers at once, that each run was the group's next messages in
-    order (a message made visible again first), and that each message was
-    deleted once; return how many runs had more than one message."""
+    messages each, already published; check that each run was the group's
+    visible prefix (every message of the group before its last one and not in
+    it was deleted before it was received: none passed over, none in flight
+    elsewhere ahead of it), that no message was held by two consumers at once,
+    and that each message was deleted once; return how many runs had more than
+    one message."""
     ctx = multiprocessing.get_context("spawn")
     barrier = ctx.Barrier(len(paths))
     deleted = ctx.Value("i", 0)
@@ -194,14 +199,21 @@ def run_group_race(paths: list[str], logdir, groups: int, per_group: int, deadli
     assert deleted.value == total, "messages left undeleted"
     longer = 0
     for g in range(groups):
-        left = [f"{g}:{n}" for n in range(per_group)]  # the group's messages not yet deleted, in order
-        previous_end = 0.0
-        ordered = sorted((r for r in runs if r[0] == f"g{g}"), key=lambda r: r[2])
-        for _, bodies, received, settling, _, done in ordered:
-            assert received >= previous_end, f"group g{g} held by two consumers at once"
-            assert bodies == left[: len(bodies)], f"group g{g} out of order: {bodies} with {left[:10]} next"
-            left = [body for body in left if body not in done]
-            previous_end = settling
+        order = {f"{g}:{n}": n for n in range(per_group)}
+        group_runs = sorted((r for r in runs if r[0] == f"g{g}"), key=lambda r: r[2])
+        deleted_at = {body: at for _, _, _, settled in group_runs for body, (how, at) in settled.items()
+                      if how == "deleted"}
+        assert sorted(deleted_at, key=order.__getitem__) == list(order), f"group g{g}: not each deleted once"
+        assert sum(how == "deleted" for r in group_runs for how, _ in r[3].values()) == per_group
+        held_until: dict[str, float] = {}  # when each message's last holder began to settle it
+        for _, bodies, received, settled in group_runs:
+            positions = [order[body] for body in bodies]
+            assert positions == sorted(positions), f"group g{g}: a run out of order: {bodies}"
+            ahead = [body for body, n in order.items() if n < positions[-1] and body not in bodies]
+            late = [body for body in ahead if deleted_at[body] > received]
+            assert not late, f"group g{g}: {bodies} received while {late} ahead of it were not deleted"
+            for body in bodies:
+                assert received >= held_until.get(body, 0.0), f"{body} held by two consumers at once"
+                held_until[body] = settled[body][1]
             longer += len(bodies) > 1
-        assert left == [], f"group g{g}: {left} never deleted"
     return longer

@@ -131,15 +131,20 @@ def test_a_released_member_comes_back_first_once_the_run_is_done(queue):
     assert [m.receive_count for m in again] == [2, 1]
 
 
-def test_a_member_made_visible_comes_back_first(queue):
+def test_a_member_made_visible_ahead_of_the_others_is_handed_over_at_once(queue):
     publish(queue, "g", 3)
     run = queue.receive_batch(10, group_runs=True)
     run[0].change_visibility(0)
     other = vsqs.Queue(queue.path)
-    assert other.receive_batch(10, group_runs=True) == []
+    [again] = other.receive_batch(10, group_runs=True)  # the visible prefix: g1 and g2 are in flight
+    assert (again.body, again.receive_count) == (b"g0", 2)
+    assert vsqs.Queue(queue.path).receive_batch(10, group_runs=True) == []
     run[1].delete()
     run[2].delete()
-    assert bodies(vsqs.Queue(queue.path).receive_batch(10, group_runs=True)) == ["g0"]
+    assert vsqs.Queue(queue.path).receive_batch(10, group_runs=True) == []  # g0 is in flight
+    again.delete()
+    assert vsqs.Queue(queue.path).receive_batch(10, group_runs=True) == []
+    assert queue.stats().total == 0
 
 
 def test_a_member_made_visible_cannot_be_taken_back_by_its_receipt(queue):
@@ -254,7 +259,7 @@ def test_run_receipts_are_validated(queue):
     run = queue.receive_batch(10, group_runs=True)
     head, slot = run[0].receipt.rsplit(":", 1)
     index, gen, start, member, size = slot.split(".")
-    for forged in (f"{index}.{gen}.{start}.{member}.1",  # a run of one
+    for forged in (f"{index}.{gen}.{start}.{member}.0",  # a run of none
                    f"{index}.{gen}.{start}.2.2",  # a member past its run
                    f"{index}.{gen}.{int(gen) + 1}.{member}.{size}",  # begun after its generation
                    f"{index}.{gen}.{start}.{member}.101"):  # longer than a run can be
@@ -284,7 +289,10 @@ def test_an_extension_from_generation_1_after_a_sweep_raises_the_newest_lease(qu
     first, second, _ = queue.receive_batch(10, visibility_timeout=100, group_runs=True)
     for timeout in (200, 300, 400):
         second.change_visibility(timeout)
-    assert queue._groups.sweep(grace=0) == 2
+    queue._groups.sweep(grace=0)
+    names = os.listdir(os.path.join(queue.path, _format.GROUPS_DIR))
+    chain = sorted(parsed[2] for parsed in map(_format.parse_lease_name, names) if parsed is not None)
+    assert chain == [1, 4]
     other = vsqs.Queue(queue.path)  # (a handle that knows nothing of the chain: it reads it from the receipt on)
     receipt = other.change_visibility(first.receipt, 1000)
     assert _format.decode_lease(lease_of(queue, "g")) >= _format.parse_receipt(queue.id, receipt)[0].until_us

@@ -457,6 +457,28 @@ def test_group_run_last_delete(monkeypatch, fresh):
     assert steps >= 4  # the unlink, its mark, the other marks, the lease
 
 
+def test_group_hand_over(monkeypatch, fresh):
+    monkeypatch.setattr(_groups, "_WRITE_GRACE", LEASE)
+
+    def setup():
+        q, run = _run_setup(fresh, 3)()
+        run[0].change_visibility(0)  # m0 visible ahead of m1, m2 in flight: a hand-over's prefix
+        return q, run
+
+    def check(state, completed):
+        q, _ = state
+        if completed:
+            assert vsqs.Queue(q.path).receive_batch(10, group_runs=True) == []  # m0 handed over, m1 in flight
+        _group_goes_on_in_order(q)
+
+    steps = crash_everywhere(
+        monkeypatch, setup, lambda s: vsqs.Queue(s[0].path).receive_batch(10, visibility_timeout=LEASE,
+                                                                          group_runs=True),
+        check,
+    )
+    assert steps >= 6  # listing, the chain, its record, marks, the new generation, the rename, the record
+
+
 def test_dedup_publish(monkeypatch, fresh):
     from vsqs._core import dedup as _dedup
 

@@ -542,7 +542,7 @@ def _slot_ref(text: str) -> SlotRef | None:
     if m[3] is None:
         return SlotRef(int(m[1]), int(m[2]))
     gen, run, member, size = int(m[2]), int(m[3]), int(m[4]), int(m[5])
-    if not (run <= gen and 2 <= size <= limits.MAX_RUN and member < size):
+    if not (run <= gen and 1 <= size <= limits.MAX_RUN and member < size):  # (K = 1: a hand-over's)
         return None
     return SlotRef(int(m[1]), gen, run, member, size)
 
@@ -597,19 +597,74 @@ def parse_lease_name(name: str) -> tuple[str, int, int] | None:
 
 
 # A member of a run that is done (deleted, released, made visible) leaves a
-# mark GROUP.S.RUN.dMEMBER beside the slot's chain; a name vsqs before runs
-# does not parse as a lease, so it ignores it (see FORMAT.md, Runs).
-_RUN_MARK_RE = re.compile(r"([0-9a-f]{12})\.(0|[1-9][0-9]{0,5})\.([1-9][0-9]{0,17})\.d(0|[1-9][0-9]{0,2})")
+# mark GROUP.S.RUN.dMEMBER beside the slot's chain, and one made visible first
+# GROUP.S.RUN.vMEMBER; names vsqs before runs does not parse as a lease, so it
+# ignores them (see FORMAT.md, Runs).
+_RUN_MARK_RE = re.compile(r"([0-9a-f]{12})\.(0|[1-9][0-9]{0,5})\.([1-9][0-9]{0,17})\.[dv](0|[1-9][0-9]{0,2})")
+DONE_MARK = "d"  # the member is done: deleted, or made visible (then after VISIBLE_MARK)
+VISIBLE_MARK = "v"  # the member was made visible (its message is still in the queue)
 
 
-def run_mark_name(group: str, index: int, run: int, member: int) -> str:
-    """The mark that member ``member`` of the run begun by generation ``run`` of the slot is done."""
-    return f"{group}.{index}.{run}.d{member}"
+def run_mark_name(group: str, index: int, run: int, member: int, kind: str = DONE_MARK) -> str:
+    """The mark that member ``member`` of the run begun by generation ``run`` of the slot is done
+    (``kind`` DONE_MARK), or was made visible (VISIBLE_MARK)."""
+    return f"{group}.{index}.{run}.{kind}{member}"
 
 
 def parse_run_mark(name: str) -> tuple[str, int, int, int] | None:
     m = _RUN_MARK_RE.fullmatch(name)
     return (m[1], int(m[2]), int(m[3]), int(m[4])) if m else None
+
+
+# The record of a generation of a slot's chain, GROUP.S.GEN.r: the runs it holds
+# (see FORMAT.md, Runs: Records). Not a lease's name nor a mark's: vsqs before
+# records ignores it.
+_RUN_RECORD_RE = re.compile(r"([0-9a-f]{12})\.(0|[1-9][0-9]{0,5})\.([1-9][0-9]{0,17})\.r")
+_RECORD_LINE_RE = re.compile(rf"([1-9][0-9]{{0,17}})((?: {_KEY}){{1,{limits.MAX_RUN}}})")
+MAX_RECORD_RUNS = 100  # lines of a record
+
+
+class RunEntry(NamedTuple):
+    """A run a record names: the generation that took it and its members' KEYs, in order."""
+
+    run: int
+    keys: tuple[str, ...]
+
+
+def run_record_name(group: str, index: int, gen: int) -> str:
+    """The record of generation ``gen`` of slot ``index`` of a group."""
+    return f"{group}.{index}.{gen}.r"
+
+
+def parse_run_record_name(name: str) -> tuple[str, int, int] | None:
+    m = _RUN_RECORD_RE.fullmatch(name)
+    return (m[1], int(m[2]), int(m[3])) if m else None
+
+
+def encode_run_record(runs: list[RunEntry]) -> bytes | None:
+    """A record's content; None if it would be too large to be read back."""
+    data = "".join(f"{entry.run} {' '.join(entry.keys)}\n" for entry in runs).encode()
+    return data if len(runs) <= MAX_RECORD_RUNS and len(data) <= limits.MAX_CONTROL_FILE else None
+
+
+def decode_run_record(data: bytes, gen: int) -> list[RunEntry] | None:
+    """The runs a record of generation ``gen`` names; None if it is unknown (empty:
+    being written; anything that does not parse in full, or breaks a bound)."""
+    if not data or len(data) > limits.MAX_CONTROL_FILE or not data.endswith(b"\n"):
+        return None
+    try:
+        lines = data.decode("ascii").split("\n")[:-1]
+    except UnicodeDecodeError:
+        return None
+    if len(lines) > MAX_RECORD_RUNS:
+        return None
+    runs: list[RunEntry] = []
+    for line in lines:
+        m = _RECORD_LINE_RE.fullmatch(line)
+        if m is None or int(m[1]) > gen:
+            return None
+        runs.append(RunEntry(int(m[1]), tuple(m[2].split())))
+    return runs
 
 
 FREE_LEASE = b"free\n"

@@ -5,7 +5,9 @@ messages without one). A group's message is taken with a slot lease first
 (see :mod:`vsqs._core.groups`); with ``runs`` (Amazon SQS FIFO's behaviour,
 ``receive_batch(group_runs=True)``) and one slot a group, the group's next
 messages, in order, follow it in the same receive: a *run*, all held on the
-one slot until every member is done.
+one slot until every member is done; and while runs hold the slot, a receive
+of runs takes the group's visible prefix, the messages ahead of every one
+still in flight (a *hand-over*, judged from the slot's record).
 
 A run is taken in steps a crash may stop between: the slot lease (until
 UNTIL), then one rename per member, each hidden until that same UNTIL. A
@@ -29,8 +31,9 @@ from vsqs._core import format as _format
 from vsqs._core import fs as _fs
 from vsqs._core.dead_letters import DeadLetters
 from vsqs._core.errors import DamagedEntry, StorageError
-from vsqs._core.format import SlotRef
+from vsqs._core.format import SlotRef, State
 from vsqs._core.groups import GroupLeases
+from vsqs._core.limits import MAX_RUN
 from vsqs._core.listing import Listing
 from vsqs._core.message import Message
 from vsqs._core.metadata import Store
@@ -98,9 +101,14 @@ class GroupReceiver:
         with lock:
             slot = self._groups.claim(group, concurrency, until, now, self._skew_us)
             following = cache.take_run(group)  # taken even when unused: it is of this listing only
-            if slot is None:
+            if slot is None and not (runs and concurrency == 1):
                 cache.block(group)  # its slots are all held
                 return taken
+        if slot is None:  # held: a hand-over, judged from the group's names as listed
+            view = cache.view(group)
+            if view is None:  # (none in flight as listed: the candidate and the names after it)
+                view = [parsed, *filter(None, map(_format.parse_name, following))]
+            return self._hand_over(queue, group, view, now, until, room, read_bodies, byte_room, settings)
         if not runs or concurrency != 1:
             following = []
         members: list[_Member] = []
@@ -118,23 +126,103 @@ class GroupReceiver:
             member = _format.parse_name(following_name)
             if member is None or member.group_hash != group or member.key <= members[-1].parsed.key:
                 break  # (cannot happen with a listing of this queue: a guard)
-            if settings["max_receives"] is not None and member.receive_count >= settings["max_receives"]:
-                try:
-                    if self._dead_letters.bury(member):
-                        continue
-                except StorageError as exc:
-                    taken.failure = taken.failure or exc
-                break  # not moved: the run ends before it, in order
-            if settings["throttle"] is not None:
-                count, seconds = settings["throttle"]
-                with lock:
-                    if not self._throttle.take(count, seconds, time.time()):
-                        break
+            follow = self._may_follow(member, settings, taken)
+            if follow is None:
+                continue
+            if not follow:
+                break
             if not self._move(following_name, member, until, members):
                 break  # moved since the listing: the run ends before it, in order
             byte_room -= self._read(members[-1], read_bodies, taken)
+        if len(members) > 1:  # the run's record, before its receipts (see FORMAT.md, Runs)
+            with lock:
+                run = _format.RunEntry(slot.gen, tuple(_keys(members)))
+                self._groups.write_record(group, slot.index, slot.gen, [run])
         self._issue(queue, slot, members, taken)
         return taken
+
+    def _hand_over(
+        self, queue: Queue, group: str, view: list[_format.Name], now: int, until: int, room: int,
+        read_bodies: bool, byte_room: int, settings: Mapping[str, Any],
+    ) -> Taken:
+        """Take the group's visible prefix while its slot's lease is in force: the
+        messages from its first on that are visible, up to the first one that is
+        (or may be) in flight, judged from the runs the slot's record names and
+        this listing's ``view`` of the group (see FORMAT.md, Runs: Hand-over)."""
+        taken = Taken()
+        lock, cache, groups = self._lock, self._listing, self._groups
+        with lock:
+            held = groups.holders(group, now, self._skew_us)
+            prefix = self._visible_prefix(group, view, held[2], now) if held is not None else []
+            slot = groups.take_over(group, held[0], max(held[1], until)) if held is not None and prefix else None
+            if held is None or slot is None:
+                cache.block(group)
+                return taken
+        members: list[_Member] = []
+        for name in prefix:
+            if len(members) >= room or byte_room <= 0:
+                break
+            follow = self._may_follow(name, settings, taken) if members else True
+            if follow is None:
+                continue
+            if not follow:
+                break
+            if not self._move(str(name), name, until, members):
+                break  # moved since the listing: the hand-over ends before it, in order
+            byte_room -= self._read(members[-1], read_bodies, taken)
+        with lock:
+            groups.hand_over_done(group, slot, held[2], _keys(members))
+            cache.block(group)  # (its view is of this listing: judged once)
+        if members:
+            cache.claimed += 1
+            taken.moved = True
+        self._issue(queue, slot, members, taken, as_run=True)
+        return taken
+
+    def _may_follow(self, member: _format.Name, settings: Mapping[str, Any], taken: Taken) -> bool | None:
+        """Whether a run's next member may be taken (True), ends the run (False), or
+        was moved to the dead-letter queue, out of the group's order (None: go on)."""
+        if settings["max_receives"] is not None and member.receive_count >= settings["max_receives"]:
+            try:
+                if self._dead_letters.bury(member):
+                    return None
+            except StorageError as exc:
+                taken.failure = taken.failure or exc
+            return False  # not moved: the run ends before it, in order
+        if settings["throttle"] is not None:
+            count, seconds = settings["throttle"]
+            with self._lock:
+                if not self._throttle.take(count, seconds, time.time()):
+                    return False
+        return True
+
+    def _visible_prefix(
+        self, group: str, view: list[_format.Name], runs: list[_format.RunEntry], now: int
+    ) -> list[_format.Name]:
+        """The group's visible prefix (see :meth:`_hand_over`): a member of a run
+        that is not listed is gone only if it was deleted (marked done and not made
+        visible) in every run that names it; else it may be in flight, and ends it."""
+        listed = {name.key: name for name in view}
+        deleted: dict[str, bool] = {}
+        for entry in runs:
+            for key, (done, visible) in zip(entry.keys, self._groups.member_marks(group, entry), strict=True):
+                deleted[key] = deleted.get(key, True) and done and not visible
+        prefix: list[_format.Name] = []
+        skew = self._skew_us
+        for key in sorted(listed.keys() | deleted.keys()):
+            name = listed.get(key)
+            if name is None:
+                if deleted.get(key):
+                    continue
+                break
+            if name.state is State.HIDDEN and name.until_us + skew > now:
+                if name.receive_count:
+                    break  # in flight
+                continue  # delayed: not yet in the group's order
+            prefix.append(name)
+            if len(prefix) >= MAX_RUN:
+                break
+        return prefix
 
     def bury(self, parsed: _format.Name) -> StorageError | bool:
         """Move a message received ``max_receives`` times to the dead-letter queue;
@@ -189,14 +277,15 @@ class GroupReceiver:
         taken.held += size
         return size
 
-    def _issue(self, queue: Queue, slot: SlotRef, members: list[_Member], taken: Taken) -> None:
+    def _issue(self, queue: Queue, slot: SlotRef, members: list[_Member], taken: Taken, as_run: bool = False) -> None:
         """Make the receipts and messages of a claim: a message alone keeps the
-        receipt form every version reads; the members of a run carry the run."""
+        receipt form every version reads; the members of a run carry the run, and
+        so does a hand-over's message alone (``as_run``: it settles its run only)."""
         size = len(members)
         for index, member in enumerate(members):
             if not member.issued:
                 continue  # unreadable: in flight without a receipt (its run waits for its lease)
-            ref = slot if size == 1 else SlotRef(slot.index, slot.gen, slot.gen, index, size)
+            ref = slot if size == 1 and not as_run else SlotRef(slot.index, slot.gen, slot.gen, index, size)
             receipt = _format.make_receipt(self._queue_id, member.new, ref)
             self._receipts.add(receipt, member.new, ref)
             taken.messages.append(
@@ -228,6 +317,10 @@ class GroupReceiver:
                     self._groups.run_done(group, slot, name.until_us, self._skew_us)
             self._listing.slot_freed(group)
 
+
+
+def _keys(members: list[_Member]) -> list[str]:
+    return [member.parsed.key for member in members]
 
 
 class _Member:

@@ -21,21 +21,32 @@ reads, ``UNTIL`` (never below the latest UNTIL of a member in flight: an
 extension raises it first), so a reader that knows nothing of runs sees the
 group held while any member is. What only this version needs sits beside
 the chain in names older versions ignore: a mark ``GROUP.S.RUN.dI`` for each
-member done (deleted, released, made visible). The member that completes
-the marks frees the slot, if it can prove the newest generation is still
-the run's: its own lease had not run out when it looked (a claim by anyone
-else needs the lease, and so every member, expired). See FORMAT.md, Runs.
+member done (deleted, released, made visible; ``vI`` first for the latter
+two), and a record ``GROUP.S.GEN.r`` naming the runs a generation holds. The
+member that completes its run's marks settles it, if it can prove the newest
+generation still holds the run (its own lease had not run out when it
+looked: a claim by anyone else needs the lease expired, or is a hand-over
+the record names): it frees the slot, or leaves it to the runs left.
+
+**Hand-over.** While the lease is in force, a receive of runs may take the
+group's visible prefix (Amazon delivers a message made visible again ahead
+of those in flight at once): the record names every member in flight, so a
+member a listing misses is never passed over. See FORMAT.md, Runs.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import time
 from collections import defaultdict
 
 from vsqs._core import format as _format
 from vsqs._core import fs as _fs
+from vsqs._core.errors import StorageError
 from vsqs._core.format import SlotRef
+
+log = logging.getLogger("vsqs")
 
 _WRITE_GRACE = 10.0  # a lease file still empty after this long lost its writer
 SWEEP_GRACE = 60.0  # a generation superseded this long ago can go
@@ -256,18 +267,25 @@ class GroupLeases:
             if lease is not None and lease >= new_until:
                 return slot._replace(gen=gen)
             if lease is not None and self._next(group, slot.index, gen, _format.encode_lease(new_until)):
+                runs = self.record(group, slot.index, gen)  # the runs it holds, held by the next too
+                if runs is not None:
+                    self.write_record(group, slot.index, gen + 1, runs)
                 return slot._replace(gen=gen + 1)
             # a run-mate's raise being written, or won first: read again
         return None
 
-    def run_done(self, group: str, slot: SlotRef, until_us: int, skew_us: int) -> bool:
-        """Mark member ``slot.member`` of its run done (its message deleted,
-        released or made visible; it was hidden until ``until_us``); the last
-        one to be marked frees the slot, if the slot is provably still the
-        run's (see :meth:`run_extend`). Whether the slot was freed."""
+    def run_done(self, group: str, slot: SlotRef, until_us: int, skew_us: int, visible: bool = False) -> bool:
+        """Mark member ``slot.member`` of its run done (its message deleted, or with
+        ``visible`` released or made visible; it was hidden until ``until_us``);
+        the last one to be marked settles the run, if the slot is provably still
+        held by it (see :meth:`run_extend`): frees the slot, or, while the record
+        names other runs, leaves it to them. Whether the slot was freed."""
         if not self._ready:
             _fs.make_dirs(self._dir, self.mode)
             self._ready = True
+        if visible:  # before the done mark: a hand-over that sees the latter knows the message stays
+            _fs.create_exclusive(self._mark(group, slot, slot.member, _format.VISIBLE_MARK), b"",
+                                 durable=False, mode=self.mode)
         marks = [self._mark(group, slot, member) for member in range(slot.size)]
         _fs.create_exclusive(marks[slot.member], b"", durable=False, mode=self.mode)  # (taken already: fine)
         if not all(_fs.exists(mark) for mark in reversed(marks)):  # (the last first: members settle in order)
@@ -275,14 +293,85 @@ class GroupLeases:
         found = self._newest_from(group, slot.index, slot.gen)
         if found is None or not found[1] or _format.now_us() + skew_us >= until_us:
             return False  # freed already, or not provably the run's: the lease runs out by itself
-        if self._next(group, slot.index, found[0], _format.FREE_LEASE) is None:
-            return False
-        for mark in marks:
-            _fs.unlink(mark)
-        return True
+        gen, lease = found[0], found[1]
+        runs = self.record(group, slot.index, gen)
+        if runs is None or all(entry.run != slot.run for entry in runs):
+            return False  # unknown, or the run is not named there: the lease runs out by itself
+        left = [entry for entry in runs if not self._over(group, slot.index, entry)]
+        if left:
+            made = self._next(group, slot.index, gen, _format.encode_lease(lease))
+            if made is not None:
+                self.write_record(group, slot.index, gen + 1, left)
+        else:
+            made = self._next(group, slot.index, gen, _format.FREE_LEASE)
+        if made is not None:
+            self._unmark(group, slot.index, [entry for entry in runs if entry not in left])
+        return made is not None and not left
 
-    def _mark(self, group: str, slot: SlotRef, member: int) -> str:
-        return os.path.join(self._dir, _format.run_mark_name(group, slot.index, slot.run, member))
+    # -- hand-over (see FORMAT.md, Runs) -----------------------------------------
+
+    def record(self, group: str, index: int, gen: int) -> list[_format.RunEntry] | None:
+        """The runs generation ``gen`` of the slot holds, from its record; None if unknown."""
+        data = _fs.read_control(os.path.join(self._dir, _format.run_record_name(group, index, gen)))
+        return None if data is None else _format.decode_run_record(data, gen)
+
+    def write_record(self, group: str, index: int, gen: int, runs: list[_format.RunEntry]) -> None:
+        """Write the record of generation ``gen`` (which this handle just made). One that
+        cannot be written (too large, an error) stays unknown: the slot waits for its lease."""
+        data = _format.encode_run_record(runs)
+        if data is not None:
+            path = os.path.join(self._dir, _format.run_record_name(group, index, gen))
+            try:
+                _fs.create_exclusive(path, data, durable=False, mode=self.mode)
+            except StorageError as exc:
+                log.warning("%s", exc)
+
+    def holders(self, group: str, now_us: int, skew_us: int) -> tuple[int, int, list[_format.RunEntry]] | None:
+        """The group's one slot, when a hand-over may be judged: its newest
+        generation, a lease in force, and the runs its record names; else None."""
+        found = self._newest_from(group, 0, 0)
+        if found is None or not found[1] or found[1] + skew_us <= now_us:
+            return None
+        runs = self.record(group, 0, found[0])
+        return None if runs is None else (found[0], found[1], runs)
+
+    def member_marks(self, group: str, entry: _format.RunEntry) -> list[tuple[bool, bool]]:
+        """For each member of a run: whether it is marked done, and made visible."""
+        slot = SlotRef(0, entry.run, entry.run)
+        return [
+            (_fs.exists(self._mark(group, slot, member)),
+             _fs.exists(self._mark(group, slot, member, _format.VISIBLE_MARK)))
+            for member in range(len(entry.keys))
+        ]
+
+    def take_over(self, group: str, gen: int, until_us: int) -> SlotRef | None:
+        """Create generation gen+1 of the group's slot, a lease until ``until_us``
+        (a hand-over); None if someone else wrote it first."""
+        return self._next(group, 0, gen, _format.encode_lease(until_us))
+
+    def hand_over_done(
+        self, group: str, slot: SlotRef, runs: list[_format.RunEntry], keys: list[str]
+    ) -> None:
+        """Write the record of a hand-over's generation: the runs of the record it
+        took over from that are not over, and its own run if it took ``keys``."""
+        left = [entry for entry in runs if not self._over(group, slot.index, entry)]
+        if keys:
+            left.append(_format.RunEntry(slot.gen, tuple(keys)))
+        self.write_record(group, slot.index, slot.gen, left)
+
+    def _over(self, group: str, index: int, entry: _format.RunEntry) -> bool:
+        slot = SlotRef(index, entry.run, entry.run)
+        return all(_fs.exists(self._mark(group, slot, member)) for member in reversed(range(len(entry.keys))))
+
+    def _unmark(self, group: str, index: int, runs: list[_format.RunEntry]) -> None:
+        for entry in runs:
+            slot = SlotRef(index, entry.run, entry.run)
+            for member in range(len(entry.keys)):
+                _fs.unlink(self._mark(group, slot, member, _format.VISIBLE_MARK))
+                _fs.unlink(self._mark(group, slot, member))
+
+    def _mark(self, group: str, slot: SlotRef, member: int, kind: str = _format.DONE_MARK) -> str:
+        return os.path.join(self._dir, _format.run_mark_name(group, slot.index, slot.run, member, kind))
 
     def sweep(self, grace: float = SWEEP_GRACE) -> int:
         """Remove generations superseded more than ``grace`` seconds ago, oldest
@@ -291,16 +380,23 @@ class GroupLeases:
             return 0
         chains: dict[tuple[str, int], list[int]] = defaultdict(list)
         marks: list[tuple[str, int, str]] = []
+        records: list[tuple[str, int, int, str]] = []
         for name in _fs.list_names(self._dir):
             parsed = _format.parse_lease_name(name)
             if parsed is not None:
                 chains[(parsed[0], parsed[1])].append(parsed[2])
-            else:
-                mark = _format.parse_run_mark(name)
-                if mark is not None:
-                    marks.append((mark[0], mark[1], name))
+            elif (mark := _format.parse_run_mark(name)) is not None:
+                marks.append((mark[0], mark[1], name))
+            elif (record := _format.parse_run_record_name(name)) is not None:
+                records.append((*record, name))
         cutoff = time.time() - grace
         removed = self._sweep_marks(marks, chains, cutoff)
+        for group, index, gen, name in records:  # a record stays while its generation is the newest
+            if gen == max(chains.get((group, index), [0])):
+                continue
+            written = _fs.mtime(os.path.join(self._dir, name))
+            if written is not None and written <= cutoff:
+                removed += _fs.unlink(os.path.join(self._dir, name))
         for (group, index), gens in chains.items():
             gens.sort()
             # generation 1 stays: a handle that never saw the chain cannot start it again

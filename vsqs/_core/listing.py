@@ -99,6 +99,9 @@ class Listing:
         # group -> the names that follow its candidate in the group's order, as
         # listed (only with one slot a group: a receive may take them as a run)
         self.runs: dict[str, list[str]] = {}
+        # group -> its names as listed, when it had messages in flight and runs are
+        # wanted with one slot a group: what a hand-over judges (see GroupReceiver)
+        self.views: dict[str, list[_format.Name]] = {}
         self.listed_at = -math.inf  # time.monotonic() of the listing
         self.cost = 0.0  # seconds the listing took
         self.stale_at = -math.inf  # time.monotonic() from which it is re-read even if not used up
@@ -271,6 +274,7 @@ class Listing:
         if self.watch is not None:  # what the watch told before this listing, the listing shows
             self.watch_epoch, self.watch_version = self.watch.mark()
         self.runs = {}
+        self.views = {}
         self.expired = []
         kept_from = _settings.retained_from_us(self._retention(), now, self._skew_us)
         found, grouped, more_shards = self._list(now, kept_from)
@@ -364,12 +368,15 @@ class Listing:
         limit = self._group_limit()
         skew = self._skew_us
         room = self.window  # names kept for runs, in all (a bound on the memory)
-        candidates = []
+        candidates: list[tuple[int, str]] = []
         for members in groups.values():
             members.sort(key=lambda name: name.key)
             held = [m for m in members if m.state is State.HIDDEN and m.receive_count and m.until_us + skew > now]
             for m in held:  # back in play when its lease runs out
                 hidden.append((m.until_us, str(m)))
+            if held and limit == 1 and self.runs_wanted:
+                self._hand_over_candidate(members, now, kept_from, candidates, hidden)
+                continue
             free = limit - len(held)
             turn = 0
             run: list[str] | None = None
@@ -398,6 +405,33 @@ class Listing:
                 if limit == 1 and self.runs_wanted:
                     run = self.runs[m.group_hash] = []
         return candidates
+
+    def _hand_over_candidate(
+        self, members: list[_format.Name], now: int, kept_from: int | None,
+        candidates: list[tuple[int, str]], hidden: list[tuple[int, str]],
+    ) -> None:
+        """A group with messages in flight, one slot and runs wanted: its first
+        message is a candidate if it is visible (a hand-over, see FORMAT.md, Runs),
+        and its names (those past retention left out: never delivered) are kept
+        for the hand-over to judge."""
+        skew = self._skew_us
+        view = [m for m in members if kept_from is None or m.sent_us >= kept_from]
+        self.views[members[0].group_hash] = view
+        candidate = None
+        for m in view:
+            if m.state is State.HIDDEN and m.until_us + skew > now:
+                if not m.receive_count:  # delayed: in the group's order at its time (a timer then)
+                    hidden.append((m.until_us, str(m)))
+                continue
+            candidate = candidate or m
+        first_in_flight = next((m.key for m in view if m.receive_count and m.state is State.HIDDEN
+                                and m.until_us + skew > now), None)
+        if candidate is not None and (first_in_flight is None or candidate.key < first_in_flight):
+            candidates.append((_place(0, candidate), str(candidate)))
+
+    def view(self, group: str) -> list[_format.Name] | None:
+        """The group's names as listed, if a hand-over may be judged from them."""
+        return self.views.get(group)
 
 
 def _place(turn: int, name: _format.Name | None) -> int:

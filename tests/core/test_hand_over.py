@@ -1,0 +1,228 @@
+"""Hand-over: a receive asking for runs takes a FIFO group's visible prefix while
+another run of the group is still in flight, as Amazon SQS FIFO delivers a
+message made visible again ahead of those still in flight (docs/FORMAT.md,
+Runs: Hand-over). Each rule is checked on both sides: what is handed over, and
+what never is (a message after one in flight, one that may be in flight)."""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+
+import pytest
+
+import vsqs
+from vsqs._core import format as _format
+from vsqs._core import groups as _groups
+
+SHORT = 0.3  # a visibility timeout the tests wait out
+LONG = 60.0
+
+
+def publish(queue: vsqs.Queue, group: str, count: int) -> None:
+    queue.publish_batch([f"{group}{i}" for i in range(count)], group=group)
+
+
+def bodies(messages: list[vsqs.Message]) -> list[str]:
+    return [m.body.decode() for m in messages]
+
+
+def take(queue: vsqs.Queue, n: int = 10, **kwargs) -> list[str]:
+    """What a fresh handle's receive of runs gets (no cached listing)."""
+    return bodies(vsqs.Queue(queue.path).receive_batch(n, group_runs=True, **kwargs))
+
+
+def groups_dir(queue: vsqs.Queue) -> str:
+    return os.path.join(queue.path, _format.GROUPS_DIR)
+
+
+def newest(queue: vsqs.Queue, group: str) -> int:
+    names = os.listdir(groups_dir(queue))
+    return max(p[2] for p in map(_format.parse_lease_name, names) if p and p[0] == _format.group_hash(group))
+
+
+@pytest.mark.parametrize("extended, expected", [(0, []), (1, ["g0"]), (2, ["g0", "g1"])])
+def test_the_visible_prefix_up_to_a_member_extended_is_handed_over(queue, extended, expected):
+    publish(queue, "g", 3)
+    run = queue.receive_batch(5, visibility_timeout=SHORT, group_runs=True)
+    assert bodies(run) == ["g0", "g1", "g2"]
+    run[extended].change_visibility(LONG)
+    time.sleep(SHORT + 0.1)  # the others' timeouts are over; the lease is the extended member's
+    assert take(queue) == expected
+
+
+def test_a_member_whose_timeout_was_shortened_comes_back_behind_a_group_never_received(queue):
+    queue.publish_batch(["g1-m1", "g1-m2"], group="g1")
+    queue.publish(b"g2-m1", group="g2")
+    run = queue.receive_batch(2, visibility_timeout=LONG, group_runs=True)
+    assert bodies(run) == ["g1-m1", "g1-m2"]
+    run[0].change_visibility(SHORT)
+    time.sleep(SHORT + 0.1)
+    assert take(queue, 3) == ["g2-m1", "g1-m1"]
+
+
+def test_a_member_made_visible_comes_back_behind_a_group_never_received(queue):
+    queue.publish_batch(["g1-m1", "g1-m2"], group="g1")
+    queue.publish(b"g2-m1", group="g2")
+    run = queue.receive_batch(2, visibility_timeout=LONG, group_runs=True)
+    run[0].change_visibility(0)
+    assert take(queue, 3) == ["g2-m1", "g1-m1"]
+
+
+def test_a_deleted_member_is_passed_and_a_released_one_handed_over(queue):
+    publish(queue, "g", 4)
+    run = queue.receive_batch(3, visibility_timeout=LONG, group_runs=True)
+    run[0].delete()
+    run[1].release()
+    assert take(queue) == ["g1"]  # g2 is in flight: g3 waits behind it
+
+
+def test_the_prefix_goes_on_past_the_run_to_messages_never_received(queue):
+    publish(queue, "g", 4)
+    run = queue.receive_batch(2, visibility_timeout=LONG, group_runs=True)
+    run[1].change_visibility(0)
+    run[0].delete()
+    assert take(queue) == ["g1", "g2", "g3"]
+
+
+def test_the_group_goes_on_whichever_holder_settles_last(queue):
+    for first_done in ("run", "hand-over"):
+        publish(queue, "g", 4)
+        run = queue.receive_batch(3, visibility_timeout=LONG, group_runs=True)
+        run[0].change_visibility(0)
+        [again] = vsqs.Queue(queue.path).receive_batch(10, visibility_timeout=LONG, group_runs=True)
+        assert again.body == b"g0"
+        holders = [run[1:], [again]] if first_done == "run" else [[again], run[1:]]
+        for message in holders[0]:
+            message.delete()
+        assert take(queue) == []  # the other holder is still in flight
+        for message in holders[1]:
+            message.delete()
+        assert take(queue) == ["g3"]
+        vsqs.Queue(queue.path).purge()
+
+
+def test_a_hand_over_taken_again_from_its_holder(queue):
+    publish(queue, "g", 3)
+    run = queue.receive_batch(3, visibility_timeout=LONG, group_runs=True)
+    run[0].change_visibility(0)
+    [second] = vsqs.Queue(queue.path).receive_batch(10, visibility_timeout=LONG, group_runs=True)
+    second.change_visibility(0)
+    [third] = vsqs.Queue(queue.path).receive_batch(10, visibility_timeout=LONG, group_runs=True)
+    assert (third.body, third.receive_count) == (b"g0", 3)
+    with pytest.raises(vsqs.StaleReceipt):
+        second.delete()
+    third.delete()
+    run[1].delete()
+    run[2].delete()
+    assert queue.stats().total == 0
+    publish(queue, "g", 1)
+    assert take(queue) == ["g0"]  # the slot was freed
+
+
+def test_a_member_not_listed_may_be_in_flight_and_ends_the_prefix(queue, monkeypatch):
+    publish(queue, "g", 3)
+    run = queue.receive_batch(3, visibility_timeout=LONG, group_runs=True)
+    run[0].change_visibility(0)
+    run[2].change_visibility(0)
+    missing = run[1].id  # a listing that misses g1's name (being renamed as it was read)
+    triage = _format.triage
+    monkeypatch.setattr(_format, "triage", lambda names, *a: triage([n for n in names if missing not in n], *a))
+    assert take(queue) == ["g0"]  # not g2: g1, named by the run's record, may be in flight
+
+
+def test_a_deleted_member_not_listed_is_passed(queue):
+    publish(queue, "g", 3)
+    run = queue.receive_batch(3, visibility_timeout=LONG, group_runs=True)
+    run[1].delete()
+    run[0].change_visibility(0)
+    run[2].change_visibility(0)
+    assert take(queue) == ["g0", "g2"]
+
+
+def test_without_a_record_nothing_is_handed_over_until_the_lease_runs_out(queue, monkeypatch):
+    publish(queue, "g", 2)
+    monkeypatch.setattr(_groups.GroupLeases, "write_record", lambda *a: None)  # a crash before it
+    run = queue.receive_batch(2, visibility_timeout=SHORT * 2, group_runs=True)
+    run[0].change_visibility(0)
+    assert take(queue) == []
+    time.sleep(SHORT * 2 + 0.1)
+    assert take(queue) == ["g0", "g1"]
+
+
+@pytest.mark.parametrize("planted", ["garbage", "empty", "a FIFO", "a directory", "too large", "a later run"])
+def test_a_record_that_cannot_be_trusted_hands_nothing_over(queue, planted):
+    publish(queue, "g", 2)
+    run = queue.receive_batch(2, visibility_timeout=LONG, group_runs=True)
+    gen = newest(queue, "g")
+    path = os.path.join(groups_dir(queue), _format.run_record_name(_format.group_hash("g"), 0, gen))
+    os.unlink(path)
+    if planted == "a FIFO":
+        os.mkfifo(path)
+    elif planted == "a directory":
+        os.mkdir(path)
+    else:
+        content = {
+            "garbage": b"1 not-a-key\n",
+            "empty": b"",
+            "too large": b"1 " + b" ".join([run[0].id.encode()] * 5000) + b"\n",
+            "a later run": f"{gen + 1} {run[0].id}\n".encode(),
+        }[planted]
+        with open(path, "wb") as f:
+            f.write(content)
+    run[0].change_visibility(0)
+    assert take(queue) == []
+    run[1].delete()
+    assert queue.stats().total == 1  # nothing lost: g0 waits for the lease
+
+
+def test_two_receivers_racing_hand_the_prefix_over_once(queue):
+    publish(queue, "g", 3)
+    run = queue.receive_batch(3, visibility_timeout=LONG, group_runs=True)
+    run[0].change_visibility(0)
+    run[1].change_visibility(0)
+    handles = [vsqs.Queue(queue.path) for _ in range(4)]
+    for handle in handles:
+        handle.stats()  # opened
+    got: list[list[str]] = []
+    start = threading.Barrier(len(handles))
+
+    def receive(handle: vsqs.Queue) -> None:
+        start.wait()
+        got.append(bodies(handle.receive_batch(10, visibility_timeout=LONG, group_runs=True)))
+
+    threads = [threading.Thread(target=receive, args=(handle,)) for handle in handles]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    taken = [b for answer in got for b in answer]
+    assert sorted(taken) == ["g0", "g1"] and [a for a in got if a] in ([["g0", "g1"]], [["g0"]])
+
+
+def test_a_hand_over_of_one_message_carries_a_run_receipt(queue):
+    publish(queue, "g", 2)
+    run = queue.receive_batch(2, visibility_timeout=LONG, group_runs=True)
+    run[0].change_visibility(0)
+    [again] = vsqs.Queue(queue.path).receive_batch(10, group_runs=True)
+    slot = _format.parse_receipt(queue.id, again.receipt)[2]
+    assert slot is not None and (slot.size, slot.member) == (1, 0) and slot.run == slot.gen
+
+
+def test_without_runs_a_receive_hands_nothing_over(queue):
+    publish(queue, "g", 2)
+    run = queue.receive_batch(2, visibility_timeout=LONG, group_runs=True)
+    run[0].change_visibility(0)
+    assert bodies(vsqs.Queue(queue.path).receive_batch(10)) == []
+
+
+def test_a_settled_run_leaves_no_marks_behind(queue):
+    publish(queue, "g", 2)
+    run = queue.receive_batch(2, visibility_timeout=LONG, group_runs=True)
+    run[0].change_visibility(0)
+    [again] = vsqs.Queue(queue.path).receive_batch(10, group_runs=True)
+    for message in (again, run[1]):
+        message.delete()
+    marks = [n for n in os.listdir(groups_dir(queue)) if _format.parse_run_mark(n)]
+    assert marks == []
