@@ -242,15 +242,15 @@ def test_purge_frees_a_runs_group(queue):
 def test_sweep_removes_the_marks_of_runs_that_are_over(queue, monkeypatch):
     publish(queue, "g", 2)
     run = queue.receive_batch(10, visibility_timeout=30, group_runs=True)
-    run[0].delete()  # a mark; run[1] is never settled: its consumer died
+    run[0].delete()  # its marks (gone, done); run[1] is never settled: its consumer died
     directory = os.path.join(queue.path, _format.GROUPS_DIR)
     marks = [n for n in os.listdir(directory) if _format.parse_run_mark(n)]
-    assert len(marks) == 1
+    assert len(marks) == 2
     leases = _groups.GroupLeases(queue.path)
     assert leases.sweep(grace=0) == 0  # its run's lease is in force: kept
     later = until_of(run[1]) + 1
     monkeypatch.setattr(_format, "now_us", lambda: later)
-    assert leases.sweep(grace=0) == 1
+    assert leases.sweep(grace=0) == 2
     assert [n for n in os.listdir(directory) if _format.parse_run_mark(n)] == []
 
 

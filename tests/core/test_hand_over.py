@@ -226,3 +226,104 @@ def test_a_settled_run_leaves_no_marks_behind(queue):
         message.delete()
     marks = [n for n in os.listdir(groups_dir(queue)) if _format.parse_run_mark(n)]
     assert marks == []
+
+
+def test_a_hand_over_that_takes_nothing_leaves_the_group_to_the_runs_left(flat_queue, monkeypatch):
+    queue = flat_queue
+    queue.publish_batch([b"A", b"B", b"C"], group="g")
+    run = queue.receive_batch(2, visibility_timeout=LONG, group_runs=True)
+    again = run[0].change_visibility(0)
+    real = _groups.GroupLeases.take_over
+
+    def take_over(self, group, gen, until):  # the run settles between the hand-over's generation and its renames
+        slot = real(self, group, gen, until)
+        monkeypatch.setattr(_groups.GroupLeases, "take_over", real)
+        queue.delete(again)
+        run[1].delete()  # the run's last mark: its settle loses the next generation to the hand-over
+        return slot
+
+    monkeypatch.setattr(_groups.GroupLeases, "take_over", take_over)
+    assert take(queue, visibility_timeout=600) == []  # A's name moved since the listing: nothing taken
+    assert bodies(vsqs.Queue(queue.path).receive_batch(10)) == ["C"]  # the slot was freed, not held 600 s
+
+
+def test_two_runs_settling_at_once_free_the_slot(flat_queue, monkeypatch):
+    queue = flat_queue
+    queue.publish_batch([b"A", b"B", b"C"], group="g")
+    run = queue.receive_batch(2, visibility_timeout=LONG, group_runs=True)
+    run[0].change_visibility(0)
+    [handed] = vsqs.Queue(queue.path).receive_batch(10, visibility_timeout=LONG, group_runs=True)
+    real = _groups.GroupLeases._next
+    state: dict = {"step": 0}
+
+    def _next(self, group, index, gen, content, lone=True):
+        if state["step"] == 0:  # the run's settle, about to make the next generation
+            state["step"] = 1
+            state["held"] = (self, group, index, gen, content, lone)
+            handed.delete()  # the hand-over's run settles meanwhile...
+            return state["result"]
+        if state["step"] == 1:  # ...and loses its generation to the run's, made first
+            state["step"] = 2
+            state["result"] = real(*state["held"])
+        return real(self, group, index, gen, content, lone)
+
+    monkeypatch.setattr(_groups.GroupLeases, "_next", _next)
+    run[1].delete()
+    monkeypatch.setattr(_groups.GroupLeases, "_next", real)
+    assert bodies(vsqs.Queue(queue.path).receive_batch(10)) == ["C"]
+
+
+def test_a_member_whose_timeout_ran_out_is_done_for_its_run_once_handed_over(flat_queue):
+    queue = flat_queue
+    queue.publish_batch([b"A", b"B", b"C"], group="g")
+    run = queue.receive_batch(2, visibility_timeout=600, group_runs=True)
+    run[0].change_visibility(SHORT)
+    time.sleep(SHORT + 0.1)
+    [again] = vsqs.Queue(queue.path).receive_batch(10, visibility_timeout=LONG, group_runs=True)
+    assert again.body == b"A"
+    again.delete()
+    run[1].delete()
+    assert take(queue) == ["C"]  # the first run is over, though A's first receipt never settled it
+
+
+def test_a_member_released_by_a_vsqs_without_records_is_not_taken_for_deleted(flat_queue, monkeypatch):
+    queue = flat_queue
+    queue.publish_batch([b"A", b"B", b"C"], group="g")
+    run = queue.receive_batch(3, visibility_timeout=LONG, group_runs=True)
+    released = queue.current_receipt(run[0].receipt)
+    name = _format.parse_receipt(queue.id, released)[0]
+    os.rename(os.path.join(queue.path, str(name)), os.path.join(queue.path, _format.ready_name(name.stem, 1)))
+    slot = _format.parse_receipt(queue.id, released)[2]
+    mark = _format.run_mark_name(_format.group_hash("g"), 0, slot.run, 0)  # an older release: the done mark only
+    open(os.path.join(groups_dir(queue), mark), "wb").close()
+    run[1].change_visibility(0)
+    missing = run[0].id  # a listing that misses A's ready name
+    triage = _format.triage
+    monkeypatch.setattr(_format, "triage", lambda names, *a: triage([n for n in names if missing not in n], *a))
+    assert take(queue) == []  # not B: A may be there
+
+
+def test_a_purge_of_one_handed_over_message_leaves_the_group_held(flat_queue, monkeypatch):
+    queue = flat_queue
+    queue.publish_batch([b"A", b"B", b"C"], group="g")
+    run = queue.receive_batch(2, visibility_timeout=LONG, group_runs=True)
+    run[0].change_visibility(0)
+    [handed] = vsqs.Queue(queue.path).receive_batch(10, visibility_timeout=2 * LONG, group_runs=True)
+    vsqs.Queue(queue.path).purge(ids=[handed.id])
+    missing = run[1].id  # B is in flight; a listing that misses it
+    triage = _format.triage
+    monkeypatch.setattr(_format, "triage", lambda names, *a: triage([n for n in names if missing not in n], *a))
+    assert bodies(vsqs.Queue(queue.path).receive_batch(10)) == []  # not C
+
+
+def test_a_member_dead_lettered_is_passed_by_the_hand_over(tmp_path):
+    queue = vsqs.Queue(tmp_path / "q", create=True)
+    queue.configure(max_receives=2)
+    queue.publish_batch([b"A", b"B", b"C"], group="g")
+    run = queue.receive_batch(3, visibility_timeout=LONG, group_runs=True)
+    run[0].change_visibility(0)
+    [again] = vsqs.Queue(queue.path).receive_batch(10, visibility_timeout=LONG, group_runs=True)
+    again.change_visibility(0)  # A, received twice: the next receive moves it to the dead-letter queue
+    run[1].change_visibility(0)
+    assert take(queue) == ["B"]
+    assert queue.stats().dead_lettered == 1

@@ -597,17 +597,17 @@ def parse_lease_name(name: str) -> tuple[str, int, int] | None:
 
 
 # A member of a run that is done (deleted, released, made visible) leaves a
-# mark GROUP.S.RUN.dMEMBER beside the slot's chain, and one made visible first
-# GROUP.S.RUN.vMEMBER; names vsqs before runs does not parse as a lease, so it
-# ignores them (see FORMAT.md, Runs).
-_RUN_MARK_RE = re.compile(r"([0-9a-f]{12})\.(0|[1-9][0-9]{0,5})\.([1-9][0-9]{0,17})\.[dv](0|[1-9][0-9]{0,2})")
-DONE_MARK = "d"  # the member is done: deleted, or made visible (then after VISIBLE_MARK)
-VISIBLE_MARK = "v"  # the member was made visible (its message is still in the queue)
+# mark GROUP.S.RUN.dMEMBER beside the slot's chain, and one whose message left
+# the queue (deleted, dead-lettered) GROUP.S.RUN.xMEMBER first; names vsqs
+# before runs does not parse as a lease, so it ignores them (FORMAT.md, Runs).
+_RUN_MARK_RE = re.compile(r"([0-9a-f]{12})\.(0|[1-9][0-9]{0,5})\.([1-9][0-9]{0,17})\.[dx](0|[1-9][0-9]{0,2})")
+DONE_MARK = "d"  # the member is done for its run: deleted, released, made visible, taken over
+GONE_MARK = "x"  # the member's message left the queue (written before DONE_MARK)
 
 
 def run_mark_name(group: str, index: int, run: int, member: int, kind: str = DONE_MARK) -> str:
     """The mark that member ``member`` of the run begun by generation ``run`` of the slot is done
-    (``kind`` DONE_MARK), or was made visible (VISIBLE_MARK)."""
+    (``kind`` DONE_MARK), or that its message left the queue (GONE_MARK)."""
     return f"{group}.{index}.{run}.{kind}{member}"
 
 

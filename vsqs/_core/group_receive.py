@@ -171,7 +171,7 @@ class GroupReceiver:
                 break  # moved since the listing: the hand-over ends before it, in order
             byte_room -= self._read(members[-1], read_bodies, taken)
         with lock:
-            groups.hand_over_done(group, slot, held[2], _keys(members))
+            groups.hand_over_done(group, slot, held[1], held[2], _keys(members))
             cache.block(group)  # (its view is of this listing: judged once)
         if members:
             cache.claimed += 1
@@ -185,6 +185,8 @@ class GroupReceiver:
         if settings["max_receives"] is not None and member.receive_count >= settings["max_receives"]:
             try:
                 if self._dead_letters.bury(member):
+                    with self._lock:
+                        self._groups.mark_gone(member.group_hash, member.key)
                     return None
             except StorageError as exc:
                 taken.failure = taken.failure or exc
@@ -200,20 +202,19 @@ class GroupReceiver:
         self, group: str, view: list[_format.Name], runs: list[_format.RunEntry], now: int
     ) -> list[_format.Name]:
         """The group's visible prefix (see :meth:`_hand_over`): a member of a run
-        that is not listed is gone only if it was deleted (marked done and not made
-        visible) in every run that names it; else it may be in flight, and ends it."""
+        marked gone (its message left the queue) is passed, listed or not (a listing
+        may be older than its removal); one not listed and not marked gone may be
+        in flight (being renamed as the listing was read), and ends it."""
         listed = {name.key: name for name in view}
-        deleted: dict[str, bool] = {}
-        for entry in runs:
-            for key, (done, visible) in zip(entry.keys, self._groups.member_marks(group, entry), strict=True):
-                deleted[key] = deleted.get(key, True) and done and not visible
+        members = {key for entry in runs for key in entry.keys}
+        gone = self._groups.gone_members(group, runs)
         prefix: list[_format.Name] = []
         skew = self._skew_us
-        for key in sorted(listed.keys() | deleted.keys()):
+        for key in sorted(listed.keys() | members):
+            if key in gone:
+                continue
             name = listed.get(key)
             if name is None:
-                if deleted.get(key):
-                    continue
                 break
             if name.state is State.HIDDEN and name.until_us + skew > now:
                 if name.receive_count:
@@ -236,6 +237,8 @@ class GroupReceiver:
             return exc
         if parsed.group_hash:
             with self._lock:
+                if moved and parsed.receive_count:  # a run's member, maybe: a hand-over must not wait for it
+                    self._groups.mark_gone(parsed.group_hash, parsed.key)
                 # (a listing again is paid for by a message moved out: bounded by the queue's depth)
                 return self._listing.skip_removed(parsed.group_hash) and bool(moved)
         return False
@@ -314,7 +317,7 @@ class GroupReceiver:
             elif done and (issued or one_slot):
                 name = _format.parse_name(text)
                 if name is not None:
-                    self._groups.run_done(group, slot, name.until_us, self._skew_us)
+                    self._groups.run_done(group, slot, name.until_us, self._skew_us, gone=True)
             self._listing.slot_freed(group)
 
 

@@ -111,8 +111,11 @@ class GroupLeases:
             return written is not None and written < time.time() - _WRITE_GRACE
         return until == 0 or until + skew_us <= now_us
 
-    def _next(self, group: str, index: int, gen: int, content: bytes) -> SlotRef | None:
-        """Create generation gen+1; None if someone else did first."""
+    def _next(self, group: str, index: int, gen: int, content: bytes, lone: bool = True) -> SlotRef | None:
+        """Create generation gen+1; None if someone else did first. ``lone``: the
+        writer holds the slot alone (a claim, or its holder's free or extend), so a
+        generation 1 in force was never superseded; not so for runs, whose
+        hand-overs and settles write above a generation 1 in force."""
         if not self._ready:
             _fs.make_dirs(self._dir, self.mode)
             self._ready = True
@@ -127,7 +130,7 @@ class GroupLeases:
             self._newest[(group, index)] = gen + 2  # (ours goes: the newest known is one that stays)
             _fs.unlink(path)
             return None
-        if gen == 1 and not self._in_force(group, index, 1) and self._listed_beyond(group, index, 2):
+        if gen == 1 and not (lone and self._in_force(group, index, 1)) and self._listed_beyond(group, index, 2):
             # (sweeps leave generation 1 and a gap after it, of any length: made
             # 2, which happens once a chain, look at the whole listing)
             _fs.unlink(path)
@@ -206,7 +209,7 @@ class GroupLeases:
         data = _fs.read_control(self._path(group, slot.index, slot.gen))
         return data is not None and _format.decode_lease(data) == until_us
 
-    def free_purged(self, held: dict[str, set[int]]) -> int:
+    def free_purged(self, held: dict[str, set[int]], whole: bool = True) -> int:
         """Free the slots whose newest lease is one of ``held`` (group -> the
         UNTILs of its in-flight messages a purge removed); how many were freed.
 
@@ -223,6 +226,8 @@ class GroupLeases:
             if not untils:
                 continue
             data = _fs.read(self._path(group, index, gen))
+            if not whole and self.record(group, index, gen) is not None:
+                continue  # runs: others of their members may be in flight (the lease runs out)
             if data is not None and _format.decode_lease(data) in untils:
                 freed += self._next(group, index, gen, _format.FREE_LEASE) is not None
         return freed
@@ -266,7 +271,7 @@ class GroupLeases:
                 return None
             if lease is not None and lease >= new_until:
                 return slot._replace(gen=gen)
-            if lease is not None and self._next(group, slot.index, gen, _format.encode_lease(new_until)):
+            if lease is not None and self._next(group, slot.index, gen, _format.encode_lease(new_until), lone=False):
                 runs = self.record(group, slot.index, gen)  # the runs it holds, held by the next too
                 if runs is not None:
                     self.write_record(group, slot.index, gen + 1, runs)
@@ -274,39 +279,61 @@ class GroupLeases:
             # a run-mate's raise being written, or won first: read again
         return None
 
-    def run_done(self, group: str, slot: SlotRef, until_us: int, skew_us: int, visible: bool = False) -> bool:
-        """Mark member ``slot.member`` of its run done (its message deleted, or with
-        ``visible`` released or made visible; it was hidden until ``until_us``);
-        the last one to be marked settles the run, if the slot is provably still
-        held by it (see :meth:`run_extend`): frees the slot, or, while the record
-        names other runs, leaves it to them. Whether the slot was freed."""
+    def run_done(self, group: str, slot: SlotRef, until_us: int, skew_us: int, gone: bool = False) -> bool:
+        """Mark member ``slot.member`` of its run done (its message deleted or moved
+        out of the queue, ``gone``; or released, made visible; it was hidden until
+        ``until_us``); the last one to be marked settles the run, if the slot is
+        provably still held by it (see :meth:`run_extend`). Whether the slot was freed."""
         if not self._ready:
             _fs.make_dirs(self._dir, self.mode)
             self._ready = True
-        if visible:  # before the done mark: a hand-over that sees the latter knows the message stays
-            _fs.create_exclusive(self._mark(group, slot, slot.member, _format.VISIBLE_MARK), b"",
+        if gone:  # before the done mark: a hand-over that meets the latter alone cannot tell it gone
+            _fs.create_exclusive(self._mark(group, slot, slot.member, _format.GONE_MARK), b"",
                                  durable=False, mode=self.mode)
         marks = [self._mark(group, slot, member) for member in range(slot.size)]
         _fs.create_exclusive(marks[slot.member], b"", durable=False, mode=self.mode)  # (taken already: fine)
         if not all(_fs.exists(mark) for mark in reversed(marks)):  # (the last first: members settle in order)
             return False
-        found = self._newest_from(group, slot.index, slot.gen)
-        if found is None or not found[1] or _format.now_us() + skew_us >= until_us:
-            return False  # freed already, or not provably the run's: the lease runs out by itself
-        gen, lease = found[0], found[1]
-        runs = self.record(group, slot.index, gen)
-        if runs is None or all(entry.run != slot.run for entry in runs):
-            return False  # unknown, or the run is not named there: the lease runs out by itself
-        left = [entry for entry in runs if not self._over(group, slot.index, entry)]
-        if left:
-            made = self._next(group, slot.index, gen, _format.encode_lease(lease))
-            if made is not None:
-                self.write_record(group, slot.index, gen + 1, left)
-        else:
-            made = self._next(group, slot.index, gen, _format.FREE_LEASE)
-        if made is not None:
-            self._unmark(group, slot.index, [entry for entry in runs if entry not in left])
-        return made is not None and not left
+        return self._settle(group, slot.index, slot.run, until_us, skew_us)
+
+    def _settle(self, group: str, index: int, run: int | None, until_us: int, skew_us: int) -> bool:
+        """Drop the runs that are over from the slot's newest record: free the slot
+        if none is left, else make a generation (the same lease) naming the others.
+        Only while the record names ``run`` (None: any) and, for a run, its member
+        hidden until ``until_us`` shows the slot is still held (see run_extend);
+        read again after a race lost. Whether the slot was freed."""
+        for _ in range(_RAISE_TRIES):
+            found = self._newest_from(group, index, 0 if run is None else run)
+            if found is None or not found[1]:
+                return False  # freed already (or cannot be read)
+            if run is not None and _format.now_us() + skew_us >= until_us:
+                return False  # not provably the run's: the lease runs out by itself
+            gen, lease = found[0], found[1]
+            runs = self.record(group, index, gen)
+            if runs is None or (run is not None and all(entry.run != run for entry in runs)):
+                return False  # unknown, or the run is not named there: the lease runs out by itself
+            left = [entry for entry in runs if not self._over(group, index, entry)]
+            if len(left) == len(runs) and run is None:
+                return False  # nothing over
+            if self._replace(group, index, gen, lease, left):
+                self._unmark(group, index, [entry for entry in runs if entry not in left])
+                # a run named now whose last mark came meanwhile: its settle may have read
+                # the generation before ours, or ours without its record yet, and stopped
+                return not left or (self._any_over(group, index, left) and self._settle(group, index, None, 0, 0))
+        return False
+
+    def _any_over(self, group: str, index: int, runs: list[_format.RunEntry]) -> bool:
+        return any(self._over(group, index, entry) for entry in runs)
+
+    def _replace(self, group: str, index: int, gen: int, lease: int, runs: list[_format.RunEntry]) -> bool:
+        """Make generation gen+1: ``free`` if no run is left, else ``lease`` with a
+        record naming ``runs``. Whether it was made (else someone else wrote it)."""
+        if not runs:
+            return self._next(group, index, gen, _format.FREE_LEASE, lone=False) is not None
+        if self._next(group, index, gen, _format.encode_lease(lease), lone=False) is None:
+            return False
+        self.write_record(group, index, gen + 1, runs)
+        return True
 
     # -- hand-over (see FORMAT.md, Runs) -----------------------------------------
 
@@ -335,29 +362,60 @@ class GroupLeases:
         runs = self.record(group, 0, found[0])
         return None if runs is None else (found[0], found[1], runs)
 
-    def member_marks(self, group: str, entry: _format.RunEntry) -> list[tuple[bool, bool]]:
-        """For each member of a run: whether it is marked done, and made visible."""
-        slot = SlotRef(0, entry.run, entry.run)
-        return [
-            (_fs.exists(self._mark(group, slot, member)),
-             _fs.exists(self._mark(group, slot, member, _format.VISIBLE_MARK)))
-            for member in range(len(entry.keys))
-        ]
+    def gone_members(self, group: str, runs: list[_format.RunEntry]) -> set[str]:
+        """The KEYs of the members of ``runs`` whose message is gone from the queue
+        (deleted, or moved out: marked so by whoever removed it)."""
+        return {
+            key
+            for entry in runs
+            for member, key in enumerate(entry.keys)
+            if _fs.exists(self._mark(group, SlotRef(0, entry.run, entry.run), member, _format.GONE_MARK))
+        }
+
+    def mark_gone(self, group: str, key: str) -> None:
+        """The message ``key`` of the group left the queue (dead-lettered) outside its
+        run's receipts: mark it gone and done in the runs the newest record names,
+        and settle the runs that are over."""
+        found = self._newest_from(group, 0, 0)
+        runs = self.record(group, 0, found[0]) if found is not None else None
+        for entry in runs or []:
+            if key in entry.keys:
+                slot = SlotRef(0, entry.run, entry.run)
+                for kind in (_format.GONE_MARK, _format.DONE_MARK):
+                    _fs.create_exclusive(self._mark(group, slot, entry.keys.index(key), kind), b"",
+                                         durable=False, mode=self.mode)
+        if runs:
+            self._settle(group, 0, None, 0, 0)
 
     def take_over(self, group: str, gen: int, until_us: int) -> SlotRef | None:
         """Create generation gen+1 of the group's slot, a lease until ``until_us``
         (a hand-over); None if someone else wrote it first."""
-        return self._next(group, 0, gen, _format.encode_lease(until_us))
+        return self._next(group, 0, gen, _format.encode_lease(until_us), lone=False)
 
     def hand_over_done(
-        self, group: str, slot: SlotRef, runs: list[_format.RunEntry], keys: list[str]
+        self, group: str, slot: SlotRef, lease: int, runs: list[_format.RunEntry], keys: list[str]
     ) -> None:
-        """Write the record of a hand-over's generation: the runs of the record it
-        took over from that are not over, and its own run if it took ``keys``."""
+        """After a hand-over's renames: mark its messages done in the runs that held
+        them (their receipts there move them no more), and write the record of its
+        generation: the runs not over, and its own run of ``keys``. A hand-over that
+        took nothing replaces its generation with the one before it (``lease``), or
+        frees the slot if no run is left."""
+        taken = set(keys)
+        for entry in runs:
+            for member, key in enumerate(entry.keys):
+                if key in taken:
+                    _fs.create_exclusive(self._mark(group, SlotRef(0, entry.run, entry.run), member), b"",
+                                         durable=False, mode=self.mode)
         left = [entry for entry in runs if not self._over(group, slot.index, entry)]
         if keys:
-            left.append(_format.RunEntry(slot.gen, tuple(keys)))
-        self.write_record(group, slot.index, slot.gen, left)
+            self.write_record(group, slot.index, slot.gen, [*left, _format.RunEntry(slot.gen, tuple(keys))])
+            made = True
+        else:
+            made = self._replace(group, slot.index, slot.gen, lease, left)
+        if made:
+            self._unmark(group, slot.index, [entry for entry in runs if entry not in left])
+            if self._any_over(group, slot.index, left):  # (see _settle)
+                self._settle(group, slot.index, None, 0, 0)
 
     def _over(self, group: str, index: int, entry: _format.RunEntry) -> bool:
         slot = SlotRef(index, entry.run, entry.run)
@@ -367,8 +425,8 @@ class GroupLeases:
         for entry in runs:
             slot = SlotRef(index, entry.run, entry.run)
             for member in range(len(entry.keys)):
-                _fs.unlink(self._mark(group, slot, member, _format.VISIBLE_MARK))
                 _fs.unlink(self._mark(group, slot, member))
+                _fs.unlink(self._mark(group, slot, member, _format.GONE_MARK))
 
     def _mark(self, group: str, slot: SlotRef, member: int, kind: str = _format.DONE_MARK) -> str:
         return os.path.join(self._dir, _format.run_mark_name(group, slot.index, slot.run, member, kind))
@@ -379,14 +437,14 @@ class GroupLeases:
         if not _fs.is_private_dir(self._dir):
             return 0
         chains: dict[tuple[str, int], list[int]] = defaultdict(list)
-        marks: list[tuple[str, int, str]] = []
+        marks: list[tuple[str, int, int, str]] = []
         records: list[tuple[str, int, int, str]] = []
         for name in _fs.list_names(self._dir):
             parsed = _format.parse_lease_name(name)
             if parsed is not None:
                 chains[(parsed[0], parsed[1])].append(parsed[2])
             elif (mark := _format.parse_run_mark(name)) is not None:
-                marks.append((mark[0], mark[1], name))
+                marks.append((mark[0], mark[1], mark[2], name))
             elif (record := _format.parse_run_record_name(name)) is not None:
                 records.append((*record, name))
         cutoff = time.time() - grace
@@ -408,19 +466,19 @@ class GroupLeases:
         return removed
 
     def _sweep_marks(
-        self, marks: list[tuple[str, int, str]], chains: dict[tuple[str, int], list[int]], cutoff: float
+        self, marks: list[tuple[str, int, int, str]], chains: dict[tuple[str, int], list[int]], cutoff: float
     ) -> int:
         """Remove the marks of runs that are over: older than ``cutoff`` while
         their slot is free or its lease has run out. (A mark removed too early
         only means its run's slot is not freed early: it waits for its lease.)"""
         removed = 0
         now = _format.now_us()
-        for group, index, name in marks:
+        for group, index, run, name in marks:
             path = os.path.join(self._dir, name)
             written = _fs.mtime(path)
             gens = chains.get((group, index))
-            if written is None or written > cutoff:
-                continue
+            if written is None or written > cutoff or (gens and run > max(gens)):
+                continue  # (a run past the newest generation listed: this listing is old)
             data = _fs.read_control(self._path(group, index, max(gens))) if gens else None
             until = _format.decode_lease(data) if data is not None else 0
             if until is not None and until <= now:

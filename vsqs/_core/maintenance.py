@@ -280,7 +280,7 @@ class Maintenance:
                     held.setdefault(name.group_hash, set()).add(name.until_us)
         if held:
             with self._lock:
-                self._groups.free_purged(held)
+                self._groups.free_purged(held, whole=wanted is None)
         return removed
 
     def requeue_expired(self) -> int:
