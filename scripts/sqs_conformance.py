@@ -22,7 +22,12 @@ of this checkout instead of AWS and counts how many pass:
    results); the checkout itself is never written to;
 3. `vsqs serve` on a free loopback port with a fresh spool and the key pairs
    of LocalStack's primary (test/test) and secondary (000000000002/test2)
-   test credentials;
+   test credentials, and Amazon's 60-second rules on (``--sqs-recently-deleted
+   60 --sqs-purge-interval 60``, off by default): the tests that show them
+   (``test_create_queue_recently_deleted``, ``test_successive_purge_calls_fail``)
+   ask LocalStack for exactly these with ``SQS_DELAY_RECENTLY_DELETED`` and
+   ``SQS_DELAY_PURGE_RETRY``, and the others delete or purge a queue at most
+   once (LocalStack has these settings off by default);
 4. pytest in LocalStack's "against real AWS" mode (TEST_TARGET=AWS_CLOUD),
    with AWS_ENDPOINT_URL sending every client to the gateway. In that mode
    localstack-snapshot compares each recorded AWS answer in full, after the
@@ -313,6 +318,10 @@ def git_describe(path: Path) -> str:
 # --- the gateway -----------------------------------------------------------------------
 
 
+# Amazon's 60-second rules, which the tests that show them switch on in LocalStack (see step 3 above)
+AMAZON_WAITS = ("--sqs-recently-deleted", "60", "--sqs-purge-interval", "60")
+
+
 class running_gateway:
     """`vsqs serve` of this checkout on a free loopback port, with a fresh spool and
     LocalStack's test key pairs; stopped on exit."""
@@ -336,11 +345,13 @@ class running_gateway:
         self.log = open(self.run_dir / "gateway.log", "wb")
         self.process = subprocess.Popen(
             [sys.executable, "-m", "vsqs", "serve", str(self.run_dir / "spool"), "--create", "--port", str(port),
-             "--aws-credentials-file", str(credentials), "--region", "us-east-1", "--log-level", "warning"],
+             "--aws-credentials-file", str(credentials), "--region", "us-east-1", "--log-level", "warning",
+             *AMAZON_WAITS],
             cwd=REPO, env=env, stdout=self.log, stderr=subprocess.STDOUT)
         deadline = time.monotonic() + 30
         while True:
             if self.process.poll() is not None:
+                self.log.close()
                 raise SystemExit(f"vsqs serve exited ({self.process.returncode}); see {self.run_dir}/gateway.log")
             try:
                 with urllib.request.urlopen(self.url + "/healthz", timeout=1) as answer:

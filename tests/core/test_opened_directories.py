@@ -91,7 +91,7 @@ def test_a_handle_of_a_deleted_queue_publishes_nothing_into_it(tmp_path, looking
     spool.delete_queue("q")
     with pytest.raises(vsqs.QueueNotFound):
         old.publish(b"after")
-    assert os.listdir(tmp_path) == []  # the deleted directory went whole: nothing written into it
+    assert os.listdir(tmp_path) == [".deleted"]  # the deleted directory went whole (the deletion's record stays)
     spool.create_queue("q")
     old.publish(b"into the queue made again")
     assert [m.body for m in spool.queue("q").receive_batch(10)] == [b"into the queue made again"]

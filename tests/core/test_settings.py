@@ -48,7 +48,7 @@ def test_delete_queue(spool):
     q = spool.create_queue("q")
     q.publish_batch([b"1", b"2"])
     assert spool.delete_queue("q") == 2
-    assert spool.queues() == [] and os.listdir(spool.root) == []
+    assert spool.queues() == [] and os.listdir(spool.root) == [".deleted"]  # the deletion's record
     with pytest.raises(vsqs.QueueNotFound):
         spool.delete_queue("q")
     with pytest.raises(vsqs.QueueNotFound):

@@ -306,7 +306,7 @@ def test_deleting_a_sharded_queue_counts_every_shard(tmp_path):
     q = spool.create_queue("q", shards=4)
     q.publish_batch([b"%d" % i for i in range(30)])
     assert spool.delete_queue("q") == 30
-    assert os.listdir(tmp_path) == []
+    assert os.listdir(tmp_path) == [".deleted"]  # the deletion's record only
     with pytest.raises(vsqs.QueueNotFound):
         q.publish(b"x")
     with pytest.raises(vsqs.QueueNotFound):
@@ -425,7 +425,7 @@ def test_gc_on_a_deleted_sharded_queue_makes_nothing(tmp_path):
     spool.delete_queue("jobs")
     with pytest.raises(vsqs.QueueNotFound):
         q.collect_garbage()
-    assert os.listdir(tmp_path) == []
+    assert os.listdir(tmp_path) == [".deleted"]  # the deletion's record only
 
 
 def test_a_queue_with_broken_metadata_can_still_be_deleted(tmp_path):
@@ -437,4 +437,4 @@ def test_a_queue_with_broken_metadata_can_still_be_deleted(tmp_path):
     with open(meta, "w") as f:
         f.write('{"format": 99}')
     assert spool.delete_queue("jobs") == 3
-    assert os.listdir(tmp_path) == []
+    assert os.listdir(tmp_path) == [".deleted"]  # the deletion's record only

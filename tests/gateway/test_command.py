@@ -53,3 +53,21 @@ def test_help_names_only_the_new_option():
     result = run("--help")
     assert "--max-body-bytes" in result.output
     assert "--max-message-bytes" not in result.output
+
+
+def test_amazons_waits_are_off_unless_given_in_seconds(tmp_path, started):
+    assert run(str(tmp_path)).exit_code == 0
+    assert (started[0].sqs_recently_deleted, started[0].sqs_purge_interval) == (0, 0)
+    result = run(str(tmp_path), "--sqs-recently-deleted", "60", "--sqs-purge-interval", "1.5")
+    assert result.exit_code == 0, result.output
+    assert (started[1].sqs_recently_deleted, started[1].sqs_purge_interval) == (60, 1.5)
+    for option in ("--sqs-recently-deleted", "--sqs-purge-interval"):
+        for bad in ("-1", "3601", "x"):
+            assert run(str(tmp_path), option, bad).exit_code == 2
+    assert len(started) == 2
+
+
+def test_help_names_amazons_waits():
+    result = run("--help")
+    assert "--sqs-recently-deleted" in result.output and "QueueDeletedRecently" in result.output
+    assert "--sqs-purge-interval" in result.output and "PurgeQueueInProgress" in result.output

@@ -199,3 +199,25 @@ def test_python_313_comes_first_and_312_only_if_it_imports_the_sqs_tests(script,
     with pytest.raises(SystemExit, match="does not|no Python found"):
         script.ensure_venv(tmp_path, None, xdist=False)
     assert made == ["3.12"]
+
+
+def test_the_gateway_judged_applies_amazons_60_second_rules(script, tmp_path, monkeypatch):
+    """The tests that show QueueDeletedRecently and PurgeQueueInProgress switch them on in
+    LocalStack; the harness's gateway has them on too, at Amazon's 60 s."""
+    started: list[list[str]] = []
+
+    class Exited:
+        returncode = 2
+
+        def __init__(self, command, **options):
+            started.append(list(command))
+
+        def poll(self):
+            return 2
+
+    monkeypatch.setattr(script.subprocess, "Popen", Exited)
+    with pytest.raises(SystemExit):
+        script.running_gateway(tmp_path).__enter__()
+    [command] = started
+    assert command[command.index("--sqs-recently-deleted") + 1] == "60"
+    assert command[command.index("--sqs-purge-interval") + 1] == "60"

@@ -116,11 +116,19 @@ class Administration:
         return self._reopening(lambda: self._maintenance.stats(groups))
 
     def purge(self, ids: Iterable[str] | None = None) -> int:
-        """Delete every message (or those of ``ids``), in flight and delayed included; return how many."""
+        """Delete every message (or those of ``ids``), in flight and delayed included; return how many.
+        A purge of every message is recorded first (:attr:`purged_at`)."""
         self._open_parts()
         removed = self._maintenance.purge(ids)
         self._receiver.forget_listing()
         return removed
+
+    @property
+    def purged_at(self) -> float | None:
+        """When every message was last purged (:meth:`purge` without ``ids``), by any
+        process or host (epoch seconds; ``None`` if never). Read from disk on each call."""
+        self._open_parts()
+        return self._maintenance.purged_at()
 
     def requeue_expired(self) -> int:
         """Make every hidden message whose time has come ready again, and move

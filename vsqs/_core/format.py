@@ -501,6 +501,45 @@ def parse_claim_token(name: str) -> tuple[str, int] | None:
 RECORDS_DIR = ".records"  # a task's records per period (Spool.put_record), named as its claims
 
 
+# -- when a queue was deleted (the spool's .deleted/) and purged (a queue's .purged/) --
+
+DELETED_DIR = ".deleted"  # in the spool's root: one empty file per deletion, NAME.WHEN
+PURGED_DIR = ".purged"  # in a queue: one empty file per purge of the whole queue, WHEN
+_DELETED_RE = re.compile(r"([A-Za-z0-9][A-Za-z0-9_.-]{0,79})\.([0-9]{16})")
+_PURGED_RE = re.compile(r"[0-9]{16}")
+
+
+def deleted_record(name: str, when_us: int) -> str:
+    """``NAME.WHEN``: queue ``name`` was deleted at ``when_us`` (16-digit epoch µs)."""
+    return "%s.%016d" % (name, when_us)  # noqa: UP031
+
+
+def parse_deleted_record(entry: str) -> tuple[str, int] | None:
+    """The queue name and time (µs) of a ``.deleted/`` entry, or ``None``."""
+    m = _DELETED_RE.fullmatch(entry)
+    return (m[1], int(m[2])) if m and ".." not in m[1] else None
+
+
+def purged_record(when_us: int) -> str:
+    """``WHEN``: the queue was purged at ``when_us`` (16-digit epoch µs)."""
+    return "%016d" % when_us  # noqa: UP031
+
+
+def parse_purged_record(entry: str) -> int | None:
+    """The time (µs) of a ``.purged/`` entry, or ``None``."""
+    return int(entry) if _PURGED_RE.fullmatch(entry) else None
+
+
+def newest_time(times: Iterable[int], now_us: int) -> int | None:
+    """The newest of ``times`` (µs), for a record of when something happened:
+    a time more than ``RECORD_AHEAD`` seconds ahead of ``now_us`` is none
+    (planted, or from a clock far off), one less ahead is taken as ``now_us``;
+    ``None`` if none is left."""
+    limit = now_us + int(limits.RECORD_AHEAD * 1_000_000)
+    newest = max((t for t in times if t <= limit), default=None)
+    return None if newest is None else min(newest, now_us)
+
+
 # -- receipts ---------------------------------------------------------------
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 import heapq
 import logging
 import math
+import os
 import threading
 import time
 from collections.abc import Iterable, Iterator
@@ -20,7 +21,7 @@ from vsqs._core import settings as _settings
 from vsqs._core.adapter_area import collect_area
 from vsqs._core.dead_letters import DeadLetters
 from vsqs._core.dedup import Reservations
-from vsqs._core.errors import DamagedEntry, InvalidArgument, StorageError
+from vsqs._core.errors import DamagedEntry, InvalidArgument, QueueNotFound, StorageError
 from vsqs._core.format import State
 from vsqs._core.groups import GroupLeases
 from vsqs._core.layout import Layout
@@ -250,6 +251,8 @@ class Maintenance:
         up once more. Then the de-duplication ids the removed messages held are
         freed (:meth:`Reservations.forget`): a message published again with one
         is stored. (A crash before that leaves them held, as a delete would.)"""
+        if ids is None:
+            self._record_purge(_format.now_us())
         wanted = None if ids is None else set(ids)
         keys: set[str] = set()
         removed = self._purge(wanted, keys)
@@ -257,6 +260,42 @@ class Maintenance:
             removed += self._purge(wanted, keys)
         self._reservations.forget(keys)
         return removed
+
+    def _record_purge(self, when_us: int) -> None:
+        """Record a purge of the whole queue at ``when_us`` (an empty file
+        ``.purged/WHEN``, before the first message goes) and remove the
+        older records: the newest is the one read. A record that cannot be
+        written (``.purged`` planted as a file or a link, a full disk) is
+        reported and the purge goes on: it serves only the SQS face's rule."""
+        directory = self._layout.file(_format.PURGED_DIR)
+        mode = self._settings.mode
+        try:
+            _fs.make_dirs(directory, mode)
+            _fs.create_exclusive(os.path.join(directory, _format.purged_record(when_us)), b"", durable=False, mode=mode)
+            for entry in _fs.list_files(directory)[0]:
+                when = _format.parse_purged_record(entry)
+                if when is not None and when < when_us:
+                    _fs.unlink(os.path.join(directory, entry))
+        except StorageError as exc:
+            log.warning("queue %s: the record of its purge was not written: %s", self._layout.shown, exc)
+
+    def purged_at(self) -> float | None:
+        """When the whole queue was last purged (epoch seconds), from the newest
+        record of ``.purged/`` (a time more than a minute ahead of this host's
+        clock is ignored, one less ahead reads as now); ``None`` if never."""
+        directory = self._layout.file(_format.PURGED_DIR)
+        if not _fs.is_private_dir(directory):
+            if _fs.lstat(directory) is not None:
+                log.warning("queue %s: %s is not a directory: no purge records read", self._layout.shown,
+                            _format.PURGED_DIR)
+            return None
+        try:
+            entries = _fs.list_files(directory)[0]  # regular files only: a FIFO, a link, a directory is none
+        except QueueNotFound:  # gone since, or swapped for a link
+            return None
+        times = (_format.parse_purged_record(entry) for entry in entries)
+        newest = _format.newest_time((t for t in times if t is not None), _format.now_us())
+        return None if newest is None else newest / 1_000_000
 
     def _purge(self, wanted: set[str] | None, keys: set[str]) -> int:
         """One pass of :meth:`purge`: how many files it removed; their ids leave ``wanted``, join ``keys``."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import time
 from collections.abc import Iterator
@@ -11,8 +12,11 @@ from vsqs._core import format as _format
 from vsqs._core import fs as _fs
 from vsqs._core import settings as _settings
 from vsqs._core.errors import InvalidArgument, QueueNotFound, StorageError
+from vsqs._core.limits import DELETED_KEEP
 from vsqs._core.queue import Queue
 from vsqs._core.rules import check_queue_name, is_queue_name
+
+log = logging.getLogger("vsqs")
 
 
 class Spool:
@@ -84,9 +88,52 @@ class Spool:
         doomed = os.path.join(self._root, f".{name}.deleting-{_format.new_tag()}")
         if not _fs.rename(path, doomed):
             raise QueueNotFound(f"no queue {name!r} in {self._root}")
+        self._record_deletion(name, _format.now_us())
         count = _count_messages(doomed)
         _fs.remove_tree(doomed)
         return count
+
+    def deleted_at(self, name: str) -> float | None:
+        """When queue ``name`` was last deleted (epoch seconds), by any process
+        or host sharing the spool; ``None`` if not within the last hour
+        (records are kept that long). Read from ``.deleted/`` in the spool's
+        root (docs/FORMAT.md, Spools) on each call: a record of a time more
+        than a minute ahead of this host's clock is ignored, one less ahead
+        reads as now. The SQS face's ``QueueDeletedRecently`` rule reads it."""
+        check_queue_name(name)
+        directory = os.path.join(self._root, _format.DELETED_DIR)
+        if not _fs.is_private_dir(directory):
+            if _fs.lstat(directory) is not None:
+                log.warning("spool: %s is not a directory: no queue deletion records read", _fs.shown(directory))
+            return None
+        try:
+            entries = _fs.list_files(directory)[0]  # regular files only: a FIFO, a link, a directory is none
+        except QueueNotFound:  # gone since, or swapped for a link
+            return None
+        now = _format.now_us()
+        times = (parsed[1] for parsed in map(_format.parse_deleted_record, entries)
+                 if parsed is not None and parsed[0] == name)
+        newest = _format.newest_time(times, now)
+        if newest is None or newest < now - int(DELETED_KEEP * 1_000_000):
+            return None
+        return newest / 1_000_000
+
+    def _record_deletion(self, name: str, when_us: int) -> None:
+        """Record that queue ``name`` went at ``when_us`` (an empty file
+        ``.deleted/NAME.WHEN``), and sweep the records older than an hour and
+        the older ones of ``name``. A failure is logged: the queue is gone
+        all the same, and the record serves only the SQS face's rule."""
+        directory = os.path.join(self._root, _format.DELETED_DIR)
+        try:
+            _fs.make_dirs(directory)
+            _fs.create_exclusive(os.path.join(directory, _format.deleted_record(name, when_us)), b"", durable=False)
+            oldest = when_us - int(DELETED_KEEP * 1_000_000)
+            for entry in _fs.list_files(directory)[0]:
+                parsed = _format.parse_deleted_record(entry)
+                if parsed is not None and (parsed[1] < oldest or (parsed[0] == name and parsed[1] < when_us)):
+                    _fs.unlink(os.path.join(directory, entry))
+        except (StorageError, QueueNotFound) as exc:
+            log.warning("spool: the record of the deletion of queue %r was not written: %s", name, exc)
 
     def claim_period(self, task: str, seconds: float, *, now: float | None = None) -> bool:
         """Claim the current ``seconds``-long period for ``task`` among every

@@ -31,6 +31,8 @@ from vsqs._gateway.limits import (
     GC_INTERVAL,
     HEADER_TIMEOUT,
     MAX_BODY_BYTES_CEILING,
+    MAX_PURGE_INTERVAL,
+    MAX_RECENTLY_DELETED,
     MAX_REQUEST_TIMEOUT,
 )
 
@@ -139,6 +141,14 @@ def _old_name_of_max_body_bytes(ctx: click.Context, param: click.Parameter, valu
 @click.option("--console-interval", type=click.FloatRange(0), default=CONSOLE_INTERVAL, show_default=True,
               metavar="SECONDS", help="Sample every queue's counts for the web console's charts (/ui) every this "
               "many seconds, one process at a time among all gateways on the spool; 0: no charts.")
+@click.option("--sqs-recently-deleted", type=click.FloatRange(0, MAX_RECENTLY_DELETED), default=0.0,
+              show_default=True, metavar="SECONDS",
+              help="SQS face: refuse CreateQueue of a name deleted (by any face or host) less than SECONDS ago, "
+              "with Amazon's QueueDeletedRecently (Amazon waits 60); 0: never, a name can be made again at once.")
+@click.option("--sqs-purge-interval", type=click.FloatRange(0, MAX_PURGE_INTERVAL), default=0.0,
+              show_default=True, metavar="SECONDS",
+              help="SQS face: refuse PurgeQueue of a queue purged (by any face or host) less than SECONDS ago, "
+              "with Amazon's PurgeQueueInProgress (Amazon waits 60); 0: never, a purge may follow at once.")
 @click.option("--create", is_flag=True, help="Create SPOOL if it does not exist.")
 @click.option("--log-level", type=click.Choice(["critical", "error", "warning", "info", "debug"]),
               default="info", show_default=True)
@@ -150,7 +160,8 @@ def serve(
     region: str, max_body_bytes: int, old_max_body_bytes: int | None, file_mode: str | None,
     limit_concurrency: int | None,
     public_hosts: tuple[str, ...], public_url: str | None, header_timeout: float, body_timeout: float,
-    gc_interval: float, console_interval: float, create: bool, log_level: str, access_log: bool,
+    gc_interval: float, console_interval: float, sqs_recently_deleted: float, sqs_purge_interval: float,
+    create: bool, log_level: str, access_log: bool,
 ) -> None:
     """Serve SPOOL over HTTP: the native API under /queues and the Amazon SQS
     protocol on POST / (needs the extra: pip install 'vsqs[server]').
@@ -180,7 +191,8 @@ def serve(
         region=region, max_body_bytes=max_body_bytes, file_mode=file_mode,
         listen_host=host, public_hosts=_public_hosts(public_hosts), public_url=_public_url(public_url),
         header_timeout=header_timeout, body_timeout=body_timeout, gc_interval=gc_interval,
-        console_interval=console_interval,
+        console_interval=console_interval, sqs_recently_deleted=sqs_recently_deleted,
+        sqs_purge_interval=sqs_purge_interval,
     )
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(name)s %(levelname)s %(message)s")
     run(config, host=host, port=port, workers=workers, log_level=log_level, limit_concurrency=limit_concurrency,

@@ -44,6 +44,8 @@ class GatewayConfig:
     body_timeout: float = BODY_TIMEOUT  # seconds, after the head, to send the whole body
     gc_interval: float = GC_INTERVAL  # seconds between housekeeping sweeps of the spool (0: none)
     console_interval: float = CONSOLE_INTERVAL  # seconds between the console's samples of the spool (0: none)
+    sqs_recently_deleted: float = 0.0  # seconds the SQS face refuses CreateQueue of a deleted name (0: never)
+    sqs_purge_interval: float = 0.0  # seconds the SQS face refuses a queue's next PurgeQueue (0: never)
     console_secret: str | None = None  # signs the console's sessions; drawn at each start, shared by the workers
 
     @property

@@ -34,6 +34,11 @@ MAX_RECEIVE_COUNT = 1000  # RedrivePolicy's maxReceiveCount
 MAX_LIST_RESULTS = 1000  # ListQueues' MaxResults, and its answer without one
 MAX_SQS_QUEUE_NAME = 80  # characters of a queue name CreateQueue takes
 FIFO_DEDUP_WINDOW = 300.0  # seconds a FIFO queue made through the SQS face holds a dedup id
+AMAZON_RECENTLY_DELETED = 60.0  # seconds Amazon refuses CreateQueue of a deleted name (QueueDeletedRecently)
+AMAZON_PURGE_INTERVAL = 60.0  # seconds Amazon refuses a queue's next PurgeQueue (PurgeQueueInProgress)
+# the most --sqs-recently-deleted may ask: the engine keeps a deletion's record this long
+MAX_RECENTLY_DELETED = _engine.DELETED_KEEP
+MAX_PURGE_INTERVAL = 3600.0  # the most --sqs-purge-interval may ask
 
 # -- the gateway's own --
 MAX_JSON_BATCH = 100  # messages per native JSON request

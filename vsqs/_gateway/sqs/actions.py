@@ -26,6 +26,7 @@ from vsqs._gateway.limits import (
     MAX_VISIBILITY_TIMEOUT,
     MAX_WAIT_SECONDS,
 )
+from vsqs._gateway.sqs.amazon_waits import purge_unless_purged_recently, refuse_if_deleted_recently
 from vsqs._gateway.sqs.attributes import (
     ATTRIBUTE_OF_SETTING,
     REPORTED_DEFAULTS,
@@ -161,6 +162,7 @@ async def create_queue(call: Call) -> dict[str, Any]:
         try:
             existing = spool.queue(name)
         except QueueNotFound:
+            refuse_if_deleted_recently(call, name)
             extra: dict[str, object] = {}
             if is_fifo(name):  # Amazon's de-duplication interval and scope, one message of a group at a time
                 extra.update(dedup_window=FIFO_DEDUP_WINDOW, group_concurrency=1, dedup_scope="queue")
@@ -440,7 +442,8 @@ async def change_message_visibility_batch(call: Call) -> dict[str, Any]:
 
 
 async def purge_queue(call: Call) -> dict[str, Any]:
-    await call.on_queue(lambda queue: queue.purge())
+    name = call.queue_name = queue_name_of_url(call.params)
+    await call.on_queue(lambda queue: purge_unless_purged_recently(call, queue, name))
     return {}
 
 

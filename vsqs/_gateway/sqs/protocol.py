@@ -59,6 +59,8 @@ _ERRORS: dict[str, tuple[str, int]] = {
     "InvalidBatchEntryId": ("AWS.SimpleQueueService.InvalidBatchEntryId", 400),
     "BatchRequestTooLong": ("AWS.SimpleQueueService.BatchRequestTooLong", 400),
     "UnsupportedOperation": ("AWS.SimpleQueueService.UnsupportedOperation", 400),
+    "QueueDeletedRecently": ("AWS.SimpleQueueService.QueueDeletedRecently", 400),  # --sqs-recently-deleted
+    "PurgeQueueInProgress": ("AWS.SimpleQueueService.PurgeQueueInProgress", 403),  # --sqs-purge-interval
     "ResourceNotFoundException": ("ResourceNotFoundException", 404),
     "InvalidAttributeName": ("InvalidAttributeName", 400),
     "InvalidAttributeValue": ("InvalidAttributeValue", 400),
