@@ -24,6 +24,9 @@ another action on the same body.
 The region in the scope is not checked against the gateway's (clients sign
 with whatever region they are configured for; the signing key depends on
 it, so the signature still proves the secret); the service must be ``sqs``.
+A gateway with spools for several regions serves a request from its scope's
+region's spool when its queue URL names none (:func:`scope_region`;
+docs/gateway.md, Regions).
 A request that went through a reverse proxy may arrive with another ``Host``
 than the client signed: when the signature does not match with ``Host``, it
 is tried with the first host named by ``X-Forwarded-Host`` and the first
@@ -216,6 +219,20 @@ def parse_presigned(raw_query: str) -> Presigned | None:
         raise _incomplete(f"X-Amz-Expires must be a number of seconds 1..{MAX_PRESIGNED_EXPIRES}")
     _, amz_date = request_time({"x-amz-date": fields["X-Amz-Date"]})
     return Presigned(parse_authorization(header), amz_date, int(expires), "&".join(kept))
+
+
+def scope_region(authorization: str | None, raw_query: str) -> str | None:
+    """The region of a request's credential scope, as sent: from the ``Authorization``
+    header, else from a presigned query's ``X-Amz-Credential``; None if there is none.
+    Neither checked nor verified here (the caller checks the name, :func:`verify` the
+    signature); never raises, and costs one pass over the header or the query."""
+    if authorization is not None:
+        credential = authorization.partition("Credential=")[2].partition(",")[0].strip()
+    else:
+        credential = next((unquote(value) for name, _, value in (pair.partition("=") for pair in raw_query.split("&"))
+                           if unquote(name) == "X-Amz-Credential"), "") if raw_query else ""
+    parts = credential.split("/")
+    return parts[2] if len(parts) == 5 else None
 
 
 @dataclass(frozen=True)
