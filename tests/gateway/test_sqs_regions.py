@@ -16,7 +16,7 @@ import boto3
 import botocore.config
 import httpx
 import pytest
-from botocore.auth import SigV4Auth
+from botocore.auth import SigV4Auth, SigV4QueryAuth
 from botocore.awsrequest import AWSRequest
 from botocore.credentials import Credentials
 from botocore.exceptions import ClientError
@@ -123,6 +123,17 @@ def test_query_requests_to_a_regions_queue_path_reach_that_regions_queue(regions
     assert nothing.status_code == 200 and "foobar" not in nothing.text
     got = signed_get(server, west_path, WEST, {"Action": "ReceiveMessage", "VisibilityTimeout": "0"})
     assert got.status_code == 200 and "foobar" in got.text
+
+
+def test_a_presigned_query_is_served_from_the_spool_of_the_region_it_is_signed_for(regions) -> None:
+    server, _ = regions
+    name = new_name()
+    west_url = client(server, WEST).create_queue(QueueName=name)["QueueUrl"]
+    request = AWSRequest(method="GET", url=server.url + "/", params={"Action": "GetQueueUrl", "QueueName": name})
+    SigV4QueryAuth(Credentials(KEY, SECRET), "sqs_query", WEST).add_auth(request)  # as LocalStack's tests sign
+    answer = httpx.get(request.prepare().url, timeout=30)
+    assert answer.status_code == 200, answer.text
+    assert f"<QueueUrl>{west_url}</QueueUrl>" in answer.text
 
 
 def test_arns_carry_the_queues_region(regions) -> None:
