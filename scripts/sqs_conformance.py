@@ -79,6 +79,10 @@ SQS_TESTS = "tests/aws/services/sqs"
 REPO = Path(__file__).resolve().parent.parent
 CONFTEST = Path(__file__).resolve().parent / "_sqs_conformance_conftest.py"
 PRIMARY_KEYS = ("test", "test")
+HOME_REGION = "us-east-1"
+# the regions LocalStack's SQS tests sign for beside the home one (grep region_name= / region1 = in
+# test_sqs.py): each gets a spool of its own under the run directory (vsqs serve --region-spool)
+OTHER_REGIONS = ("us-west-1", "eu-central-1", "eu-north-1")
 SECONDARY_KEYS = ("000000000002", "test2")
 # the Pythons to make the venv with, best first: 3.13, else a 3.12 that imports the SQS tests
 PYTHON_VERSIONS = ((3, 13), (3, 12))
@@ -323,8 +327,8 @@ AMAZON_WAITS = ("--sqs-recently-deleted", "60", "--sqs-purge-interval", "60")
 
 
 class running_gateway:
-    """`vsqs serve` of this checkout on a free loopback port, with a fresh spool and
-    LocalStack's test key pairs; stopped on exit."""
+    """`vsqs serve` of this checkout on a free loopback port, with a fresh spool (and one
+    for each of OTHER_REGIONS) and LocalStack's test key pairs; stopped on exit."""
 
     def __init__(self, run_dir: Path):
         self.run_dir = run_dir
@@ -345,8 +349,10 @@ class running_gateway:
         self.log = open(self.run_dir / "gateway.log", "wb")
         self.process = subprocess.Popen(
             [sys.executable, "-m", "vsqs", "serve", str(self.run_dir / "spool"), "--create", "--port", str(port),
-             "--aws-credentials-file", str(credentials), "--region", "us-east-1", "--log-level", "warning",
-             *AMAZON_WAITS],
+             "--aws-credentials-file", str(credentials), "--region", HOME_REGION, "--log-level", "warning",
+             *AMAZON_WAITS,
+             *(arg for region in OTHER_REGIONS
+               for arg in ("--region-spool", f"{region}={self.run_dir / 'regions' / region}"))],
             cwd=REPO, env=env, stdout=self.log, stderr=subprocess.STDOUT)
         deadline = time.monotonic() + 30
         while True:
@@ -386,7 +392,7 @@ def run_pytest(python: Path, tests_root: Path, run_dir: Path, url: str, raw_path
         AWS_ENDPOINT_URL=url,  # every boto3 client (any service) goes to the gateway
         AWS_ACCESS_KEY_ID=PRIMARY_KEYS[0],
         AWS_SECRET_ACCESS_KEY=PRIMARY_KEYS[1],
-        AWS_DEFAULT_REGION="us-east-1",
+        AWS_DEFAULT_REGION=HOME_REGION,
         AWS_CONFIG_FILE=os.devnull,  # nothing from the user's ~/.aws
         AWS_SHARED_CREDENTIALS_FILE=os.devnull,
         VSQS_JUDGE_URL=url,

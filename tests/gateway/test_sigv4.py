@@ -141,6 +141,21 @@ def test_the_date_header_may_stand_in_for_x_amz_date() -> None:
 def test_the_service_must_be_sqs() -> None:
     error = refused(signed(service="s3"))
     assert error.code == "SignatureDoesNotMatch" and "sqs" in error.message
+    assert refused(signed(service="sqs-query")).code == "SignatureDoesNotMatch"
+
+
+def test_the_service_name_localstack_signs_the_query_protocol_with_is_accepted() -> None:
+    assert verify(signed(service="sqs_query")) == KEY
+
+
+def test_the_scope_region_is_read_from_the_header_or_a_presigned_query() -> None:
+    request = signed(region="eu-north-1")
+    assert _sigv4.scope_region(request["headers"]["authorization"], "") == "eu-north-1"
+    assert _sigv4.scope_region(None, presigned()["raw_query"]) == "us-east-1"
+    assert _sigv4.scope_region(None, "") is None
+    assert _sigv4.scope_region("AWS4-HMAC-SHA256 Credential=AKID/20260101/../x", "") is None  # not five parts
+    assert _sigv4.scope_region(None, "X-Amz-Credential=AKID%2F20260101%2Fap-south-1%2Fsqs%2Faws4_request") \
+        == "ap-south-1"
 
 
 def test_a_host_rewritten_by_a_proxy_is_accepted_as_signed() -> None:

@@ -62,7 +62,7 @@ def create_app(config: GatewayConfig) -> ASGIApp:
         title="vsqs gateway",
         version=__version__,
         summary="A vsqs spool over HTTP: the native API under /queues; the Amazon SQS JSON protocol on POST /.",
-        lifespan=_together(housekeeping.lifespan(gateway.spool, gateway.metrics, config.gc_interval),
+        lifespan=_together(housekeeping.lifespan(gateway.spools(), gateway.metrics, config.gc_interval),
                            console.sampling(ui)),
     )
     app.state.gateway = gateway

@@ -35,6 +35,7 @@ from vsqs._gateway.limits import (
     MAX_RECENTLY_DELETED,
     MAX_REQUEST_TIMEOUT,
 )
+from vsqs._gateway.regions import check_region, region_spool
 
 
 def _read_secret_file(path: str) -> str:
@@ -94,6 +95,41 @@ def _public_url(url: str | None) -> str | None:
     return f"{parts.scheme}://{parts.netloc}"
 
 
+def _region_spools(given: tuple[str, ...], home_region: str, home_spool: str, create: bool) -> dict[str, str]:
+    """The --region-spool REGION=DIR pairs, checked: region -> the absolute path of its
+    spool (made if missing with --create, as SPOOL is). Each region once, none the home
+    region (whose spool is SPOOL), each spool a directory of its own."""
+    found: dict[str, str] = {}
+    if not given:
+        return found
+    try:
+        check_region(home_region)  # (compared with the regions requests name)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--region") from None
+    try:
+        pairs = [region_spool(value) for value in given]
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--region-spool") from None
+    seen = {os.path.realpath(home_spool): f"SPOOL (region {home_region})"}
+    for region, directory in pairs:
+        if region == home_region:
+            raise click.BadParameter(f"{region} is the home region (--region): its spool is SPOOL",
+                                     param_hint="--region-spool")
+        if region in found:
+            raise click.BadParameter(f"{region} is given twice", param_hint="--region-spool")
+        try:
+            Spool(directory, create=create)
+        except VsqsError as exc:  # missing without --create
+            raise click.BadParameter(f"{region}: {exc}", param_hint="--region-spool") from None
+        real = os.path.realpath(directory)
+        if real in seen:
+            raise click.BadParameter(f"{directory} is already the spool of {seen[real]}: each region needs "
+                                     "a directory of its own", param_hint="--region-spool")
+        seen[real] = f"region {region}"
+        found[region] = os.path.abspath(directory)
+    return found
+
+
 def _old_name_of_max_body_bytes(ctx: click.Context, param: click.Parameter, value: int | None) -> int | None:
     """``--max-message-bytes``, the old name of ``--max-body-bytes``: taken, with a warning."""
     if value is not None:
@@ -113,7 +149,13 @@ def _old_name_of_max_body_bytes(ctx: click.Context, param: click.Parameter, valu
 @click.option("--aws-credentials-file", type=click.Path(exists=True, dir_okay=False), default=None,
               help="AWS shared-credentials file: the key pairs the SQS face accepts "
               "[also $VSQS_AWS_ACCESS_KEY_ID and $VSQS_AWS_SECRET_ACCESS_KEY].")
-@click.option("--region", default="us-east-1", show_default=True, help="Region in queue ARNs and signatures.")
+@click.option("--region", default="us-east-1", show_default=True,
+              help="The home region: SPOOL's, in its queue ARNs (and every region's, without --region-spool).")
+@click.option("--region-spool", "region_spools", multiple=True, metavar="REGION=DIR",
+              help="Serve the SQS face's requests for REGION from the spool at DIR (made with --create), "
+              "its queue URLs BASE/queue/REGION/ACCOUNT/NAME. Repeatable. A request is for the region its "
+              "queue URL names, else the region it is signed for if it has a spool, else the home region. "
+              "The native API and the console serve SPOOL only.")
 @click.option("--max-body-bytes", type=click.IntRange(1, MAX_BODY_BYTES_CEILING), default=DEFAULT_MAX_BODY_BYTES,
               show_default=True, help="Largest message body the gateway takes, and the most one SQS batch carries "
               "(a queue's own max_message_bytes may be lower).")
@@ -157,7 +199,8 @@ def _old_name_of_max_body_bytes(ctx: click.Context, param: click.Parameter, valu
               "0.1-0.35 ms of CPU a request, and /metrics counts requests by operation and outcome.")
 def serve(
     spool: str, host: str, port: int, workers: int, api_key_file: str | None, aws_credentials_file: str | None,
-    region: str, max_body_bytes: int, old_max_body_bytes: int | None, file_mode: str | None,
+    region: str, region_spools: tuple[str, ...], max_body_bytes: int, old_max_body_bytes: int | None,
+    file_mode: str | None,
     limit_concurrency: int | None,
     public_hosts: tuple[str, ...], public_url: str | None, header_timeout: float, body_timeout: float,
     gc_interval: float, console_interval: float, sqs_recently_deleted: float, sqs_purge_interval: float,
@@ -180,6 +223,7 @@ def serve(
             raise click.UsageError("give --max-body-bytes only (--max-message-bytes is its old name)")
         max_body_bytes = old_max_body_bytes
     Spool(spool, create=create)  # QueueNotFound (a clear one-line error) if it is missing
+    regions = _region_spools(region_spools, region, spool, create)
     api_key = _read_secret_file(api_key_file) if api_key_file else os.environ.get("VSQS_API_KEY") or None
     if file_mode is not None:
         try:
@@ -188,7 +232,7 @@ def serve(
             raise click.BadParameter(str(exc), param_hint="--file-mode") from None
     config = GatewayConfig(
         spool=os.path.abspath(spool), api_key=api_key, aws_credentials=_aws_credentials(aws_credentials_file),
-        region=region, max_body_bytes=max_body_bytes, file_mode=file_mode,
+        region=region, region_spools=regions, max_body_bytes=max_body_bytes, file_mode=file_mode,
         listen_host=host, public_hosts=_public_hosts(public_hosts), public_url=_public_url(public_url),
         header_timeout=header_timeout, body_timeout=body_timeout, gc_interval=gc_interval,
         console_interval=console_interval, sqs_recently_deleted=sqs_recently_deleted,

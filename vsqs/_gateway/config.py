@@ -33,7 +33,8 @@ class GatewayConfig:
     spool: str
     api_key: str | None = None
     aws_credentials: dict[str, str] = field(default_factory=dict)  # access key id -> secret
-    region: str = "us-east-1"
+    region: str = "us-east-1"  # the home region: the spool's (SPOOL)
+    region_spools: dict[str, str] = field(default_factory=dict)  # --region-spool: region -> its spool's directory
     account_id: str = "000000000000"
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES  # --max-body-bytes: the largest message (an SQS batch: all of it)
     file_mode: str | None = None  # given to the queues the gateway creates (e.g. "0660")

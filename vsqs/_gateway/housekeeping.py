@@ -8,7 +8,9 @@ A gateway does it by itself every ``--gc-interval`` seconds: at the start of
 each period every gateway process (``--workers N``, other hosts) tries
 :meth:`vsqs.Spool.claim_period`; the one that wins runs the sweep over the
 spool's queues on a thread, the others do nothing until the next period.
-With nothing to collect, a sweep is a listing of each queue.
+With nothing to collect, a sweep is a listing of each queue. A gateway with
+spools for other regions (``--region-spool``) sweeps each of them the same
+way, each claimed in its own spool.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any
 
 import anyio.to_thread
@@ -61,28 +63,30 @@ def sweep_if_claimed(spool: Spool, metrics: GatewayMetrics, interval: float) -> 
     return True
 
 
-async def run_periodically(spool: Spool, metrics: GatewayMetrics, interval: float) -> None:
-    """Until cancelled: at the start of each period, one claim attempt, and the
-    sweep on a worker thread if it was won (the event loop never waits on disk)."""
+async def run_periodically(spools: Sequence[Spool], metrics: GatewayMetrics, interval: float) -> None:
+    """Until cancelled: at the start of each period, for each of ``spools`` in turn,
+    one claim attempt, and the sweep on a worker thread if it was won (the event
+    loop never waits on disk); a spool that fails does not keep the next from its sweep."""
     while True:
         await asyncio.sleep(interval - time.time() % interval)  # to the start of the next period
-        try:
-            await anyio.to_thread.run_sync(sweep_if_claimed, spool, metrics, interval)
-        except (VsqsError, OSError) as exc:  # the spool failed (gone, read-only...): one line, tried next period
-            metrics.gc_errors.inc()
-            log.warning("housekeeping: the sweep failed: %s", exc)
-        except Exception:  # a bug must not end housekeeping either: logged whole, tried next period
-            metrics.gc_errors.inc()
-            log.exception("housekeeping: the sweep failed")
+        for spool in spools:
+            try:
+                await anyio.to_thread.run_sync(sweep_if_claimed, spool, metrics, interval)
+            except (VsqsError, OSError) as exc:  # the spool failed (gone, read-only...): one line, tried next period
+                metrics.gc_errors.inc()
+                log.warning("housekeeping: the sweep of %s failed: %s", spool.root, exc)
+            except Exception:  # a bug must not end housekeeping either: logged whole, tried next period
+                metrics.gc_errors.inc()
+                log.exception("housekeeping: the sweep of %s failed", spool.root)
 
 
-def lifespan(spool: Spool, metrics: GatewayMetrics, interval: float) -> Callable[[Any], Any]:
-    """A lifespan for the FastAPI app that runs the sweep every ``interval``
+def lifespan(spools: Sequence[Spool], metrics: GatewayMetrics, interval: float) -> Callable[[Any], Any]:
+    """A lifespan for the FastAPI app that sweeps ``spools`` every ``interval``
     seconds while the app is up (0: never)."""
 
     @contextlib.asynccontextmanager
     async def _lifespan(app: Any) -> AsyncIterator[None]:
-        task = asyncio.create_task(run_periodically(spool, metrics, interval)) if interval > 0 else None
+        task = asyncio.create_task(run_periodically(spools, metrics, interval)) if interval > 0 else None
         try:
             yield
         finally:

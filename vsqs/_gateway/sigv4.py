@@ -23,7 +23,12 @@ another action on the same body.
 
 The region in the scope is not checked against the gateway's (clients sign
 with whatever region they are configured for; the signing key depends on
-it, so the signature still proves the secret); the service must be ``sqs``.
+it, so the signature still proves the secret); the service must be ``sqs``
+(or ``sqs_query``, the name LocalStack's tests sign SQS's Query protocol with:
+:data:`SERVICES`).
+A gateway with spools for several regions serves a request from its scope's
+region's spool when its queue URL names none (:func:`scope_region`;
+docs/gateway.md, Regions).
 A request that went through a reverse proxy may arrive with another ``Host``
 than the client signed: when the signature does not match with ``Host``, it
 is tried with the first host named by ``X-Forwarded-Host`` and the first
@@ -62,6 +67,10 @@ from urllib.parse import quote, unquote, unquote_plus
 
 ALGORITHM = "AWS4-HMAC-SHA256"
 SERVICE = "sqs"
+# "sqs_query": the service name LocalStack's signing test client gives SQS's Query protocol
+# (its AWS-validated test_endpoint_strategy_with_multi_region signs presigned GETs so, and
+# Amazon answered them); no AWS service signs with it, so no other service's signature is taken
+SERVICES = frozenset({SERVICE, "sqs_query"})
 MAX_SKEW_SECONDS = 15 * 60
 AMZ_DATE_FORMAT = "%Y%m%dT%H%M%SZ"
 UNSIGNED_PAYLOAD = "UNSIGNED-PAYLOAD"
@@ -218,6 +227,20 @@ def parse_presigned(raw_query: str) -> Presigned | None:
     return Presigned(parse_authorization(header), amz_date, int(expires), "&".join(kept))
 
 
+def scope_region(authorization: str | None, raw_query: str) -> str | None:
+    """The region of a request's credential scope, as sent: from the ``Authorization``
+    header, else from a presigned query's ``X-Amz-Credential``; None if there is none.
+    Neither checked nor verified here (the caller checks the name, :func:`verify` the
+    signature); never raises, and costs one pass over the header or the query."""
+    if authorization is not None:
+        credential = authorization.partition("Credential=")[2].partition(",")[0].strip()
+    else:
+        credential = next((unquote(value) for name, _, value in (pair.partition("=") for pair in raw_query.split("&"))
+                           if unquote(name) == "X-Amz-Credential"), "") if raw_query else ""
+    parts = credential.split("/")
+    return parts[2] if len(parts) == 5 else None
+
+
 @dataclass(frozen=True)
 class CanonicalRequest:
     """A canonical request built once, but for the value of its ``host`` line,
@@ -330,7 +353,7 @@ def verify(
     if amz_date[:8] != auth.date:
         raise SigV4Error("SignatureDoesNotMatch",
                          f"the credential scope's date {auth.date} is not the request's date {amz_date[:8]}")
-    if auth.service != SERVICE:
+    if auth.service not in SERVICES:
         raise SigV4Error("SignatureDoesNotMatch",
                          f"the credential must be scoped to service {SERVICE!r}, not {auth.service[:40]!r}")
     if presigned is not None:

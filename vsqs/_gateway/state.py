@@ -35,15 +35,43 @@ MAX_HANDLES = 256
 
 
 class Gateway:
-    """What the handlers share: the spool, the queue handles, the metrics."""
+    """What the handlers share: the spool, the queue handles, the metrics.
 
-    def __init__(self, config: GatewayConfig) -> None:
+    The gateway of the home region (``--region``, the spool SPOOL) is the one the
+    native API and the console use; each ``--region-spool`` has a gateway of its
+    own (:meth:`in_region`), with its spool and queue handles, sharing the home
+    gateway's configuration, metrics and counts of wrong keys.
+    """
+
+    def __init__(self, config: GatewayConfig, region: str | None = None, home: Gateway | None = None) -> None:
         self.config = config
-        self.spool = Spool(config.spool)
+        self.region = region or config.region
+        self.spool = Spool(config.region_spools[self.region] if home is not None else config.spool)
         self._handles: OrderedDict[str, tuple[Queue, float]] = OrderedDict()
         self._handles_lock = threading.Lock()
-        self.metrics = GatewayMetrics(self.spool)
-        self.key_guesses = KeyGuesses()  # wrong API keys by address: the API's and the console's sign-in
+        self.metrics: GatewayMetrics = home.metrics if home is not None else GatewayMetrics(self.spool)
+        # wrong API keys by address: the API's and the console's sign-in
+        self.key_guesses: KeyGuesses = home.key_guesses if home is not None else KeyGuesses()
+        self._regions: dict[str, Gateway] = {} if home is not None else {
+            region: Gateway(config, region, self) for region in config.region_spools}
+
+    # -- regions --------------------------------------------------------------
+
+    @property
+    def multi_region(self) -> bool:
+        """Whether regions other than the home one have spools of their own (``--region-spool``)."""
+        return bool(self.config.region_spools)
+
+    def in_region(self, region: str) -> Gateway | None:
+        """The gateway of ``region``'s spool: this one for the home region, None for a
+        region without a spool (a home gateway's question; a region's gateway knows only itself)."""
+        if region == self.region:
+            return self
+        return self._regions.get(region)
+
+    def spools(self) -> list[Spool]:
+        """Every spool this gateway serves: the home spool first, then the regions'."""
+        return [self.spool, *(gateway.spool for gateway in self._regions.values())]
 
     # -- queue handles ------------------------------------------------------
 

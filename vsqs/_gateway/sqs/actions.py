@@ -31,6 +31,7 @@ from vsqs._gateway.sqs.attributes import (
     ATTRIBUTE_OF_SETTING,
     REPORTED_DEFAULTS,
     check_dead_letter_exists,
+    check_dead_letter_region,
     queue_attributes,
     settings_of,
     unknown_attribute,
@@ -154,6 +155,8 @@ async def create_queue(call: Call) -> dict[str, Any]:
             raise SqsError("InvalidParameterValue", FIFO_NAME_RULE)
         raise unknown_attribute("FifoQueue")  # Amazon refuses even "false" on a standard queue
     settings = settings_of(attributes, name)
+    if call.home.multi_region:
+        check_dead_letter_region(attributes.get("RedrivePolicy", ""), call.region)
     tags = check_tags(string_map(call.params, "tags"))  # kept as the queue's tags setting (management.py)
     spool = call.gateway.spool
 
@@ -236,6 +239,8 @@ async def set_queue_attributes(call: Call) -> dict[str, Any]:
     if not attributes:
         raise missing("Attributes")
     settings = settings_of(attributes, name)
+    if call.home.multi_region:
+        check_dead_letter_region(attributes.get("RedrivePolicy", ""), call.region)
 
     def configure(queue: Queue) -> None:
         check_dead_letter_exists(call.gateway.spool.queues(), settings, attributes.get("RedrivePolicy", ""))

@@ -218,6 +218,18 @@ def _redrive_settings(text: str, queue_name: str) -> dict[str, Any]:
     return {"dead_letter": target, "max_receives": count}
 
 
+def check_dead_letter_region(text: str, region: str) -> None:
+    """The RedrivePolicy ``text`` (checked by :func:`settings_of`) names a dead-letter
+    queue of ``region``, the source queue's: a queue's dead-letter queue is in its region,
+    as Amazon requires (InvalidParameterValue if not)."""
+    if not text:
+        return
+    arn = parse_json(text.encode("utf-8", "surrogatepass"), MAX_SMALL_JSON_VALUES)["deadLetterTargetArn"]
+    if arn.split(":")[3] != region:
+        raise invalid_parameter_value("RedrivePolicy", text[:1024],
+                                      "Dead-letter queue must be in the same region as the source.")
+
+
 def check_dead_letter_exists(spool_queues: Iterable[str], settings: Mapping[str, Any], text: str) -> None:
     """The RedrivePolicy ``text``'s target queue exists (InvalidParameterValue if not)."""
     target = settings.get("dead_letter")

@@ -253,15 +253,15 @@ class SqsFace:
                 if action in UNSUPPORTED_ACTIONS:
                     raise SqsError("UnsupportedOperation", f"vsqs does not support {action}.")
                 raise wire.unknown_operation(incoming)
-            call = Call(gateway, request, await wire.params(incoming, request.url.path), self.aliases)
+            call = Call.of(gateway, request, await wire.params(incoming, request.url.path), self.aliases)
             try:
                 result = await handler(call)
             except VsqsError as exc:
                 if isinstance(exc, QueueNotFound):
                     if call.queue_name:
-                        gateway.forget(call.queue_name)
+                        call.gateway.forget(call.queue_name)
                     raise no_such_queue() from None  # Amazon's wording, no path
-                raise sqs_error_of(exc, gateway.spool.root) from None
+                raise sqs_error_of(exc, *(spool.root for spool in gateway.spools())) from None
         except SqsError as exc:
             scope["vsqs.outcome"] = exc.name
             if exc.status >= 500:

@@ -19,6 +19,7 @@ from vsqs._gateway.limits import MAX_LIST_RESULTS
 from vsqs._gateway.sqs.call import Call
 from vsqs._gateway.sqs.parameters import integer, required_string, string, string_list, string_map
 from vsqs._gateway.sqs.protocol import SqsError, invalid_parameter_value, missing
+from vsqs._gateway.state import Gateway
 
 MAX_MOVE_TASKS = 10  # ListMessageMoveTasks' MaxResults
 MAX_MOVE_RATE = 500  # MaxNumberOfMessagesPerSecond
@@ -183,23 +184,32 @@ async def list_dead_letter_source_queues(call: Call) -> dict[str, Any]:
 # -- message move tasks (redrive) ---------------------------------------------------
 
 
-def _queue_of_arn(parameter: str, arn: str) -> str:
+def _queue_of_arn(parameter: str, arn: str) -> tuple[str, str]:
+    """(region, queue name) of a queue ARN (the region as written: :func:`_existing` checks it)."""
     parts = arn.split(":")
     if len(parts) != 6 or parts[0] != "arn" or parts[2] != "sqs":
         raise _invalid(parameter, arn, "It is not a queue ARN (arn:aws:sqs:REGION:ACCOUNT:QUEUE).")
     try:
-        return check_queue_name(parts[5])
+        return parts[3], check_queue_name(parts[5])
     except InvalidArgument as exc:
         raise _invalid(parameter, arn, str(exc)) from None
 
 
-async def _existing(call: Call, name: str, parameter: str) -> Queue:
-    """The queue ``parameter`` (an ARN) names; Amazon's ResourceNotFoundException (404) if there is none."""
+def _not_found(parameter: str) -> SqsError:
+    return SqsError("ResourceNotFoundException", f"The resource that you specified for the {parameter} "
+                    "parameter doesn't exist.")
+
+
+async def _existing(call: Call, region: str, name: str, parameter: str) -> tuple[Gateway, Queue]:
+    """The queue ``parameter`` (an ARN) names, in its region's spool, with that spool's
+    gateway; Amazon's ResourceNotFoundException (404) if there is none (nor a spool for its region)."""
+    gateway = call.in_region(region)
+    if gateway is None:
+        raise _not_found(parameter)
     try:
-        return await call.run(call.gateway.queue, name)
+        return gateway, await call.run(gateway.queue, name)
     except QueueNotFound:
-        raise SqsError("ResourceNotFoundException", f"The resource that you specified for the {parameter} "
-                       "parameter doesn't exist.") from None
+        raise _not_found(parameter) from None
 
 
 # A redrive task's id as SQS shows it (in its TaskHandle): a name-based UUID
@@ -234,12 +244,17 @@ def _cancel_task(source: Queue, handle_id: str) -> dict[str, Any] | None:
 
 async def start_message_move_task(call: Call) -> dict[str, Any]:
     source_arn = required_string(call.params, "SourceArn")
-    source_name = _queue_of_arn("SourceArn", source_arn)
+    region, source_name = _queue_of_arn("SourceArn", source_arn)
     destination_arn = string(call.params, "DestinationArn")
-    destination_name = _queue_of_arn("DestinationArn", destination_arn) if destination_arn else None
     rate = integer(call.params, "MaxNumberOfMessagesPerSecond", 1, MAX_MOVE_RATE)
-    source = await _existing(call, source_name, "SourceArn")
-    destination = await _existing(call, destination_name, "DestinationArn") if destination_name else None
+    source_gateway, source = await _existing(call, region, source_name, "SourceArn")
+    destination = None
+    if destination_arn:
+        to_region, destination_name = _queue_of_arn("DestinationArn", destination_arn)
+        to_gateway, destination = await _existing(call, to_region, destination_name, "DestinationArn")
+        if to_gateway is not source_gateway:  # (a spool's queues move messages among themselves)
+            raise _invalid("DestinationArn", destination_arn,
+                           "The destination queue must be in the same region as the source queue.")
     if not await call.run(source.dead_letter_sources):
         raise SqsError("InvalidParameterValue", "Source queue must be configured as a Dead Letter Queue.")
     try:
@@ -247,27 +262,31 @@ async def start_message_move_task(call: Call) -> dict[str, Any]:
     except InvalidArgument:  # (the rate is checked above: another task of the queue is active)
         raise SqsError("InvalidParameterValue", "There is already a task running. Only one active task is "
                        "allowed for a source queue arn at a given time.") from None
-    return {"TaskHandle": _task_handle(task["id"], call.arn_of(source_name))}
+    return {"TaskHandle": _task_handle(task["id"], call.arn_of(source_name, source_gateway.region))}
 
 
 async def list_message_move_tasks(call: Call) -> dict[str, Any]:
     source_arn = required_string(call.params, "SourceArn")
-    source_name = _queue_of_arn("SourceArn", source_arn)
+    region, source_name = _queue_of_arn("SourceArn", source_arn)
     limit = integer(call.params, "MaxResults", 1, MAX_MOVE_TASKS) or 1
-    source = await _existing(call, source_name, "SourceArn")
+    gateway, source = await _existing(call, region, source_name, "SourceArn")
     tasks = (await call.run(source.redrive_tasks))[:limit]
-    root = call.gateway.spool.root
+    root = gateway.spool.root
+
+    def arn_of(name: str) -> str:
+        return call.arn_of(name, gateway.region)
+
     results = []
     for task in tasks:
-        entry: dict[str, Any] = {"Status": task["status"], "SourceArn": call.arn_of(source_name),
+        entry: dict[str, Any] = {"Status": task["status"], "SourceArn": arn_of(source_name),
                                  "ApproximateNumberOfMessagesMoved": task["moved"],
                                  "ApproximateNumberOfMessagesToMove": task["to_move"],
                                  "StartedTimestamp": int(task["started"] * 1000)}
         if task["status"] == "RUNNING":
-            entry["TaskHandle"] = _task_handle(task["id"], call.arn_of(source_name))
+            entry["TaskHandle"] = _task_handle(task["id"], arn_of(source_name))
         destination = task["destination"]
         if destination and os.path.dirname(destination) == root:
-            entry["DestinationArn"] = call.arn_of(os.path.basename(destination))
+            entry["DestinationArn"] = arn_of(os.path.basename(destination))
         if task["per_second"]:
             entry["MaxNumberOfMessagesPerSecond"] = task["per_second"]
         if task["failure"]:  # Amazon's code for a destination that is gone; never a path of the spool
@@ -284,10 +303,10 @@ async def cancel_message_move_task(call: Call) -> dict[str, Any]:
         doc = load_json(base64.urlsafe_b64decode(handle.encode("ascii")))
         task_id, source_arn = doc["taskId"], doc["sourceArn"]
         assert isinstance(task_id, str) and isinstance(source_arn, str)
-        source_name = _queue_of_arn("TaskHandle", source_arn)
+        region, source_name = _queue_of_arn("TaskHandle", source_arn)
     except (ValueError, UnicodeError, KeyError, TypeError, AssertionError, SqsError):
         raise SqsError("InvalidParameterValue", "Value for parameter TaskHandle is invalid.") from None
-    source = await _existing(call, source_name, "SourceArn")
+    _, source = await _existing(call, region, source_name, "SourceArn")
     task = await call.run(_cancel_task, source, task_id)
     if task is None:
         raise SqsError("ResourceNotFoundException", "Task does not exist.")

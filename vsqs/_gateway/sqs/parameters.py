@@ -12,7 +12,14 @@ from urllib.parse import urlsplit
 from vsqs import InvalidArgument
 from vsqs._core.rules import check_queue_name
 from vsqs._gateway.limits import MAX_BATCH, MAX_SQS_QUEUE_NAME
-from vsqs._gateway.sqs.protocol import SqsError, invalid_parameter_value, missing, no_such_queue
+from vsqs._gateway.regions import is_region
+from vsqs._gateway.sqs.protocol import (
+    REGION_PATH_PREFIX,
+    SqsError,
+    invalid_parameter_value,
+    missing,
+    no_such_queue,
+)
 
 FIFO_SUFFIX = ".fifo"
 # Amazon's wording for a bad queue name (InvalidParameterValue)
@@ -96,6 +103,23 @@ def queue_name_of_url(params: Mapping[str, Any]) -> str:
         return check_queue_name(url)
     except InvalidArgument:
         raise no_such_queue() from None
+
+
+def queue_url_region(url: str) -> str | None:
+    """The region a queue URL's path names, ``/queue/REGION/ACCOUNT/NAME`` (the form of
+    a region other than the home one, :meth:`.call.Call.url_of`); None if its path has
+    no such segment. QueueDoesNotExist if that segment is not a region name."""
+    if "/" not in url:
+        return None
+    try:
+        segments = urlsplit(url).path.strip("/").split("/")
+    except ValueError:
+        return None  # (queue_name_of_url answers it)
+    if len(segments) != 4 or segments[0] != REGION_PATH_PREFIX:
+        return None
+    if not is_region(segments[1]):
+        raise no_such_queue()
+    return segments[1]
 
 
 def sqs_queue_name(params: Mapping[str, Any]) -> str:

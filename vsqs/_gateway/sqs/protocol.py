@@ -42,10 +42,13 @@ from vsqs._gateway.asgi import Scope
 from vsqs._gateway.errors import without_paths
 from vsqs._gateway.json_body import BodyRefused, parse_json_async
 from vsqs._gateway.limits import MAX_SQS_JSON_VALUES
+from vsqs._gateway.regions import REGION_RULE
 
 CONTENT_TYPE = "application/x-amz-json-1.0"
 TARGET_PREFIX = "AmazonSQS."
-_QUEUE_PATH_RE = re.compile(r"/[0-9]{12}/[^/]{1,255}")  # a queue URL's path: /ACCOUNT/NAME
+REGION_PATH_PREFIX = "queue"  # a queue URL's path in a region other than the home one: /queue/REGION/ACCOUNT/NAME
+# a queue URL's path: /ACCOUNT/NAME, or /queue/REGION/ACCOUNT/NAME
+_QUEUE_PATH_RE = re.compile(rf"(?:/{REGION_PATH_PREFIX}/{REGION_RULE})?/[0-9]{{12}}/[^/]{{1,255}}")
 
 # SQS error name -> (query error code, HTTP status); botocore raises client.exceptions.<name>
 _ERRORS: dict[str, tuple[str, int]] = {
@@ -107,10 +110,10 @@ class SqsError(Exception):
 
 
 def is_queue_path(path: str) -> bool:
-    """Whether ``path`` is a queue URL's (``/ACCOUNT/NAME``), where clients of
-    either protocol may send (the PHP SDK posts JSON 1.0 there; Query clients
-    send a queue's actions there)."""
-    return path[1:2].isdigit() and _QUEUE_PATH_RE.fullmatch(path) is not None
+    """Whether ``path`` is a queue URL's (``/ACCOUNT/NAME``, ``/queue/REGION/ACCOUNT/NAME``),
+    where clients of either protocol may send (the PHP SDK posts JSON 1.0 there;
+    Query clients send a queue's actions there)."""
+    return (path[1:2].isdigit() or path.startswith("/queue/")) and _QUEUE_PATH_RE.fullmatch(path) is not None
 
 
 def is_sqs_request(scope: Scope) -> bool:
@@ -215,10 +218,12 @@ def no_such_queue() -> SqsError:
                     query_message="The specified queue does not exist for this wsdl version.")
 
 
-def sqs_error_of(exc: VsqsError, spool_root: str | None = None) -> SqsError:
-    """The one translation of vsqs errors for the SQS face; paths inside
-    ``spool_root`` are shown relative to it (clients see queue names, not paths)."""
-    text = without_paths(str(exc), spool_root) if spool_root else str(exc)
+def sqs_error_of(exc: VsqsError, *spool_roots: str) -> SqsError:
+    """The one translation of vsqs errors for the SQS face; paths inside each
+    of ``spool_roots`` are shown relative to it (clients see queue names, not paths)."""
+    text = str(exc)
+    for root in sorted(spool_roots, key=len, reverse=True):  # (a root that is another's start: the longer first)
+        text = without_paths(text, root)
     if isinstance(exc, QueueNotFound):
         return no_such_queue()  # Amazon's words, no path
     if isinstance(exc, InvalidReceipt):
