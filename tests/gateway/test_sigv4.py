@@ -154,8 +154,17 @@ def test_the_scope_region_is_read_from_the_header_or_a_presigned_query() -> None
     assert _sigv4.scope_region(None, presigned()["raw_query"]) == "us-east-1"
     assert _sigv4.scope_region(None, "") is None
     assert _sigv4.scope_region("AWS4-HMAC-SHA256 Credential=AKID/20260101/../x", "") is None  # not five parts
-    assert _sigv4.scope_region(None, "X-Amz-Credential=AKID%2F20260101%2Fap-south-1%2Fsqs%2Faws4_request") \
-        == "ap-south-1"
+    # (a query without its signature is no presigned request: it names no region)
+    assert _sigv4.scope_region(None, "X-Amz-Credential=AKID%2F20260101%2Fap-south-1%2Fsqs%2Faws4_request") is None
+
+
+def test_a_credential_put_before_the_signed_one_is_refused_and_routes_nowhere() -> None:
+    request = signed(region="us-east-1")
+    header = request["headers"]["authorization"]
+    forged = header.replace("Credential=", "Credential=AKID/20000101/us-west-1/sqs/aws4_request, Credential=", 1)
+    request["headers"]["authorization"] = forged
+    assert _sigv4.scope_region(forged, "") is None  # routing reads the header as verify does
+    assert refused(request).code == "IncompleteSignature"
 
 
 def test_a_host_rewritten_by_a_proxy_is_accepted_as_signed() -> None:

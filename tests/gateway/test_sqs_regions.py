@@ -303,10 +303,12 @@ def test_region_spool_maps_regions_to_their_directories(tmp_path: Path, started)
     ("US-WEST-1={dir}", "is not a region name"),
     ("us-east-1={dir}", "is the home region"),
     ("eu-west-1={home}", "is already the spool of SPOOL"),
+    ("eu-west-1={home}/wq", "lie one inside the other"),  # a queue named wq would be that spool
+    ("eu-west-1={tmp}", "lie one inside the other"),  # SPOOL would be a queue of the region's spool
 ])
 def test_region_spool_refuses_what_is_not_a_region_of_its_own(tmp_path: Path, started, value, says) -> None:
     home = tmp_path / "home"
-    result = run(str(home), "--create", "--region-spool", value.format(dir=tmp_path / "r", home=home))
+    result = run(str(home), "--create", "--region-spool", value.format(dir=tmp_path / "r", home=home, tmp=tmp_path))
     assert result.exit_code == 2
     assert says in result.output
     assert started == []

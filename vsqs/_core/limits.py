@@ -58,4 +58,5 @@ MAX_ADAPTER_ENTRIES = 200_000  # entries of the area one gc looks at (the next g
 DEFAULT_GC_GRACE = 900.0  # a .new file this old belongs to a dead publisher
 DEFAULT_STAGE_GRACE = 7 * 86400.0  # a stage untouched this long belongs to a dead job
 DELETED_KEEP = 3600.0  # a record of a queue's deletion (the spool's .deleted/) is kept this long
+DELETED_SWEEP_EVERY = 60.0  # seconds between one handle's sweeps of .deleted/ (a deletion lists it then)
 RECORD_AHEAD = 60.0  # a record of when something happened this far ahead of the reader's clock is planted

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import math
 import os
 import time
 from collections.abc import Iterator
@@ -12,7 +13,7 @@ from vsqs._core import format as _format
 from vsqs._core import fs as _fs
 from vsqs._core import settings as _settings
 from vsqs._core.errors import InvalidArgument, QueueNotFound, StorageError
-from vsqs._core.limits import DELETED_KEEP
+from vsqs._core.limits import DELETED_KEEP, DELETED_SWEEP_EVERY
 from vsqs._core.queue import Queue
 from vsqs._core.rules import check_queue_name, is_queue_name
 
@@ -24,6 +25,7 @@ class Spool:
 
     def __init__(self, root: str | os.PathLike[str], *, create: bool = False) -> None:
         self._root = os.path.abspath(os.fspath(root))
+        self._deletions_swept_at = -math.inf  # (time.monotonic() of this handle's last sweep of .deleted/)
         if not _fs.is_dir(self._root):
             if not create:
                 raise QueueNotFound(f"no spool at {self._root} (create it first)")
@@ -120,17 +122,30 @@ class Spool:
 
     def _record_deletion(self, name: str, when_us: int) -> None:
         """Record that queue ``name`` went at ``when_us`` (an empty file
-        ``.deleted/NAME.WHEN``), and sweep the records older than an hour and
-        the older ones of ``name``. A failure is logged: the queue is gone
+        ``.deleted/NAME.WHEN``), and, at most once a minute, sweep the records
+        older than an hour or more than a minute ahead, and each name's but its
+        newest. A failure is logged: the queue is gone
         all the same, and the record serves only the SQS face's rule."""
         directory = os.path.join(self._root, _format.DELETED_DIR)
         try:
             _fs.make_dirs(directory)
             _fs.create_exclusive(os.path.join(directory, _format.deleted_record(name, when_us)), b"", durable=False)
+            if time.monotonic() - self._deletions_swept_at < DELETED_SWEEP_EVERY:
+                return  # (a listing of every record per deletion would cost O(records) each)
+            self._deletions_swept_at = time.monotonic()
             oldest = when_us - int(DELETED_KEEP * 1_000_000)
-            for entry in _fs.list_files(directory)[0]:
-                parsed = _format.parse_deleted_record(entry)
-                if parsed is not None and (parsed[1] < oldest or (parsed[0] == name and parsed[1] < when_us)):
+            ahead = when_us + 60_000_000  # (a record further ahead is ignored by readers: it goes too)
+            records = [(parsed, entry) for entry in _fs.list_files(directory)[0]
+                       if (parsed := _format.parse_deleted_record(entry)) is not None]
+            for (_, at), entry in records:
+                if at > ahead:
+                    _fs.unlink(os.path.join(directory, entry))
+            records = [((queue, at), entry) for (queue, at), entry in records if at <= ahead]
+            newest: dict[str, int] = {}
+            for (queue, at), _ in records:
+                newest[queue] = max(at, newest.get(queue, at))
+            for (queue, at), entry in records:  # an hour old, or not the newest of its name
+                if at < oldest or at < newest[queue]:
                     _fs.unlink(os.path.join(directory, entry))
         except (StorageError, QueueNotFound) as exc:
             log.warning("spool: the record of the deletion of queue %r was not written: %s", name, exc)

@@ -125,6 +125,11 @@ def _region_spools(given: tuple[str, ...], home_region: str, home_spool: str, cr
         if real in seen:
             raise click.BadParameter(f"{directory} is already the spool of {seen[real]}: each region needs "
                                      "a directory of its own", param_hint="--region-spool")
+        # (a spool inside another would be a queue of it: deleting that queue deletes the spool)
+        nested = next((other for other in seen if os.path.commonpath([other, real]) in (other, real)), None)
+        if nested is not None:
+            raise click.BadParameter(f"{directory} and the spool of {seen[nested]} lie one inside the other: "
+                                     "each region needs a directory apart", param_hint="--region-spool")
         seen[real] = f"region {region}"
         found[region] = os.path.abspath(directory)
     return found

@@ -121,6 +121,8 @@ def parse_authorization(header: str) -> Authorization:
     for part in rest.split(","):
         key, sep, value = part.strip().partition("=")
         if sep:
+            if key.strip() in fields:  # (one reading only: the header itself is not signed)
+                raise _incomplete(f"the Authorization header names {key.strip()[:40]!r} twice")
             fields[key.strip()] = value.strip()
     missing = [key for key in ("Credential", "SignedHeaders", "Signature") if not fields.get(key)]
     if missing:
@@ -232,13 +234,13 @@ def scope_region(authorization: str | None, raw_query: str) -> str | None:
     header, else from a presigned query's ``X-Amz-Credential``; None if there is none.
     Neither checked nor verified here (the caller checks the name, :func:`verify` the
     signature); never raises, and costs one pass over the header or the query."""
-    if authorization is not None:
-        credential = authorization.partition("Credential=")[2].partition(",")[0].strip()
-    else:
-        credential = next((unquote(value) for name, _, value in (pair.partition("=") for pair in raw_query.split("&"))
-                           if unquote(name) == "X-Amz-Credential"), "") if raw_query else ""
-    parts = credential.split("/")
-    return parts[2] if len(parts) == 5 else None
+    try:  # (read as verify reads it: the region routed to is the one the signature was checked with)
+        if authorization is not None:
+            return parse_authorization(authorization).region
+        presigned = parse_presigned(raw_query) if raw_query else None
+    except SigV4Error:
+        return None
+    return presigned.auth.region if presigned is not None else None
 
 
 @dataclass(frozen=True)
@@ -355,7 +357,8 @@ def verify(
                          f"the credential scope's date {auth.date} is not the request's date {amz_date[:8]}")
     if auth.service not in SERVICES:
         raise SigV4Error("SignatureDoesNotMatch",
-                         f"the credential must be scoped to service {SERVICE!r}, not {auth.service[:40]!r}")
+                         f"the credential must be scoped to service {' or '.join(map(repr, sorted(SERVICES)))}, "
+                         f"not {auth.service[:40]!r}")
     if presigned is not None:
         if body:
             raise SigV4Error("SignatureDoesNotMatch", "a request signed in its query string carries no body")
