@@ -14,6 +14,7 @@ import pytest
 
 import vsqs
 from vsqs._core import format as _format
+from vsqs._core import fs as _fs
 from vsqs._core import groups as _groups
 
 SHORT = 0.3  # a visibility timeout the tests wait out
@@ -327,3 +328,114 @@ def test_a_member_dead_lettered_is_passed_by_the_hand_over(tmp_path):
     run[1].change_visibility(0)
     assert take(queue) == ["B"]
     assert queue.stats().dead_lettered == 1
+
+
+def missing_from_listings(monkeypatch, message_id: str) -> None:
+    """Listings miss the message's name from now on (being renamed as each is read)."""
+    triage = _format.triage
+    monkeypatch.setattr(_format, "triage", lambda names, *a: triage([n for n in names if message_id not in n], *a))
+
+
+def test_a_member_redriven_back_after_its_gone_mark_is_not_passed(flat_queue):
+    queue = flat_queue
+    queue.configure(max_receives=5)
+    queue.publish_batch(["g0", "g1", "g2"], group="g")
+    run = queue.receive_batch(3, visibility_timeout=LONG, group_runs=True)
+    run[0].dead_letter()
+    run[1].release()
+    assert queue.dead_letter_queue().redrive() == 1  # g0 back, the same KEY
+    assert take(queue) == ["g0", "g1"]
+
+
+def test_a_whole_purge_frees_no_slot_a_hand_over_took_meanwhile(flat_queue, monkeypatch):
+    queue = flat_queue
+    queue.publish_batch(["g0", "g1"], group="g")
+    run = queue.receive_batch(2, visibility_timeout=LONG, group_runs=True)
+    run[0].release()
+    other, real, held = vsqs.Queue(queue.path), _fs.remove_message, []
+
+    def remove(path, *a, **k):
+        if not held:  # the purge has listed: a receive hands g0 over now
+            held.extend(other.receive_batch(10, visibility_timeout=LONG / 2, group_runs=True))
+        return real(path, *a, **k)
+
+    monkeypatch.setattr(_fs, "remove_message", remove)
+    queue.purge()
+    monkeypatch.setattr(_fs, "remove_message", real)
+    assert bodies(held) == ["g0"]
+    queue.publish(b"g2", group="g")
+    missing_from_listings(monkeypatch, held[0].id)
+    assert take(queue) == []  # not g2: g0 is in flight
+
+
+def test_a_purge_of_some_ids_during_a_run_claim_frees_no_slot(flat_queue, monkeypatch):
+    queue = flat_queue
+    queue.publish_batch(["A", "B", "C"], group="g")
+    other, real, purged = vsqs.Queue(queue.path), _fs.rename, []
+
+    def rename(src, dst, *a, **k):
+        moved = real(src, dst, *a, **k)
+        if not purged and moved:  # A in flight, the run's record not yet written
+            purged.append(other.purge(ids=[_format.parse_name(os.path.basename(dst)).key]))
+        return moved
+
+    monkeypatch.setattr(_fs, "rename", rename)
+    run = queue.receive_batch(2, visibility_timeout=LONG, group_runs=True)
+    monkeypatch.setattr(_fs, "rename", real)
+    assert purged == [1] and bodies(run) == ["B"]
+    missing_from_listings(monkeypatch, run[0].id)
+    assert bodies(vsqs.Queue(queue.path).receive_batch(10)) == []  # not C: B is in flight
+
+
+@pytest.mark.parametrize("member", [1, 4])
+def test_a_run_receipt_naming_another_member_marks_nothing(flat_queue, monkeypatch, member):
+    queue = flat_queue
+    queue.publish_batch(["A", "B", "C", "D"], group="g")
+    run = queue.receive_batch(4, visibility_timeout=LONG, group_runs=True)
+    run[0].delete()
+    run[2].release()
+    head, ref = run[3].receipt.rsplit(":", 1)
+    s, gen, r, _, k = ref.split(".")
+    forged = f"{head}:{s}.{gen}.{r}.{member % 4}.{k if member < 4 else 3}"  # B's index; a run of 3
+    vsqs.Queue(queue.path).delete(forged)  # D is deleted, but B must not be marked
+    missing_from_listings(monkeypatch, run[1].id)
+    assert take(queue) == []  # not C: B is in flight
+
+
+def test_a_member_dead_lettered_by_requeue_expired_does_not_hold_its_run(flat_queue):
+    queue = flat_queue
+    queue.configure(max_receives=1)
+    queue.publish_batch(["A", "B"], group="g")
+    run = queue.receive_batch(2, visibility_timeout=SHORT, group_runs=True)
+    b = run[1].change_visibility(LONG)
+    time.sleep(SHORT + 0.1)
+    assert queue.requeue_expired() == 1  # A, received once: dead-lettered
+    queue.delete(b)
+    queue.publish(b"C", group="g")
+    assert take(queue) == ["C"]
+
+
+def test_an_extension_while_a_hand_over_writes_its_record_keeps_it(flat_queue, monkeypatch):
+    queue = flat_queue
+    queue.publish_batch(["A", "B"], group="g")
+    run = queue.receive_batch(2, visibility_timeout=LONG, group_runs=True)
+    run[0].release()
+    real, extended = _fs.rename, []
+
+    def rename(src, dst, *a, **k):
+        moved = real(src, dst, *a, **k)
+        if not extended:  # the hand-over moved A; B's holder extends from another thread meanwhile
+            thread = threading.Thread(target=lambda: extended.append(run[1].change_visibility(2 * LONG)))
+            thread.start()
+            extended.append(thread)
+        return moved
+
+    monkeypatch.setattr(_fs, "rename", rename)
+    got = vsqs.Queue(queue.path).receive_batch(10, visibility_timeout=LONG, group_runs=True)
+    monkeypatch.setattr(_fs, "rename", real)
+    extended[0].join()
+    assert bodies(got) == ["A"]
+    got[0].delete()
+    queue.delete(extended[1])
+    queue.publish(b"C", group="g")
+    assert take(queue) == ["C"]  # nothing in flight: the slot was freed through the records

@@ -162,7 +162,7 @@ class GroupReceiver:
         for name in prefix:
             if len(members) >= room or byte_room <= 0:
                 break
-            follow = self._may_follow(name, settings, taken) if members else True
+            follow = self._may_follow(name, settings, taken, held[2]) if members else True
             if follow is None:
                 continue
             if not follow:
@@ -179,14 +179,17 @@ class GroupReceiver:
         self._issue(queue, slot, members, taken, as_run=True)
         return taken
 
-    def _may_follow(self, member: _format.Name, settings: Mapping[str, Any], taken: Taken) -> bool | None:
+    def _may_follow(
+        self, member: _format.Name, settings: Mapping[str, Any], taken: Taken,
+        runs: list[_format.RunEntry] | None = None,
+    ) -> bool | None:
         """Whether a run's next member may be taken (True), ends the run (False), or
         was moved to the dead-letter queue, out of the group's order (None: go on)."""
         if settings["max_receives"] is not None and member.receive_count >= settings["max_receives"]:
             try:
                 if self._dead_letters.bury(member):
-                    with self._lock:
-                        self._groups.mark_gone(member.group_hash, member.key)
+                    with self._lock:  # (a hand-over's ``runs``: its own generation has no record yet)
+                        self._groups.mark_gone(member.group_hash, member.key, runs)
                     return None
             except StorageError as exc:
                 taken.failure = taken.failure or exc
@@ -211,9 +214,9 @@ class GroupReceiver:
         prefix: list[_format.Name] = []
         skew = self._skew_us
         for key in sorted(listed.keys() | members):
-            if key in gone:
-                continue
             name = listed.get(key)
+            if key in gone and (name is None or name.receive_count):  # (COUNT 0: redriven since, back)
+                continue
             if name is None:
                 break
             if name.state is State.HIDDEN and name.until_us + skew > now:
@@ -317,7 +320,7 @@ class GroupReceiver:
             elif done and (issued or one_slot):
                 name = _format.parse_name(text)
                 if name is not None:
-                    self._groups.run_done(group, slot, name.until_us, self._skew_us, gone=True)
+                    self._groups.run_done(group, slot, name.key, name.until_us, self._skew_us, gone=True)
             self._listing.slot_freed(group)
 
 

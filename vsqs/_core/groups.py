@@ -52,6 +52,10 @@ _WRITE_GRACE = 10.0  # a lease file still empty after this long lost its writer
 SWEEP_GRACE = 60.0  # a generation superseded this long ago can go
 _WALK_MAX = 1 << 16  # the longest step of a search for a chain's newest generation
 _RAISE_TRIES = 100  # reads of a chain a run's extension makes before it gives up (stale: a delay)
+# a run's extension that finds the newest generation younger than _WRITE_GRACE without its
+# record waits this long, this many times, for it (then writes on without one: a delay)
+_RECORD_WAIT = 0.005
+_RECORD_WAITS = 200
 
 
 class GroupLeases:
@@ -209,7 +213,7 @@ class GroupLeases:
         data = _fs.read_control(self._path(group, slot.index, slot.gen))
         return data is not None and _format.decode_lease(data) == until_us
 
-    def free_purged(self, held: dict[str, set[int]], whole: bool = True) -> int:
+    def free_purged(self, held: dict[str, set[int]], removed: dict[str, set[str]]) -> int:
         """Free the slots whose newest lease is one of ``held`` (group -> the
         UNTILs of its in-flight messages a purge removed); how many were freed.
 
@@ -226,8 +230,10 @@ class GroupLeases:
             if not untils:
                 continue
             data = _fs.read(self._path(group, index, gen))
-            if not whole and self.record(group, index, gen) is not None:
-                continue  # runs: others of their members may be in flight (the lease runs out)
+            runs = self.record(group, index, gen)
+            if runs is not None and not {key for entry in runs for key in entry.keys} <= (
+                    removed.get(group, set()) | self.gone_members(group, runs)):
+                continue  # a member of the runs held may be in flight (taken over meanwhile): the lease runs out
             if data is not None and _format.decode_lease(data) in untils:
                 freed += self._next(group, index, gen, _format.FREE_LEASE) is not None
         return freed
@@ -262,7 +268,8 @@ class GroupLeases:
         now known, or None if the run may have lost it (the member's own lease
         had run out when the chain was read: then no generation is provably
         the run's, and nothing is written)."""
-        for _ in range(_RAISE_TRIES):
+        waited = 0
+        for _ in range(_RAISE_TRIES + _RECORD_WAITS):
             found = self._newest_from(group, slot.index, slot.gen)
             if found is None or _format.now_us() + skew_us >= until_us:  # (the clock read after the chain)
                 return None
@@ -271,15 +278,19 @@ class GroupLeases:
                 return None
             if lease is not None and lease >= new_until:
                 return slot._replace(gen=gen)
+            runs = self.record(group, slot.index, gen)  # the runs it holds, held by the next too
+            if runs is None and waited < _RECORD_WAITS and self._young(group, slot.index, gen):
+                waited += 1  # (a hand-over's, being written after its renames: copied once there)
+                time.sleep(_RECORD_WAIT)
+                continue
             if lease is not None and self._next(group, slot.index, gen, _format.encode_lease(new_until), lone=False):
-                runs = self.record(group, slot.index, gen)  # the runs it holds, held by the next too
                 if runs is not None:
                     self.write_record(group, slot.index, gen + 1, runs)
                 return slot._replace(gen=gen + 1)
             # a run-mate's raise being written, or won first: read again
         return None
 
-    def run_done(self, group: str, slot: SlotRef, until_us: int, skew_us: int, gone: bool = False) -> bool:
+    def run_done(self, group: str, slot: SlotRef, key: str, until_us: int, skew_us: int, gone: bool = False) -> bool:
         """Mark member ``slot.member`` of its run done (its message deleted or moved
         out of the queue, ``gone``; or released, made visible; it was hidden until
         ``until_us``); the last one to be marked settles the run, if the slot is
@@ -287,6 +298,8 @@ class GroupLeases:
         if not self._ready:
             _fs.make_dirs(self._dir, self.mode)
             self._ready = True
+        if not self._names_member(group, slot, key):
+            return False  # a receipt whose R.I.K is not the record's: it marks nothing (the lease runs out)
         if gone:  # before the done mark: a hand-over that meets the latter alone cannot tell it gone
             _fs.create_exclusive(self._mark(group, slot, slot.member, _format.GONE_MARK), b"",
                                  durable=False, mode=self.mode)
@@ -295,6 +308,17 @@ class GroupLeases:
         if not all(_fs.exists(mark) for mark in reversed(marks)):  # (the last first: members settle in order)
             return False
         return self._settle(group, slot.index, slot.run, until_us, skew_us)
+
+    def _names_member(self, group: str, slot: SlotRef, key: str) -> bool:
+        """Whether run ``slot.run``'s member ``slot.member`` is message ``key`` (of ``slot.size``
+        members), by the slot's newest record or the run's own; neither known: False."""
+        found = self._newest_from(group, slot.index, slot.gen)
+        for gen in ([found[0]] if found is not None else []) + [slot.run]:
+            runs = self.record(group, slot.index, gen)
+            entry = next((entry for entry in runs or [] if entry.run == slot.run), None)
+            if entry is not None:
+                return len(entry.keys) == slot.size and entry.keys[slot.member] == key
+        return False
 
     def _settle(self, group: str, index: int, run: int | None, until_us: int, skew_us: int) -> bool:
         """Drop the runs that are over from the slot's newest record: free the slot
@@ -321,6 +345,10 @@ class GroupLeases:
                 # the generation before ours, or ours without its record yet, and stopped
                 return not left or (self._any_over(group, index, left) and self._settle(group, index, None, 0, 0))
         return False
+
+    def _young(self, group: str, index: int, gen: int) -> bool:
+        written = _fs.mtime(self._path(group, index, gen))
+        return written is not None and written > time.time() - _WRITE_GRACE
 
     def _any_over(self, group: str, index: int, runs: list[_format.RunEntry]) -> bool:
         return any(self._over(group, index, entry) for entry in runs)
@@ -372,12 +400,13 @@ class GroupLeases:
             if _fs.exists(self._mark(group, SlotRef(0, entry.run, entry.run), member, _format.GONE_MARK))
         }
 
-    def mark_gone(self, group: str, key: str) -> None:
-        """The message ``key`` of the group left the queue (dead-lettered) outside its
-        run's receipts: mark it gone and done in the runs the newest record names,
-        and settle the runs that are over."""
-        found = self._newest_from(group, 0, 0)
-        runs = self.record(group, 0, found[0]) if found is not None else None
+    def mark_gone(self, group: str, key: str, runs: list[_format.RunEntry] | None = None) -> None:
+        """The message ``key`` of the group left the queue (dead-lettered, past
+        retention) outside its run's receipts: mark it gone and done in ``runs``
+        (by default those the newest record names), and settle the runs over."""
+        if runs is None:
+            found = self._newest_from(group, 0, 0)
+            runs = self.record(group, 0, found[0]) if found is not None else None
         for entry in runs or []:
             if key in entry.keys:
                 slot = SlotRef(0, entry.run, entry.run)

@@ -301,6 +301,7 @@ class Maintenance:
         """One pass of :meth:`purge`: how many files it removed; their ids leave ``wanted``, join ``keys``."""
         removed = 0
         held: dict[str, set[int]] = {}
+        removed_keys: dict[str, set[str]] = {}
         for name in self._layout.files():
             if wanted is not None and name.key not in wanted:
                 continue
@@ -315,11 +316,13 @@ class Maintenance:
                     wanted.discard(name.key)
                 keys.add(name.key)
                 removed += 1
+                if name.group_hash:
+                    removed_keys.setdefault(name.group_hash, set()).add(name.key)
                 if name.group_hash and name.state is State.HIDDEN and name.receive_count:
                     held.setdefault(name.group_hash, set()).add(name.until_us)
-        if held:
+        if held and wanted is None:  # (a purge of some ids frees no slot: the lease runs out)
             with self._lock:
-                self._groups.free_purged(held, whole=wanted is None)
+                self._groups.free_purged(held, removed_keys)
         return removed
 
     def requeue_expired(self) -> int:
@@ -337,7 +340,11 @@ class Maintenance:
             if kept_from is not None and name.sent_us < kept_from:
                 continue
             if max_receives is not None and name.receive_count >= max_receives:
-                moved += self._dead_letters.bury(name)
+                buried = self._dead_letters.bury(name)
+                moved += buried
+                if buried and name.group_hash:  # a run's member, maybe: see GroupLeases.mark_gone
+                    with self._lock:
+                        self._groups.mark_gone(name.group_hash, name.key)
             elif name.state is State.HIDDEN:
                 ready = _format.ready_name(name.stem, name.receive_count)
                 if _fs.rename(self._layout.message_file(str(name)), self._layout.message_file(ready)):
@@ -369,6 +376,9 @@ class Maintenance:
                         present.add(name.key)
                         self._layout.report_damage(self._layout.message_file(entry), "not a regular file, or too large")
                     removed += bool(gone)
+                    if gone and name.group_hash and name.receive_count:
+                        with self._lock:
+                            self._groups.mark_gone(name.group_hash, name.key)
                 else:
                     present.add(name.key)
             elif name is not None:

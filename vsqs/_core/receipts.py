@@ -125,7 +125,7 @@ class HeldMessages:
             raise StaleReceipt(stale_message(name.key))
         if slot is not None and slot.run and until <= _format.now_us() + self._skew_us:
             with self._lock:  # visible now: done for its run (and no more movable by this receipt)
-                self._groups.run_done(name.group_hash, slot, name.until_us, self._skew_us)
+                self._groups.run_done(name.group_hash, slot, name.key, name.until_us, self._skew_us)
         with self._lock:
             if slot is not None:
                 self._listing.slot_freed(name.group_hash)  # its lease moved: it may be free from ``until``
@@ -177,7 +177,7 @@ class HeldMessages:
             with self._lock:
                 moved = held and released
                 if moved and slot.run and self._one_slot:
-                    self._groups.run_done(name.group_hash, slot, name.until_us, self._skew_us)
+                    self._groups.run_done(name.group_hash, slot, name.key, name.until_us, self._skew_us)
                 elif moved and not slot.run and self._groups.holds(name.group_hash, slot, name.until_us):
                     self._groups.free(name.group_hash, slot)  # (see holds: not another's)
                 self._listing.slot_freed(name.group_hash)
