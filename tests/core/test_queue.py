@@ -379,7 +379,7 @@ def test_purge_counts_every_state(queue):
     assert queue.purge() == 3
     assert queue.stats().total == 0
     assert sorted(message_names(queue.path)) == sorted(
-        ["foreign.txt"] + ([] if queue.shards > 1 else [_format.METADATA_NAME])
+        ["foreign.txt"] + ([] if queue.shards > 1 else [_format.METADATA_NAME, _format.PURGED_DIR])
     )
 
 

@@ -15,27 +15,20 @@ messages in order, none while N are in flight), so a stale or incomplete
 listing cannot let two consumers past each other.
 
 **Runs.** With one slot (N = 1), one receive may take a group's next
-messages together, as Amazon SQS FIFO does: a *run*, all held by that
-receiver on the one slot lease. The lease keeps the form every version
-reads, ``UNTIL`` (never below the latest UNTIL of a member in flight: an
-extension raises it first), so a reader that knows nothing of runs sees the
-group held while any member is. What only this version needs sits beside
-the chain in names older versions ignore: a mark ``GROUP.S.RUN.dI`` for each
-member done (deleted, released, made visible; ``vI`` first for the latter
-two), and a record ``GROUP.S.GEN.r`` naming the runs a generation holds. The
-member that completes its run's marks settles it, if it can prove the newest
-generation still holds the run (its own lease had not run out when it
-looked: a claim by anyone else needs the lease expired, or is a hand-over
-the record names): it frees the slot, or leaves it to the runs left.
-
-**Hand-over.** While the lease is in force, a receive of runs may take the
-group's visible prefix (Amazon delivers a message made visible again ahead
-of those in flight at once): the record names every member in flight, so a
-member a listing misses is never passed over. See FORMAT.md, Runs.
+messages together, as Amazon SQS FIFO does: a *run*, held on the one lease,
+whose form every version reads (``UNTIL``, never below a member's in
+flight). Beside the chain, in names older versions ignore: marks
+``GROUP.S.RUN.dI`` (member I done) and ``xI`` (its message left the queue),
+and records ``GROUP.S.GEN.r`` naming the runs a generation holds. A run's
+last mark settles it through the record: frees the slot, or leaves it to
+the runs left. **Hand-over:** while the lease is in force, a receive of runs
+takes the group's visible prefix; the record names every member in flight,
+so a member a listing misses is never passed over. See FORMAT.md, Runs.
 """
 
 from __future__ import annotations
 
+import itertools
 import logging
 import os
 import time
@@ -343,15 +336,13 @@ class GroupLeases:
                 self._unmark(group, index, [entry for entry in runs if entry not in left])
                 # a run named now whose last mark came meanwhile: its settle may have read
                 # the generation before ours, or ours without its record yet, and stopped
-                return not left or (self._any_over(group, index, left) and self._settle(group, index, None, 0, 0))
+                over = any(self._over(group, index, entry) for entry in left)
+                return not left or (over and self._settle(group, index, None, 0, 0))
         return False
 
     def _young(self, group: str, index: int, gen: int) -> bool:
         written = _fs.mtime(self._path(group, index, gen))
         return written is not None and written > time.time() - _WRITE_GRACE
-
-    def _any_over(self, group: str, index: int, runs: list[_format.RunEntry]) -> bool:
-        return any(self._over(group, index, entry) for entry in runs)
 
     def _replace(self, group: str, index: int, gen: int, lease: int, runs: list[_format.RunEntry]) -> bool:
         """Make generation gen+1: ``free`` if no run is left, else ``lease`` with a
@@ -393,12 +384,8 @@ class GroupLeases:
     def gone_members(self, group: str, runs: list[_format.RunEntry]) -> set[str]:
         """The KEYs of the members of ``runs`` whose message is gone from the queue
         (deleted, or moved out: marked so by whoever removed it)."""
-        return {
-            key
-            for entry in runs
-            for member, key in enumerate(entry.keys)
-            if _fs.exists(self._mark(group, SlotRef(0, entry.run, entry.run), member, _format.GONE_MARK))
-        }
+        return {key for entry in runs for member, key in enumerate(entry.keys)
+                if _fs.exists(self._mark(group, SlotRef(0, entry.run, entry.run), member, _format.GONE_MARK))}
 
     def mark_gone(self, group: str, key: str, runs: list[_format.RunEntry] | None = None) -> None:
         """The message ``key`` of the group left the queue (dead-lettered, past
@@ -417,8 +404,7 @@ class GroupLeases:
             self._settle(group, 0, None, 0, 0)
 
     def take_over(self, group: str, gen: int, until_us: int) -> SlotRef | None:
-        """Create generation gen+1 of the group's slot, a lease until ``until_us``
-        (a hand-over); None if someone else wrote it first."""
+        """A hand-over's generation gen+1, a lease until ``until_us``; None if someone wrote it first."""
         return self._next(group, 0, gen, _format.encode_lease(until_us), lone=False)
 
     def hand_over_done(
@@ -443,7 +429,7 @@ class GroupLeases:
             made = self._replace(group, slot.index, slot.gen, lease, left)
         if made:
             self._unmark(group, slot.index, [entry for entry in runs if entry not in left])
-            if self._any_over(group, slot.index, left):  # (see _settle)
+            if any(self._over(group, slot.index, entry) for entry in left):  # (see _settle)
                 self._settle(group, slot.index, None, 0, 0)
 
     def _over(self, group: str, index: int, entry: _format.RunEntry) -> bool:
@@ -453,9 +439,8 @@ class GroupLeases:
     def _unmark(self, group: str, index: int, runs: list[_format.RunEntry]) -> None:
         for entry in runs:
             slot = SlotRef(index, entry.run, entry.run)
-            for member in range(len(entry.keys)):
-                _fs.unlink(self._mark(group, slot, member))
-                _fs.unlink(self._mark(group, slot, member, _format.GONE_MARK))
+            for member, kind in itertools.product(range(len(entry.keys)), (_format.DONE_MARK, _format.GONE_MARK)):
+                _fs.unlink(self._mark(group, slot, member, kind))
 
     def _mark(self, group: str, slot: SlotRef, member: int, kind: str = _format.DONE_MARK) -> str:
         return os.path.join(self._dir, _format.run_mark_name(group, slot.index, slot.run, member, kind))

@@ -244,9 +244,10 @@ class Maintenance:
     def purge(self, ids: Iterable[str] | None = None) -> int:
         """Delete every message (or those of ``ids``), in flight and delayed
         included; how many. Entries named like messages that are no regular
-        files are reported and left alone (see Layout.files). The group slots
-        held by the in-flight messages it removed are freed (see
-        :meth:`GroupLeases.free_purged`), so their groups go on at once. A
+        files are reported and left alone (see Layout.files). A purge of the
+        whole queue frees the group slots held by the in-flight messages it
+        removed (see :meth:`GroupLeases.free_purged`), so their groups go on at
+        once; a purge of ``ids`` frees none (their leases run out). A
         message of ``ids`` that moved (was received) while it went is looked
         up once more. Then the de-duplication ids the removed messages held are
         freed (:meth:`Reservations.forget`): a message published again with one
