@@ -53,11 +53,17 @@ def test_the_reader_takes_the_newest_valid_slot(flat_queue):
     path = os.path.join(_run_path(flat_queue, "run1"), "0.0.5")
     assert os.path.getsize(path) == 2 * SLOT  # written in place: the file never grows
 
-    # a write torn in the newest slot (sequence 5: the second slot) leaves the one before
+    # a write torn in the newest slot (sequence 6, the first slot: the reporter wrote its
+    # zero counts first) leaves the one before
     with open(path, "r+b") as file:
-        file.seek(SLOT + 10)
+        file.seek(10)
         file.write(b"\0\0\0")
     assert read_reports(flat_queue, "run1", 1)["0.0.5"].counts["processed"] == 4
+
+
+def test_an_attempt_that_dies_before_its_first_count_is_reported(flat_queue):
+    AttemptReporter(flat_queue, "run0", "0.0.4")  # its process dies at its first message
+    assert read_reports(flat_queue, "run0", 1) == {"0.0.4": AttemptReport(dict.fromkeys(FIELDS, 0), False)}
 
 
 def test_a_finished_attempt_says_so(flat_queue):
@@ -96,7 +102,7 @@ def test_a_reporter_never_writes_where_something_is_already(flat_queue, tmp_path
         reporter.report(COUNTS)
         reporter.close()
     assert outside.read_bytes() == b"keep"
-    assert read_reports(flat_queue, "run6", 1) == {}
+    assert set(read_reports(flat_queue, "run6", 1)) == {"0.0.0"}  # the one that made the directory
 
 
 def test_reports_read_are_bounded_by_the_tasks_of_the_run(flat_queue):

@@ -100,6 +100,8 @@ class AttemptReporter:
                     self._fd = os.open(attempt, _WRITE_FLAGS, 0o644, dir_fd=directory)
         except (OSError, VsqsError):
             self._fd = None  # counted from its returned row only
+        with self._lock:  # counts of nothing yet: an attempt that dies at its first message is still one
+            self._write(finished=False)
 
     def report(self, counts: Mapping[str, int]) -> None:
         """Write the attempt's counts so far."""
