@@ -292,7 +292,9 @@ def test_a_settle_that_fails_every_time_is_not_planned_again_and_again(flat_queu
         end = reader.latestOffset(start, ReadMaxRows(100))
         assert end["settle"] == [[1, 1]] and end["take"] == 0
         for partition in reader.partitions(start, end):
-            claims._Settler(flat_queue, partition).finish()  # the settle fails (logged)
+            settler = claims.Settler(flat_queue, partition)
+            settler.start()  # the settle fails (logged)
+            settler.finish()
         assert manifests.pending_batches(flat_queue, query, 6) == [(1, 1)]
         return reader, end
 

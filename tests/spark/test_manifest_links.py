@@ -22,7 +22,7 @@ pytest.importorskip("pyspark", reason="the adapter's executor code imports pyspa
 from pyspark.sql.streaming.datasource import ReadMaxRows  # noqa: E402
 
 from vsqs._spark import manifest as manifests  # noqa: E402
-from vsqs._spark.claims import StreamPartition, _claimed, _Settler  # noqa: E402
+from vsqs._spark.claims import Settler, StreamPartition, _claimed  # noqa: E402
 from vsqs._spark.options import Options  # noqa: E402
 from vsqs._spark.schema import SCHEMA, read_columns  # noqa: E402
 from vsqs._spark.stream import ClaimingStreamReader  # noqa: E402
@@ -66,7 +66,9 @@ def _re_read(queue: vsqs.Queue) -> list:
 
 def _settle(queue: vsqs.Queue) -> None:
     """Batch 2 settles partition 0 of batch 1: it removes its manifest."""
-    _Settler(queue, StreamPartition(QUERY, 2, 0, 0, [(1, 0)])).finish()
+    settler = Settler(queue, StreamPartition(QUERY, 2, 0, 0, [(1, 0)]))
+    settler.start()
+    settler.finish()
 
 
 def _reader(queue: vsqs.Queue) -> ClaimingStreamReader:

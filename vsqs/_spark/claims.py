@@ -3,9 +3,10 @@
 A partition of micro-batch N claims its messages chunk by chunk with
 ``Queue.receive_batch`` and records each chunk's receipts in its manifest
 before it returns a row of them; a later attempt of the partition re-reads
-the manifest (extending the messages' visibility) instead of claiming. In
-parallel threads it deletes the messages of the committed batches it was
-given to settle, then removes their manifests.
+the manifest (extending the messages' visibility) instead of claiming. It
+deletes the messages of the committed batches it was given to settle, then
+removes their manifests: before its claims, or in threads alongside them
+where each delete waits on the filesystem (``Settler``).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import contextlib
 import logging
 import signal
 import threading
+import time
 from collections.abc import Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -32,8 +34,10 @@ log = logging.getLogger("vsqs.spark")
 
 CLAIM_FIRST = 50  # messages claimed (and recorded in one manifest file) by a partition's first chunk ...
 CLAIM_CHUNK = 1000  # ... doubling up to this many: the first rows come soon, later chunks cost little
-SETTLE_THREADS = 4  # threads deleting a committed batch, alongside the claims
+SETTLE_THREADS = 4  # threads deleting a committed batch alongside the claims, where deletes wait (Settler)
 SETTLE_SLICE = 250  # receipts per deleting job
+SETTLE_PROBE = 50  # receipts deleted first, timed: does each delete wait on the filesystem?
+SLOW_DELETE = 0.0005  # seconds a delete waits beyond its CPU for the deletes to go to threads
 MAX_FOLLOWED = 100  # stale receipts followed to their message's current name, per attempt (a listing each)
 
 
@@ -80,9 +84,9 @@ def read_partition(options: Options, schema: StructType, partition: StreamPartit
     """The rows of one partition, as Arrow record batches (one per chunk:
     no per-row conversion in PySpark); deletes its settle list meanwhile."""
     queue = options.queue()
-    with _recording():  # the deleting threads inherit the mask: signals go to this thread
-        settler = _Settler(queue, partition)
+    settler = Settler(queue, partition)
     try:
+        settler.start()
         arrow = to_arrow_schema(schema, timezone="UTC")  # exactly what PySpark checks a batch against
         content = wants_content(schema.fieldNames())
         for messages in _claimed(queue, options, partition, content):
@@ -206,45 +210,126 @@ def _row(message: Message, columns: list[str], content: bool) -> tuple[Any, ...]
     return row(values, columns)
 
 
-class _Settler:
-    """Deletes the messages of committed batches in background threads while
-    the partition claims; ``finish`` waits for it (the task ends after it)."""
+class Settler:
+    """Deletes the messages of the committed batches a partition was given to
+    settle (``start``), then removes their manifests; ``finish`` waits for
+    it (the task ends after it). A failed delete only delays: the messages
+    come back after their lease, and a later batch settles the batch again.
 
-    def __init__(self, queue: Queue, partition: StreamPartition) -> None:
+    Where each delete is a quick system call (a local filesystem), they run
+    in the task's own thread before its claims: threads would contend for
+    the GIL at every system call, which cost as much CPU again as the
+    deletes themselves. Where each waits on the filesystem (a network round
+    trip), threads overlap the waits and the claims. A first slice, deleted
+    here and timed, tells which (``waits_on_filesystem``); ``in_threads``
+    decides it instead."""
+
+    def __init__(self, queue: Queue, partition: StreamPartition, in_threads: bool | None = None) -> None:
         self._queue = queue
         self._partition = partition
+        self._in_threads = in_threads
         self._thread: threading.Thread | None = None
-        if partition.settle:
-            self._thread = threading.Thread(target=self._run, name="vsqs-settle", daemon=True)
+
+    def start(self) -> None:
+        """Settle here, or, once the filesystem is seen to wait, start the
+        threads that settle the rest and return."""
+        work = _SettleWork(self._queue, self._partition)
+        try:
+            if self._in_threads is None:
+                self._in_threads = work.timed_probe()
+            if not self._in_threads:
+                work.run(None)
+                return
+        except Exception:  # noqa: BLE001 - a failed delete only delays (see above)
+            log.exception("deleting the messages of a committed micro-batch failed")
+            return
+        with _recording():  # the deleting threads inherit the mask: signals go to the task's thread
+            self._thread = threading.Thread(target=self._run, args=(work,), name="vsqs-settle", daemon=True)
             self._thread.start()
 
-    def _run(self) -> None:
-        queue, partition = self._queue, self._partition
+    @staticmethod
+    def _run(work: _SettleWork) -> None:
         try:
             with ThreadPoolExecutor(SETTLE_THREADS, thread_name_prefix="vsqs-delete") as pool:
-                for batch, index in partition.settle:
-                    place = manifests.Place(queue, partition.query, batch, index)
-                    manifest = manifests.read_manifest(place)
-                    if manifest.sealed:
-                        receipts = manifest.receipts()
-                        slices = [receipts[i : i + SETTLE_SLICE] for i in range(0, len(receipts), SETTLE_SLICE)]
-                        stale = sum(pool.map(lambda part: settle_receipts(queue, part), slices))
-                        if stale:
-                            log.info(
-                                "batch %d: %d of %d messages were no longer held by their receipt "
-                                "(deleted already, or re-delivered after the visibility timeout)",
-                                batch, stale, len(receipts),
-                            )
-                    else:  # never sealed: no attempt delivered it; give it back
-                        for receipt in manifest.receipts():
-                            _release(queue, receipt)
-                    manifests.remove_partition(place)
-        except Exception:  # a failed delete only delays: the messages come back after their lease
+                work.run(pool)
+        except Exception:  # noqa: BLE001 - a failed delete only delays (see above)
             log.exception("deleting the messages of a committed micro-batch failed")
 
     def finish(self) -> None:
         if self._thread is not None:
             self._thread.join()
+
+
+def waits_on_filesystem(deletes: int, wall: float, cpu: float) -> bool:
+    """Whether ``deletes`` deletes that took ``wall`` seconds, ``cpu`` of
+    them this thread's CPU, waited on the filesystem (beyond SLOW_DELETE
+    each): then threads that delete alongside the claims overlap the waits."""
+    return deletes > 0 and (wall - cpu) / deletes > SLOW_DELETE
+
+
+class _SettleWork:
+    """What a partition has left to settle: its manifests, one after the
+    other, each's receipts deleted slice by slice; then the manifest removed."""
+
+    def __init__(self, queue: Queue, partition: StreamPartition) -> None:
+        self._queue = queue
+        self._partition = partition
+        self._entries = iter(partition.settle)
+        self._current: tuple[manifests.Place, list[str], int, int] | None = None  # place, left, stale, total
+
+    def timed_probe(self) -> bool:
+        """Delete up to SETTLE_PROBE messages of the first sealed manifest, timed:
+        whether the filesystem made them wait (``waits_on_filesystem``)."""
+        while self._current is None and self._next():
+            pass
+        if self._current is None:
+            return False
+        place, receipts, stale, total = self._current
+        probe, rest = receipts[:SETTLE_PROBE], receipts[SETTLE_PROBE:]
+        wall, cpu = time.monotonic(), time.thread_time()
+        stale += settle_receipts(self._queue, probe)
+        wall, cpu = time.monotonic() - wall, time.thread_time() - cpu
+        self._current = (place, rest, stale, total)
+        return waits_on_filesystem(len(probe), wall, cpu)
+
+    def run(self, pool: ThreadPoolExecutor | None) -> None:
+        """Settle everything left: the deletes in ``pool``'s threads, else here."""
+        while self._current is not None or self._next():
+            if self._current is None:
+                continue
+            place, receipts, stale, total = self._current
+            self._current = None
+            slices = [receipts[i : i + SETTLE_SLICE] for i in range(0, len(receipts), SETTLE_SLICE)]
+            if pool is None:
+                stale += sum(settle_receipts(self._queue, part) for part in slices)
+            else:
+                stale += sum(pool.map(lambda part: settle_receipts(self._queue, part), slices))
+            if stale:
+                log.info(
+                    "batch %d: %d of %d messages were no longer held by their receipt "
+                    "(deleted already, or re-delivered after the visibility timeout)",
+                    place.batch, stale, total,
+                )
+            manifests.remove_partition(place)
+
+    def _next(self) -> bool:
+        """Open the next manifest: a sealed one becomes the current work; an
+        unsealed one (no attempt delivered it) is given back and removed here.
+        False once there is none left."""
+        entry = next(self._entries, None)
+        if entry is None:
+            return False
+        batch, index = entry
+        place = manifests.Place(self._queue, self._partition.query, batch, index)
+        manifest = manifests.read_manifest(place)
+        if manifest.sealed:
+            receipts = manifest.receipts()
+            self._current = (place, receipts, 0, len(receipts))
+        else:
+            for receipt in manifest.receipts():
+                _release(self._queue, receipt)
+            manifests.remove_partition(place)
+        return True
 
 
 def settle_receipts(queue: Queue, receipts: Iterable[str]) -> int:

@@ -7,10 +7,9 @@ claim?). Its offsets are a few numbers: ``{"v": 1, "query": Q, "seq": N,
 "parts": P, "take": M, "settle": [[batch, partitions], ...]}``. The P
 partitions of batch N claim up to M messages in all (an even share each) on
 the executors; each records the receipts in a manifest (``manifest.py``)
-before it returns a row of them, and deletes, in parallel threads, the
-messages of the batches in ``settle``: committed batches (Spark calls
-``latestOffset(start)`` only once the batch ending at ``start`` is in its
-commit log). A partition run again (a task retry, a replay after a driver
+before it returns a row of them, and deletes the messages of the batches
+in ``settle``: committed batches (Spark calls ``latestOffset(start)`` only
+once the batch ending at ``start`` is in its commit log). A partition run again (a task retry, a replay after a driver
 crash) re-reads its manifest instead of claiming: a replayed batch is the
 same batch.
 """
