@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import resource
 import signal
 import threading
 import time
@@ -36,7 +37,7 @@ CLAIM_FIRST = 50  # messages claimed (and recorded in one manifest file) by a pa
 CLAIM_CHUNK = 1000  # ... doubling up to this many: the first rows come soon, later chunks cost little
 SETTLE_THREADS = 4  # threads deleting a committed batch alongside the claims, where deletes wait (Settler)
 SETTLE_SLICE = 250  # receipts per deleting job
-SETTLE_PROBE = 50  # receipts deleted first, timed: does each delete wait on the filesystem?
+SETTLE_PROBE = 50  # receipts deleted first in the task's thread, timed: does each delete wait on the filesystem?
 SLOW_DELETE = 0.0005  # seconds a delete waits beyond its CPU for the deletes to go to threads
 MAX_FOLLOWED = 100  # stale receipts followed to their message's current name, per attempt (a listing each)
 
@@ -220,8 +221,8 @@ class Settler:
     in the task's own thread before its claims: threads would contend for
     the GIL at every system call, which cost as much CPU again as the
     deletes themselves. Where each waits on the filesystem (a network round
-    trip), threads overlap the waits and the claims. A first slice, deleted
-    here and timed, tells which (``waits_on_filesystem``); ``in_threads``
+    trip), threads overlap the waits and the claims. The first deletes,
+    made here and timed, tell which (``waits_on_filesystem``); ``in_threads``
     decides it instead."""
 
     def __init__(self, queue: Queue, partition: StreamPartition, in_threads: bool | None = None) -> None:
@@ -237,15 +238,18 @@ class Settler:
         try:
             if self._in_threads is None:
                 self._in_threads = work.timed_probe()
-            if not self._in_threads:
-                work.run(None)
-                return
+            if self._in_threads:
+                with _recording():  # the deleting threads inherit the mask: signals go to the task's thread
+                    thread = threading.Thread(target=self._run, args=(work,), name="vsqs-settle", daemon=True)
+                    try:
+                        thread.start()
+                        self._thread = thread
+                        return
+                    except RuntimeError:  # no thread to be had: settled here instead
+                        pass
+            work.run(None)
         except Exception:  # noqa: BLE001 - a failed delete only delays (see above)
             log.exception("deleting the messages of a committed micro-batch failed")
-            return
-        with _recording():  # the deleting threads inherit the mask: signals go to the task's thread
-            self._thread = threading.Thread(target=self._run, args=(work,), name="vsqs-settle", daemon=True)
-            self._thread.start()
 
     @staticmethod
     def _run(work: _SettleWork) -> None:
@@ -260,11 +264,25 @@ class Settler:
             self._thread.join()
 
 
-def waits_on_filesystem(deletes: int, wall: float, cpu: float) -> bool:
+def waits_on_filesystem(deletes: int, wall: float, cpu: float, sleeps: int | None) -> bool:
     """Whether ``deletes`` deletes that took ``wall`` seconds, ``cpu`` of
-    them this thread's CPU, waited on the filesystem (beyond SLOW_DELETE
-    each): then threads that delete alongside the claims overlap the waits."""
-    return deletes > 0 and (wall - cpu) / deletes > SLOW_DELETE
+    them this thread's CPU, waited on the filesystem: beyond SLOW_DELETE
+    each, and, where it is known, with the thread put to sleep (``sleeps``
+    voluntary context switches) for at least half of them: a thread that
+    only waited for a CPU (a busy machine) was preempted, not put to sleep."""
+    if deletes <= 0 or (wall - cpu) / deletes <= SLOW_DELETE:
+        return False
+    return sleeps is None or 2 * sleeps >= deletes
+
+
+def _sleeps() -> int | None:
+    """This thread's voluntary context switches so far (None where not known)."""
+    if _RUSAGE_THREAD is None:
+        return None
+    return resource.getrusage(_RUSAGE_THREAD).ru_nvcsw
+
+
+_RUSAGE_THREAD: int | None = getattr(resource, "RUSAGE_THREAD", None)  # (Linux)
 
 
 class _SettleWork:
@@ -278,19 +296,23 @@ class _SettleWork:
         self._current: tuple[manifests.Place, list[str], int, int] | None = None  # place, left, stale, total
 
     def timed_probe(self) -> bool:
-        """Delete up to SETTLE_PROBE messages of the first sealed manifest, timed:
-        whether the filesystem made them wait (``waits_on_filesystem``)."""
-        while self._current is None and self._next():
-            pass
-        if self._current is None:
-            return False
-        place, receipts, stale, total = self._current
-        probe, rest = receipts[:SETTLE_PROBE], receipts[SETTLE_PROBE:]
-        wall, cpu = time.monotonic(), time.thread_time()
-        stale += settle_receipts(self._queue, probe)
+        """Delete up to SETTLE_PROBE messages here, manifest after manifest,
+        timed: whether the filesystem made them wait (``waits_on_filesystem``)."""
+        deleted = 0
+        wall, cpu, sleeps = time.monotonic(), time.thread_time(), _sleeps()
+        while deleted < SETTLE_PROBE and (self._current is not None or self._next()):
+            if self._current is None:
+                continue
+            place, receipts, stale, total = self._current
+            probe, rest = receipts[: SETTLE_PROBE - deleted], receipts[SETTLE_PROBE - deleted :]
+            stale += settle_receipts(self._queue, probe)
+            deleted += len(probe)
+            self._current = (place, rest, stale, total)
+            if not rest:
+                self._done()
         wall, cpu = time.monotonic() - wall, time.thread_time() - cpu
-        self._current = (place, rest, stale, total)
-        return waits_on_filesystem(len(probe), wall, cpu)
+        after = _sleeps()
+        return waits_on_filesystem(deleted, wall, cpu, None if sleeps is None or after is None else after - sleeps)
 
     def run(self, pool: ThreadPoolExecutor | None) -> None:
         """Settle everything left: the deletes in ``pool``'s threads, else here."""
@@ -298,19 +320,27 @@ class _SettleWork:
             if self._current is None:
                 continue
             place, receipts, stale, total = self._current
-            self._current = None
             slices = [receipts[i : i + SETTLE_SLICE] for i in range(0, len(receipts), SETTLE_SLICE)]
             if pool is None:
                 stale += sum(settle_receipts(self._queue, part) for part in slices)
             else:
                 stale += sum(pool.map(lambda part: settle_receipts(self._queue, part), slices))
-            if stale:
-                log.info(
-                    "batch %d: %d of %d messages were no longer held by their receipt "
-                    "(deleted already, or re-delivered after the visibility timeout)",
-                    place.batch, stale, total,
-                )
-            manifests.remove_partition(place)
+            self._current = (place, [], stale, total)
+            self._done()
+
+    def _done(self) -> None:
+        """The current manifest's receipts are all deleted: say how many were
+        no longer held, and remove the manifest."""
+        assert self._current is not None
+        place, _, stale, total = self._current
+        if stale:
+            log.info(
+                "batch %d: %d of %d messages were no longer held by their receipt "
+                "(deleted already, or re-delivered after the visibility timeout)",
+                place.batch, stale, total,
+            )
+        manifests.remove_partition(place)
+        self._current = None
 
     def _next(self) -> bool:
         """Open the next manifest: a sealed one becomes the current work; an
