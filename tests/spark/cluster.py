@@ -37,6 +37,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Self
 
+from tests.netfs_kit import one_set_up_at_a_time
+
 KIT = Path(os.environ.get("NETFS_KIT") or Path(__file__).resolve().parents[3] / "shared" / "netfs")
 CACHE_S = 3  # entry/attr/negative cache seconds on every client (as NFS actimeo/lookupcache)
 CLIENT_OPTS = f"entry_timeout={CACHE_S},attr_timeout={CACHE_S},negative_timeout={CACHE_S},direct_io"
@@ -241,10 +243,12 @@ class NfsCluster:
     # -- start ---------------------------------------------------------------------------
 
     def _kit(self, action: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            ["bash", str(KIT / "setup_nfsfuse.sh"), action, str(self.nfs_base)],
-            check=False, env=self._kit_env, capture_output=True, text=True, timeout=600, stdin=subprocess.DEVNULL,
-        )
+        with one_set_up_at_a_time():  # ("up" runs apt-get the first time: one at a time)
+            return subprocess.run(
+                ["bash", str(KIT / "setup_nfsfuse.sh"), action, str(self.nfs_base)],
+                check=False, env=self._kit_env, capture_output=True, text=True, timeout=600,
+                stdin=subprocess.DEVNULL,
+            )
 
     def _start_nfs(self) -> None:
         self._nfs_up = True  # from here on, close() runs the kit's "down"

@@ -19,6 +19,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.netfs_kit import one_set_up_at_a_time
+
 KIT = os.environ.get("NETFS_KIT") or str(Path(__file__).resolve().parents[4] / "shared" / "netfs")
 CACHE_S = 3  # entry/attr/negative cache seconds on both mounts: listings go stale
 ENV = {
@@ -56,8 +58,9 @@ def shared_fs(request, tmp_path_factory):
     down = ["bash", script, "down", base]
     for attempt in range(SET_UP_TRIES):
         try:
-            result = subprocess.run(["bash", script, "up", base], env=env, capture_output=True,
-                                    text=True, timeout=600, stdin=subprocess.DEVNULL)
+            with one_set_up_at_a_time():  # (apt-get, the first time: one at a time)
+                result = subprocess.run(["bash", script, "up", base], env=env, capture_output=True,
+                                        text=True, timeout=600, stdin=subprocess.DEVNULL)
         except subprocess.TimeoutExpired:
             subprocess.run(down, env=env, capture_output=True, stdin=subprocess.DEVNULL)
             _unavailable(f"{kind} set-up timed out")
