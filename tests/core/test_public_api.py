@@ -181,6 +181,7 @@ PINNED = {
         "message_id": "method (self, receipt: str) -> str",
         "messages": "method (self, *, bodies: bool = False, ids: Iterable[str] | None = None, after: str | None = None, limit: int | None = None, preview: int | None = None) -> Iterator[MessageInfo]",
         "path": "property -> str",
+        "prefer_share": "method (self, index: int, count: int) -> None",
         "publish": "method (self, body: Body, *, delay: float | None = None, at: datetime | None = None, priority: int = 0, attributes: Mapping[str, str] | None = None, group: str | None = None, dedup_id: str | None = None, dedup: str | None = None, durable: bool = True) -> str",
         "publish_batch": "method (self, bodies: Iterable[Body | Outgoing], *, delay: float | None = None, at: datetime | None = None, priority: int = 0, attributes: Mapping[str, str] | None = None, group: str | None = None, dedup: str | None = None, durable: bool = True, _dedup_id: str | None = None) -> list[str]",
         "publish_staged": "method (self, bodies: Iterable[Body | Outgoing], *, stage: str, written: Callable[[], object] | None = None) -> list[str]",

@@ -45,6 +45,7 @@ WINDOW = 100_000
 # again before its cache runs dry (see skip_ahead), so a receive returns nothing
 # only if every name of its latest listing was tried.
 SKIP_AFTER_LOSS = 16
+SHARE_DIGITS = 3  # the last hex digits of a KEY (its random part) that deal messages to shares (deal)
 # At most this many messages past retention (see Retention in docs/FORMAT.md) are
 # removed by one receive call, and kept for it by one listing: a receive that
 # meets more skips the rest (never delivered) and leaves them to the next call or
@@ -86,11 +87,17 @@ class Listing:
         self.watch: Watch | None = None
         self.watch_epoch, self.watch_version = 0, 0
         self.listings = 0  # how many listings this cache made: a receive tells a new one by it, not by a clock
+        self._share: frozenset[str] | None = None  # the KEY endings of the share this handle takes first
         self.reset()
+
+    def prefer_share(self, index: int, count: int) -> None:
+        """Take the ready messages of share ``index`` of ``count`` first (see :func:`deal`)."""
+        self._share = frozenset(f"{i:03x}" for i in range(index, 16**SHARE_DIGITS, count))
 
     def reset(self) -> None:
         """Forget the listing (after a purge): the next receive lists again."""
         self.visible: list[str] = []  # heap: smallest name = next to deliver
+        self.later: list[str] = []  # heap: the rest of the listing's visible names, once ``visible`` runs out (deal)
         # heap of (place, name) for messages of groups (see _place): groups take
         # turns, and within a turn a group never received goes before one that came back
         self.grouped: list[tuple[int, str]] = []
@@ -120,6 +127,8 @@ class Listing:
     def next_candidate(self, may_list: bool = True) -> str | None:
         """The next name to try to claim (not yet validated). The directory is
         listed again if the cache is stale and ``may_list``."""
+        if not self.visible and self.later:  # this handle's share is taken: the others' next
+            self.visible, self.later = self.later, []
         if self.hidden:
             self.promote(_format.now_us())
         while self.grouped and _format.group_of(self.grouped[0][1]) in self.blocked:
@@ -279,6 +288,7 @@ class Listing:
         kept_from = _settings.retained_from_us(self._retention(), now, self._skew_us)
         found, grouped, more_shards = self._list(now, kept_from)
         visible, _ = first_messages(found.visible, self.window)  # (names left out: listed again when out)
+        visible, later = deal(visible, self._share) if self._share is not None and visible else (visible, [])
         kept_grouped = first(grouped, self.window)
         hidden = first(found.hidden, self.window)  # the soonest to turn visible; later ones wait for a listing
         if found.writing and time.monotonic() - self._orphans_swept_at > SWEEP_EVERY:
@@ -293,7 +303,7 @@ class Listing:
                 self._groups_swept_at = time.monotonic()
             self._groups.refresh()
             self._groups_seen = bool(found.grouped)
-        self.visible, self.grouped, self.hidden = visible, kept_grouped, hidden
+        self.visible, self.later, self.grouped, self.hidden = visible, later, kept_grouped, hidden
         self.rest_of_round = more_shards
         self.claimed = 0
         self.blocked = set()
@@ -463,6 +473,26 @@ def first(items: list[Any], n: int) -> list[Any]:
     below.sort()
     del below[n:]
     return below
+
+
+def deal(names: list[str], share: frozenset[str]) -> tuple[list[str], list[str]]:
+    """``names`` (a heap of ready names) dealt for a handle that takes a share
+    first: the names of the share, of the best priority present, as a heap;
+    and the rest as another, for once those are taken. Consumers that split
+    a queue's messages among them (the partitions of a Spark micro-batch)
+    then race for the same names far less. A message's share is the last
+    SHARE_DIGITS hex digits of its KEY (random); no lower priority comes
+    before a higher one; a foreign name is dealt to the rest."""
+    best = names[0][:1]
+    end = _format.KEY_LENGTH
+    start = end - SHARE_DIGITS
+    mine = [name for name in names if name[start:end] in share and name[:1] == best]
+    if not mine:
+        return names, []
+    rest = [name for name in names if not (name[start:end] in share and name[:1] == best)]
+    heapq.heapify(mine)
+    heapq.heapify(rest)
+    return mine, rest
 
 
 def first_messages(names: list[str], n: int) -> tuple[list[str], bool]:

@@ -110,6 +110,7 @@ class Queue(Redrive):
         self._receipts = IssuedReceipts()
         self._asked_mode = mode
         self._store: Store | None = None  # until the metadata is read (an unpickled handle reads it lazily)
+        self._share: tuple[int, int] | None = None  # (index, count): see prefer_share
 
     def _open_store(self, create: bool = False, shards: int = 1) -> Store:
         """Read (or make) the metadata and set up what depends on the layout it fixes.
@@ -141,6 +142,8 @@ class Queue(Redrive):
             self._receiver = Receiver(store, settings, self._lock, self._groups, self._receipts, self._throttle,
                                       self._dead_letters, self._skew_us, self._poll_interval)
             self._listing = self._receiver.listing  # (a bool set on each publish: no lock)
+            if self._share is not None:
+                self._listing.prefer_share(*self._share)
             self._maintenance = Maintenance(
                 layout, self._skew_us, settings, self._dead_letters, self._stages,
                 self._groups, self._reservations, self._lock,
@@ -484,6 +487,21 @@ class Queue(Redrive):
             return await self._receiver.areceive(
                 self, max_messages, visibility_timeout, wait, read_bodies, bool(group_runs), offload
             )
+
+    def prefer_share(self, index: int, count: int) -> None:
+        """Have this handle's receives take the ready messages of share ``index``
+        of ``count`` first, the others' once those are taken: consumers that
+        split a queue's messages among them (the partitions of a Spark
+        micro-batch) then race for the same messages far less. Messages are
+        dealt to shares by the random end of their id (a sharded queue deals
+        each shard's listing in turn); no lower priority comes before a higher
+        one, and groups keep their order."""
+        if type(index) is not int or type(count) is not int or not 0 <= index < count:
+            raise InvalidArgument(f"share must be 0 <= index < count (ints), not index={index!r}, count={count!r}")
+        with self._lock:
+            self._share = (index, count)
+            if self._store is not None:
+                self._listing.prefer_share(index, count)
 
     def throttled(self) -> bool:
         """Whether receives are throttled right now (every token of this window taken)."""

@@ -241,7 +241,8 @@ class Receiver:
             return (
                 listing.watch is watch and listing.listed_at > -math.inf
                 and (listing.watch_epoch, listing.watch_version) == watch.mark()
-                and not listing.visible and not listing.grouped and listing.until_next_expiry() > 0
+                and not listing.visible and not listing.later and not listing.grouped
+                and listing.until_next_expiry() > 0
                 # and nothing it knows says "list again when out": this handle claimed from
                 # the listing, skipped names, freed a slot, or has shards left to go round
                 and not (listing.claimed or listing.skipped or listing.freed or listing.rest_of_round)

@@ -46,16 +46,19 @@ class StreamPartition(InputPartition):
     """Partition ``index`` of micro-batch ``seq`` of query ``query``: claim up
     to ``each`` messages (its share of the batch); delete the messages of
     ``settle`` ((batch, partition) pairs). ``replay``: the batch was planned
-    by an earlier run of the query (a restart replays it from its offset log)."""
+    by an earlier run of the query (a restart replays it from its offset log).
+    ``parts``: the batch's partitions; each claims the messages of its own
+    share first (``Queue.prefer_share``), so that they race less."""
 
     def __init__(self, query: str, seq: int, index: int, each: int, settle: list[tuple[int, int]],
-                 replay: bool = False) -> None:
+                 replay: bool = False, parts: int = 1) -> None:
         self.query = query
         self.seq = seq
         self.index = index
         self.each = each
         self.settle = settle
         self.replay = replay
+        self.parts = parts  # the batch's partitions: this one claims its share of the queue first
 
 
 class LegacyPartition(InputPartition):
@@ -85,6 +88,9 @@ def read_partition(options: Options, schema: StructType, partition: StreamPartit
     """The rows of one partition, as Arrow record batches (one per chunk:
     no per-row conversion in PySpark); deletes its settle list meanwhile."""
     queue = options.queue()
+    parts = getattr(partition, "parts", 1)  # (a partition pickled by vsqs before shares has none)
+    if parts > 1 and 0 <= partition.index < parts:
+        queue.prefer_share(partition.index, parts)
     settler = Settler(queue, partition)
     try:
         settler.start()

@@ -217,7 +217,7 @@ class ClaimingStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         share, extra = divmod(take, parts)  # the batch's messages, split evenly among its partitions
         replay = seq not in self._planned  # planned by an earlier run: a restart replays it (see claims)
         return [
-            StreamPartition(query, seq, index, share + (index < extra), settle[index], replay)
+            StreamPartition(query, seq, index, share + (index < extra), settle[index], replay, parts)
             for index in range(parts)
         ]
 

@@ -1,0 +1,94 @@
+"""``Queue.prefer_share``: a handle that takes its share of the queue first
+(the partitions of a Spark micro-batch), the others' once those are taken,
+never a lower priority before a higher one."""
+
+from __future__ import annotations
+
+import shutil
+
+import pytest
+
+import vsqs
+from vsqs._core import fs as _fs
+from vsqs._core.format import KEY_LENGTH
+from vsqs._core.listing import SHARE_DIGITS
+
+
+def share_of(message_id: str, count: int) -> int:
+    return int(message_id[KEY_LENGTH - SHARE_DIGITS : KEY_LENGTH], 16) % count
+
+
+def test_a_handle_takes_its_share_first_then_the_others(flat_queue):
+    """(A sharded queue deals each shard's listing, one shard after another.)"""
+    ids = flat_queue.publish_batch([b"m%d" % i for i in range(200)])
+    handle = vsqs.Queue(flat_queue.path)
+    handle.prefer_share(1, 3)
+    mine = [i for i in ids if share_of(i, 3) == 1]
+    got = [m.id for m in handle.receive_batch(len(mine))]
+    assert sorted(got) == sorted(mine)
+    rest = [m.id for m in handle.receive_batch(100)] + [m.id for m in handle.receive_batch(100)]
+    assert sorted(rest) == sorted(set(ids) - set(mine))
+
+
+def test_handles_of_every_share_split_the_queue_without_a_lost_race(flat_queue, monkeypatch):
+    ids = flat_queue.publish_batch([b"m%d" % i for i in range(300)])
+    handles = [vsqs.Queue(flat_queue.path) for _ in range(3)]
+    for index, handle in enumerate(handles):
+        handle.prefer_share(index, 3)
+        handle.receive_batch(1)  # each lists the queue now: the same names
+    lost = []
+    rename = _fs.rename
+
+    def noting_rename(src, dst):
+        done = rename(src, dst)
+        if not done:
+            lost.append(src)
+        return done
+
+    monkeypatch.setattr(_fs, "rename", noting_rename)
+    taken = []
+    for _ in range(30):  # in turns, as concurrent partitions would
+        for index, handle in enumerate(handles):
+            got = handle.receive_batch(3)
+            assert all(share_of(m.id, 3) == index for m in got)
+            taken.extend(got)
+    assert lost == []
+    assert len(taken) == 270 and len({m.id for m in taken}) == 270 and {m.id for m in taken} <= set(ids)
+
+
+def test_a_share_never_puts_a_lower_priority_before_a_higher(flat_queue):
+    low = flat_queue.publish_batch([b"low%d" % i for i in range(60)], priority=0)
+    high = flat_queue.publish_batch([b"high%d" % i for i in range(60)], priority=5)
+    handle = vsqs.Queue(flat_queue.path)
+    handle.prefer_share(0, 2)
+    order = [m.id for m in handle.receive_batch(120)]
+    assert set(order[:60]) == set(high) and set(order[60:]) == set(low)
+    assert [share_of(i, 2) for i in order[:60]] == sorted((share_of(i, 2) for i in order[:60]))
+
+
+def test_a_waiting_receive_takes_the_others_share_once_its_own_is_taken(flat_queue):
+    ids = flat_queue.publish_batch([b"m%d" % i for i in range(40)])
+    handle = vsqs.Queue(flat_queue.path)
+    handle.prefer_share(0, 2)
+    mine = [i for i in ids if share_of(i, 2) == 0]
+    assert len(handle.receive_batch(len(mine))) == len(mine)
+    got = handle.receive_batch(10, wait=5)  # the others' are ready: no wait, no empty answer
+    assert len(got) == 10 and all(share_of(m.id, 2) == 1 for m in got)
+
+
+def test_a_share_survives_the_queue_made_again(tmp_path):
+    path = tmp_path / "q"
+    vsqs.Queue(path, create=True)
+    handle = vsqs.Queue(path)
+    handle.prefer_share(1, 2)
+    shutil.rmtree(path)
+    again = vsqs.Queue(path, create=True)
+    ids = again.publish_batch([b"m%d" % i for i in range(40)])
+    mine = [i for i in ids if share_of(i, 2) == 1]
+    assert sorted(m.id for m in handle.receive_batch(len(mine))) == sorted(mine)
+
+
+@pytest.mark.parametrize(("index", "count"), [(-1, 2), (2, 2), (0, 0), (True, 2), (0, 2.0), ("0", "2")])
+def test_a_share_that_is_not_one_is_refused(flat_queue, index, count):
+    with pytest.raises(vsqs.InvalidArgument, match="share"):
+        flat_queue.prefer_share(index, count)
