@@ -9,7 +9,7 @@ import pytest
 pytest.importorskip("pyspark")
 
 from vsqs._core.format import KEY_LENGTH  # noqa: E402
-from vsqs._core.listing import SHARE_DIGITS  # noqa: E402
+from vsqs._core.limits import SHARE_DIGITS  # noqa: E402
 from vsqs._spark.claims import StreamPartition, read_partition  # noqa: E402
 from vsqs._spark.options import Options  # noqa: E402
 from vsqs._spark.schema import SCHEMA  # noqa: E402

@@ -22,6 +22,8 @@ MAX_POLL_INTERVAL = 60.0
 # -- messages --
 MAX_BATCH = 10_000  # messages per publish_batch / receive_batch call
 MAX_RUN = 100  # messages of one group a receive takes together (receive_batch(group_runs=True))
+SHARE_DIGITS = 3  # the last hex digits of a KEY (random) that deal messages to shares (Queue.prefer_share) ...
+MAX_SHARES = 16**SHARE_DIGITS  # ... so at most this many shares
 MIN_PRIORITY = 0
 MAX_PRIORITY = 9  # higher is delivered first
 DEFAULT_PRIORITY = 0

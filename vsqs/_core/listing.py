@@ -20,7 +20,7 @@ from vsqs._core import settings as _settings
 from vsqs._core.format import State
 from vsqs._core.groups import GroupLeases
 from vsqs._core.layout import Layout
-from vsqs._core.limits import DEFAULT_GC_GRACE, MAX_RUN
+from vsqs._core.limits import DEFAULT_GC_GRACE, MAX_RUN, MAX_SHARES, SHARE_DIGITS
 from vsqs._core.wakeup import Watch
 
 # A cached listing is re-read when it runs out, or when older than
@@ -45,7 +45,6 @@ WINDOW = 100_000
 # again before its cache runs dry (see skip_ahead), so a receive returns nothing
 # only if every name of its latest listing was tried.
 SKIP_AFTER_LOSS = 16
-SHARE_DIGITS = 3  # the last hex digits of a KEY (its random part) that deal messages to shares (deal)
 # At most this many messages past retention (see Retention in docs/FORMAT.md) are
 # removed by one receive call, and kept for it by one listing: a receive that
 # meets more skips the rest (never delivered) and leaves them to the next call or
@@ -91,8 +90,9 @@ class Listing:
         self.reset()
 
     def prefer_share(self, index: int, count: int) -> None:
-        """Take the ready messages of share ``index`` of ``count`` first (see :func:`deal`)."""
-        self._share = frozenset(f"{i:03x}" for i in range(index, 16**SHARE_DIGITS, count))
+        """Take the ready messages of share ``index`` of ``count`` (at most
+        MAX_SHARES) first, from the next listing on (see :func:`deal`)."""
+        self._share = frozenset(f"{i:0{SHARE_DIGITS}x}" for i in range(index, MAX_SHARES, count))
 
     def reset(self) -> None:
         """Forget the listing (after a purge): the next receive lists again."""
@@ -192,7 +192,15 @@ class Listing:
                 self.runs.pop(group, None)
                 heapq.heappush(self.grouped, (_place(0, _format.parse_name(name)), name))
             else:
-                heapq.heappush(self.visible, name)
+                self._push_ready(name)
+
+    def _push_ready(self, name: str) -> None:
+        """Back among the ready names: after the names of ``later`` if its
+        priority is below theirs (see deal), else in ``visible``."""
+        if self.later and name[:1] > self.later[0][:1]:
+            heapq.heappush(self.later, name)
+        else:
+            heapq.heappush(self.visible, name)
 
     def skip_removed(self, group: str) -> bool:
         """The group's candidate left the queue (moved to the dead-letter queue, or
@@ -232,7 +240,7 @@ class Listing:
             self.runs.pop(_format.group_of(name), None)  # the group's order changed
             heapq.heappush(self.grouped, (_place(0, _format.parse_name(name)), name))
         else:
-            heapq.heappush(self.visible, name)
+            self._push_ready(name)
 
     def slot_freed(self, group: str) -> None:
         """This handle freed a slot of ``group`` (or moved its lease): its view of
@@ -482,8 +490,12 @@ def deal(names: list[str], share: frozenset[str]) -> tuple[list[str], list[str]]
     a queue's messages among them (the partitions of a Spark micro-batch)
     then race for the same names far less. A message's share is the last
     SHARE_DIGITS hex digits of its KEY (random); no lower priority comes
-    before a higher one; a foreign name is dealt to the rest."""
+    before a higher one (names that come back later go to the rest if their
+    priority is below its best: ``Listing._push_ready``); a foreign name is
+    dealt to the rest."""
     best = names[0][:1]
+    if not _format.is_message_name(names[0]):  # a foreign name first: the best priority of the messages
+        best = min((name[:1] for name in names if _format.is_message_name(name)), default=best)
     end = _format.KEY_LENGTH
     start = end - SHARE_DIGITS
     mine = [name for name in names if name[start:end] in share and name[:1] == best]

@@ -46,6 +46,7 @@ from vsqs._core.limits import (
     MAX_CLOCK_SKEW,
     MAX_POLL_INTERVAL,
     MAX_PRIORITY,
+    MAX_SHARES,
     MAX_VISIBILITY_TIMEOUT,
 )
 from vsqs._core.maintenance import Maintenance
@@ -495,9 +496,11 @@ class Queue(Redrive):
         micro-batch) then race for the same messages far less. Messages are
         dealt to shares by the random end of their id (a sharded queue deals
         each shard's listing in turn); no lower priority comes before a higher
-        one, and groups keep their order."""
-        if type(index) is not int or type(count) is not int or not 0 <= index < count:
-            raise InvalidArgument(f"share must be 0 <= index < count (ints), not index={index!r}, count={count!r}")
+        one, and groups keep their order. ``count`` is at most MAX_SHARES; the
+        share is the handle's (a pickled handle comes back without one)."""
+        if type(index) is not int or type(count) is not int or not 0 <= index < count <= MAX_SHARES:
+            raise InvalidArgument(f"share must be 0 <= index < count <= {MAX_SHARES} (ints), "
+                                  f"not index={index!r}, count={count!r}")
         with self._lock:
             self._share = (index, count)
             if self._store is not None:

@@ -26,6 +26,7 @@ from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import StructType
 
 from vsqs import InvalidReceipt, Message, Queue, StaleReceipt
+from vsqs._core.limits import MAX_SHARES
 from vsqs._spark import manifest as manifests
 from vsqs._spark.options import Options
 from vsqs._spark.record_batches import record_batches
@@ -89,7 +90,7 @@ def read_partition(options: Options, schema: StructType, partition: StreamPartit
     no per-row conversion in PySpark); deletes its settle list meanwhile."""
     queue = options.queue()
     parts = getattr(partition, "parts", 1)  # (a partition pickled by vsqs before shares has none)
-    if parts > 1 and 0 <= partition.index < parts:
+    if 1 < parts <= MAX_SHARES and 0 <= partition.index < parts:
         queue.prefer_share(partition.index, parts)
     settler = Settler(queue, partition)
     try:
