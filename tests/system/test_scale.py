@@ -15,6 +15,7 @@ import vsqs
 from vsqs._core import format as _format
 from vsqs._core import listing as _listing
 from vsqs._core import receipts as _receipts
+from vsqs._core import window as _window
 from vsqs._core.errors import InvalidReceipt, StaleReceipt
 
 # -- the n smallest of a listing ------------------------------------------------
@@ -23,7 +24,7 @@ from vsqs._core.errors import InvalidReceipt, StaleReceipt
 @settings(deadline=None)  # no timing in tests: a loaded machine must not fail it
 @given(st.lists(st.text(alphabet="0123456789ab-", max_size=6), max_size=300), st.integers(1, 320))
 def test_first_is_the_sorted_prefix_as_a_heap(items, n):
-    kept = _listing.first(list(items), n)
+    kept = _window.first(list(items), n)
     assert sorted(kept) == sorted(items)[:n]
     assert all(kept[i] <= kept[c] for i in range(len(kept)) for c in (2 * i + 1, 2 * i + 2) if c < len(kept))
 
@@ -32,10 +33,10 @@ def test_first_of_a_long_list_takes_the_sample_path_and_stays_exact():
     rng = random.Random(5)
     names = [_format.new_key(rng.randrange(10)) for _ in range(20_000)]
     rng.shuffle(names)
-    assert _listing.first(list(names), 3_000) == sorted(names)[:3_000]
+    assert _window.first(list(names), 3_000) == sorted(names)[:3_000]
     skewed = ["a"] * 10_000 + ["b"] * 10_000  # a sample cannot split ties: still exact
     rng.shuffle(skewed)
-    assert _listing.first(skewed, 12_000) == ["a"] * 10_000 + ["b"] * 2_000
+    assert _window.first(skewed, 12_000) == ["a"] * 10_000 + ["b"] * 2_000
 
 
 # -- listing triage ----------------------------------------------------------------
@@ -106,7 +107,7 @@ def _small_window(monkeypatch, size):
     returns the sizes of the windows they kept."""
     monkeypatch.setattr(_listing, "WINDOW", size)
     kept = []
-    first_messages = _listing.first_messages
+    first_messages = _window.first_messages
 
     def recorded(names, n):
         window = first_messages(names, n)

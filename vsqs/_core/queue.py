@@ -44,9 +44,7 @@ from vsqs._core.groups import GroupLeases
 from vsqs._core.limits import (
     MAX_BATCH,
     MAX_CLOCK_SKEW,
-    MAX_POLL_INTERVAL,
     MAX_PRIORITY,
-    MAX_SHARES,
     MAX_VISIBILITY_TIMEOUT,
 )
 from vsqs._core.maintenance import Maintenance
@@ -55,7 +53,7 @@ from vsqs._core.metadata import Store, open_store
 from vsqs._core.receipts import HeldMessages, IssuedReceipts, read_held, stale_message
 from vsqs._core.receiver import Receiver
 from vsqs._core.redrive import Redrive
-from vsqs._core.rules import check_batch_size, check_priority, check_seconds
+from vsqs._core.rules import check_batch_size, check_poll_interval, check_priority, check_seconds, check_share
 from vsqs._core.settings_store import TTL as _SETTINGS_TTL
 from vsqs._core.settings_store import SettingsStore
 from vsqs._core.stages import Stages
@@ -91,7 +89,7 @@ class Queue(Redrive):
     ) -> None:
         self._path = os.path.abspath(os.fspath(path))
         self._skew_us = to_us(check_seconds(clock_skew, "clock_skew", MAX_CLOCK_SKEW))
-        self._poll_interval = _poll_interval(poll_interval)
+        self._poll_interval = check_poll_interval(poll_interval)
         # the queue's file_mode, needed before its settings exist
         self._init_runtime(None if mode is None else _settings.file_mode_of(_settings.validate({"file_mode": mode})))
         if shards is not None:
@@ -141,10 +139,8 @@ class Queue(Redrive):
                 store.first_receive,
             )
             self._receiver = Receiver(store, settings, self._lock, self._groups, self._receipts, self._throttle,
-                                      self._dead_letters, self._skew_us, self._poll_interval)
+                                      self._dead_letters, self._skew_us, self._poll_interval, self._share)
             self._listing = self._receiver.listing  # (a bool set on each publish: no lock)
-            if self._share is not None:
-                self._listing.prefer_share(*self._share)
             self._maintenance = Maintenance(
                 layout, self._skew_us, settings, self._dead_letters, self._stages,
                 self._groups, self._reservations, self._lock,
@@ -490,21 +486,14 @@ class Queue(Redrive):
             )
 
     def prefer_share(self, index: int, count: int) -> None:
-        """Have this handle's receives take the ready messages of share ``index``
-        of ``count`` first, the others' once those are taken: consumers that
-        split a queue's messages among them (the partitions of a Spark
-        micro-batch) then race for the same messages far less. Messages are
-        dealt to shares by the random end of their id (a sharded queue deals
-        each shard's listing in turn); no lower priority comes before a higher
-        one, and groups keep their order. ``count`` is at most MAX_SHARES; the
-        share is the handle's (a pickled handle comes back without one)."""
-        if type(index) is not int or type(count) is not int or not 0 <= index < count <= MAX_SHARES:
-            raise InvalidArgument(f"share must be 0 <= index < count <= {MAX_SHARES} (ints), "
-                                  f"not index={index!r}, count={count!r}")
+        """Take the ready messages of share ``index`` of ``count`` (at most MAX_SHARES) first, the
+        others' once those are taken: consumers splitting a queue among them (a Spark batch's
+        partitions) then race less. Dealt by the random end of the ids (a sharded queue: each
+        shard's listing); no lower priority before a higher. Not kept by pickling."""
+        self._share = check_share(index, count)
         with self._lock:
-            self._share = (index, count)
             if self._store is not None:
-                self._listing.prefer_share(index, count)
+                self._receiver.listing.prefer_share(*self._share)
 
     def throttled(self) -> bool:
         """Whether receives are throttled right now (every token of this window taken)."""
@@ -657,13 +646,3 @@ class Queue(Redrive):
 
     def _held(self, store: Store) -> HeldMessages:
         return self._receiver.held(self._settings.current()["group_concurrency"] == 1)
-
-
-
-def _poll_interval(seconds: float | None) -> float | None:
-    if seconds is None:
-        return None
-    checked = check_seconds(seconds, "poll_interval", MAX_POLL_INTERVAL)
-    if not checked:
-        raise InvalidArgument("poll_interval must be more than 0 seconds")
-    return checked

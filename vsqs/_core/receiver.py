@@ -63,7 +63,7 @@ class Receiver:
     def __init__(
         self, store: Store, settings: SettingsStore, lock: threading.Lock, groups: GroupLeases,
         receipts: IssuedReceipts, throttle: Throttle, dead_letters: DeadLetters[Any], skew_us: int,
-        poll_interval: float | None,
+        poll_interval: float | None, share: tuple[int, int] | None = None,
     ) -> None:
         self._store = store
         self._settings = settings
@@ -73,6 +73,8 @@ class Receiver:
         self._listing = Listing(store.layout, groups, skew_us, lambda: settings.current()["group_concurrency"],
                                 retention=lambda: settings.current()["retention"])
         self.listing = self._listing  # the queue's publishes mark it (Listing.published)
+        if share is not None:  # (the handle's, kept when it opens its queue again)
+            self._listing.prefer_share(*share)
         self._receipts = receipts
         self._throttle = throttle
         self._group_receiver = GroupReceiver(store, groups, self._listing, lock, receipts, throttle, dead_letters,

@@ -74,6 +74,24 @@ def check_seconds(value: object, name: str, maximum: float) -> float:
     return float(value)
 
 
+def check_poll_interval(seconds: float | None) -> float | None:
+    """Validate a handle's poll interval (None: the default)."""
+    if seconds is None:
+        return None
+    checked = check_seconds(seconds, "poll_interval", limits.MAX_POLL_INTERVAL)
+    if not checked:
+        raise InvalidArgument("poll_interval must be more than 0 seconds")
+    return checked
+
+
+def check_share(index: object, count: object) -> tuple[int, int]:
+    """Validate share ``index`` of ``count`` (Queue.prefer_share)."""
+    if type(index) is not int or type(count) is not int or not 0 <= index < count <= limits.MAX_SHARES:
+        raise InvalidArgument(f"share must be 0 <= index < count <= {limits.MAX_SHARES} (ints), "
+                              f"not index={index!r}, count={count!r}")
+    return index, count
+
+
 def is_priority(value: object) -> bool:
     """Whether ``value`` is a priority: an int (not a bool) 0..9."""
     return (
