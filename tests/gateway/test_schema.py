@@ -14,6 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from schemathesis.specs.openapi.checks import response_schema_conformance
 
 from tests.gateway.server import running_gateway, tree_around
+from vsqs._gateway.limits import MAX_WAIT
 
 # a hang guard, not a timing: some 500 generated requests take over 120 s on a loaded machine
 pytestmark = pytest.mark.timeout(600)
@@ -72,7 +73,8 @@ def generated_requests(operation, aim, checks, url):
     def requests_to(case):
         httpx.put(f"{url}/queues/q")
         httpx.post(f"{url}/queues/q/messages", content=b"seed")
-        case.call_and_validate(checks=checks)
+        # a generated long poll on a queue that exists waits up to MAX_WAIT: the client waits longer
+        case.call_and_validate(checks=checks, timeout=MAX_WAIT + 30)
 
     requests_to()
 
