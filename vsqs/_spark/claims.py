@@ -87,7 +87,8 @@ def _recording() -> Iterator[None]:
 
 def read_partition(options: Options, schema: StructType, partition: StreamPartition) -> Iterator[Any]:
     """The rows of one partition, as Arrow record batches (one per chunk:
-    no per-row conversion in PySpark); deletes its settle list meanwhile."""
+    no per-row conversion in PySpark); deletes its settle list first (or
+    meanwhile, where deletes wait on the filesystem: ``Settler``)."""
     queue = options.queue()
     parts = getattr(partition, "parts", 1)  # (a partition pickled by vsqs before shares has none)
     if 1 < parts <= MAX_SHARES and 0 <= partition.index < parts:
