@@ -120,6 +120,23 @@ def test_a_foreign_name_first_in_order_does_not_turn_sharing_off(flat_queue):
     assert len(ids) == 100
 
 
+def test_a_higher_priority_message_back_in_the_listing_comes_first_after_a_foreign_name(flat_queue):
+    """A foreign name sorting before every message is dealt to the rest; a
+    message of a higher priority that comes back still goes first."""
+    open(os.path.join(flat_queue.path, "0README"), "w").close()
+    urgent = flat_queue.publish(b"urgent", priority=5)
+    handle = vsqs.Queue(flat_queue.path)
+    held = handle.receive(visibility_timeout=60)
+    assert held is not None and held.id == urgent
+    flat_queue.publish_batch([b"m%d" % i for i in range(40)])
+    handle.prefer_share(0, 2)
+    handle.stats()  # (no listing of the receive path: the next receive lists and deals)
+    first = handle.receive()
+    held.release()  # back in this handle's listing, above everything dealt
+    assert handle.receive().id == urgent
+    assert first is not None
+
+
 def test_a_waiting_receive_takes_the_others_share_once_its_own_is_taken(flat_queue):
     ids = flat_queue.publish_batch([b"m%d" % i for i in range(40)])
     handle = vsqs.Queue(flat_queue.path)

@@ -98,6 +98,7 @@ class Listing:
         """Forget the listing (after a purge): the next receive lists again."""
         self.visible: list[str] = []  # heap: smallest name = next to deliver
         self.later: list[str] = []  # heap: the rest of the listing's visible names, once ``visible`` runs out (deal)
+        self.dealt = ""  # the PRIO digit of the names dealt to ``visible`` while ``later`` holds the rest
         # heap of (place, name) for messages of groups (see _place): groups take
         # turns, and within a turn a group never received goes before one that came back
         self.grouped: list[tuple[int, str]] = []
@@ -196,8 +197,8 @@ class Listing:
 
     def _push_ready(self, name: str) -> None:
         """Back among the ready names: after the names of ``later`` if its
-        priority is below theirs (see deal), else in ``visible``."""
-        if self.later and name[:1] > self.later[0][:1]:
+        priority is below the dealt one's (see deal), else in ``visible``."""
+        if self.later and name[:1] > self.dealt:
             heapq.heappush(self.later, name)
         else:
             heapq.heappush(self.visible, name)
@@ -312,6 +313,7 @@ class Listing:
             self._groups.refresh()
             self._groups_seen = bool(found.grouped)
         self.visible, self.later, self.grouped, self.hidden = visible, later, kept_grouped, hidden
+        self.dealt = visible[0][:1] if later else ""  # the priority of the names dealt to this handle
         self.rest_of_round = more_shards
         self.claimed = 0
         self.blocked = set()
