@@ -185,9 +185,52 @@ def test_a_lost_race_at_the_end_of_a_priority_forces_a_listing(layout, monkeypat
     assert lost == name(1, 9)
     assert listing.skip_ahead(lost) is True
     assert listing.visible[0] == name(4)  # dropped to the end of the priority, not into the next
-    assert listing.stale_at == -math.inf
     layout.set([name(3, 9), name(4), name(5)])  # one of the dropped is still there
     assert listing.next_candidate() == name(3, 9)
+    assert layout.listings == 2
+
+
+def test_after_names_are_dropped_a_lower_priority_waits_for_a_listing(layout, skip):
+    skip(2)
+    listing = listed(layout, [name(n, 9) for n in range(1, 6)] + [name(6), name(7)])
+    assert listing.next_candidate() == name(1, 9)
+    assert listing.skip_ahead(name(1, 9)) is True  # drops name(2, 9) and name(3, 9)
+    assert [listing.next_candidate(), listing.next_candidate()] == [name(4, 9), name(5, 9)]
+    assert layout.listings == 1  # the priority goes on from the listing
+    layout.set([name(3, 9), name(6), name(7)])  # a dropped name is still there
+    assert listing.next_candidate() == name(3, 9)  # listed before priority 0
+    assert layout.listings == 2
+    assert drain(listing) == [name(6), name(7)]
+
+
+def test_a_lower_priority_held_back_is_not_given_where_the_call_may_not_list(layout, skip):
+    skip(1)
+    listing = listed(layout, [name(1, 9), name(2, 9), name(3, 9), name(4)])
+    assert listing.next_candidate() == name(1, 9)
+    assert listing.skip_ahead(name(1, 9)) is True
+    assert listing.next_candidate(may_list=False) == name(3, 9)
+    assert listing.next_candidate(may_list=False) is None
+    layout.set([name(4)])
+    assert listing.next_candidate() == name(4)  # listed first (name(2, 9) is gone)
+    assert layout.listings == 2
+
+
+def test_after_names_of_a_share_are_dropped_the_rest_of_the_priority_comes_before_a_listing(layout, skip):
+    skip(1)
+    names = [name(n, 9) for n in range(1, 7)] + [name(7)]
+    listing = make(layout)
+    listing.prefer_share(0, 2)
+    layout.set(names)
+    listing.relist(NOW_US)
+    mine = sorted(listing.visible)
+    assert len(mine) >= 3 and listing.later  # (the KEY endings of name(n) deal 1, 3, 5 to share 0 of 2)
+    assert listing.next_candidate() == mine[0]
+    assert listing.skip_ahead(mine[0]) is True  # drops mine[1]
+    others = [n for n in names[:6] if n not in mine]
+    assert drain(listing) == mine[2:] + others  # priority 9 from the rest of the listing too, no listing
+    assert layout.listings == 1
+    layout.set([name(7)])
+    assert listing.next_candidate() == name(7)  # priority 0 once listed again
     assert layout.listings == 2
 
 

@@ -254,6 +254,26 @@ def test_skipping_after_a_lost_race_never_passes_a_higher_priority(flat_queue, m
     assert b.receive().id == high[2]
 
 
+@pytest.mark.parametrize("share", [False, True])
+def test_after_a_skip_within_a_priority_a_lower_one_waits_for_a_listing(flat_queue, monkeypatch, share):
+    """The skip stops inside the priority; once the rest of it is taken (with a
+    share: this handle's, then the others'), the handle lists again before it
+    takes a lower priority, and meets the names it dropped."""
+    queue = flat_queue
+    monkeypatch.setattr(_format, "random_below", lambda n: n - 1)  # skip as far as allowed: 15
+    low = set(queue.publish_batch([b"low%d" % i for i in range(5)], priority=0, durable=False))
+    queue.publish_batch([b"high%d" % i for i in range(40)], priority=5, durable=False)
+    a, b = queue, vsqs.Queue(queue.path)
+    if share:
+        a.prefer_share(0, 2)
+        b.prefer_share(0, 2)
+    got = [a.receive()]  # a lists
+    got.append(b.receive())  # b lists and takes what a would take next: a loses that race, and skips
+    got += a.receive_batch(100) + a.receive_batch(100)
+    kinds = ["low" if m.id in low else "high" for m in got]
+    assert kinds == ["high"] * 40 + ["low"] * 5
+
+
 def test_skipping_only_drops_names_from_the_cache(flat_queue, monkeypatch):
     """A skipped message is not lost: the next listing brings it back."""
     queue = flat_queue  # (the order asserted below is one listing's: no shards)

@@ -42,8 +42,9 @@ WINDOW = 100_000
 # its last name): the winner is likely to take them next, and consumers that walk
 # the same listing in the same order would otherwise lose a race for about every
 # name they get. The names dropped are still in the directory: the handle lists
-# again before its cache runs dry (see skip_ahead), so a receive returns nothing
-# only if every name of its latest listing was tried.
+# again before its cache runs dry, and before it goes on to a lower priority (see
+# skip_ahead), so a receive returns nothing only if every name of its latest
+# listing was tried, and never passes a higher priority it dropped.
 SKIP_AFTER_LOSS = 16
 # At most this many messages past retention (see Retention in docs/FORMAT.md) are
 # removed by one receive call, and kept for it by one listing: a receive that
@@ -59,8 +60,9 @@ class Listing:
     """The cache: its heaps and what is known of the listing they came from.
 
     The receive hot path reads ``visible``, ``hidden``, ``grouped``,
-    ``stale_at`` and ``rest_of_round`` directly and pops ``visible`` itself
-    in the common case; everything else goes through the methods.
+    ``stale_at``, ``list_before`` and ``rest_of_round`` directly and pops
+    ``visible`` itself in the common case; everything else goes through the
+    methods.
     """
 
     def __init__(
@@ -118,6 +120,9 @@ class Listing:
         # going round them all: once they are used up, the next shards are listed
         self.rest_of_round = False
         self.skipped = False  # names of this listing were dropped after a lost race: list again when out
+        # after names were dropped (skip_ahead): a candidate not below this bound (of a lower
+        # priority than theirs) waits for a listing, in case some of them are still there
+        self.list_before: str | None = None
         self.freed = False  # this handle freed a group's slot since the listing: list again when out
         self.published = False  # this handle published since the listing: list again when out
         # names past retention the listing kept aside, never candidates: members of groups met
@@ -135,7 +140,7 @@ class Listing:
         while self.grouped and _format.group_of(self.grouped[0][1]) in self.blocked:
             heapq.heappop(self.grouped)  # not a candidate: a cache left with only these has run out
         if self.visible or self.grouped:
-            stale = time.monotonic() >= self.stale_at
+            stale = time.monotonic() >= self.stale_at or self._held_back()
         else:
             # ran out: at once if the last listing was of use (this handle claimed
             # from it: more may have come since), if names were left behind, if
@@ -162,7 +167,13 @@ class Listing:
             heapq.heappop(self.grouped)
             if _format.group_of(name) not in self.blocked:
                 return name
-        return heapq.heappop(self.visible) if self.visible else None
+        if not self.visible or self._held_back():  # (held back: only where this call may not list)
+            return None
+        return heapq.heappop(self.visible)
+
+    def _held_back(self) -> bool:
+        """Whether the next visible name waits for a listing (see ``list_before``)."""
+        return self.list_before is not None and bool(self.visible) and self.visible[0] >= self.list_before
 
     def skip_ahead(self, lost: str) -> bool:
         """After losing the race for ``lost``: drop a random few of the next
@@ -177,10 +188,10 @@ class Listing:
             dropped = True
         if dropped:
             self.skipped = True  # once the cache runs out, list again at once
-            if visible[0][:1] != priority:
-                # list again before going on to a lower priority, in case some of
-                # the dropped names are still there
-                self.stale_at = -math.inf
+            # list again before going on to a lower priority (now, or once this one's
+            # names are taken, from ``later`` too), in case some of the dropped are still there
+            bound = chr(ord(priority) + 1)
+            self.list_before = bound if self.list_before is None else min(self.list_before, bound)
         return dropped
 
     def promote(self, now: int) -> None:
@@ -318,6 +329,7 @@ class Listing:
         self.claimed = 0
         self.blocked = set()
         self.freed = False
+        self.list_before = None
         self.listed_at = time.monotonic()
         self.listings += 1
         self.cost = self.listed_at - started

@@ -314,7 +314,8 @@ class Receiver:
         gone = 0  # messages past retention this call removed
         while len(got) < limit:
             with lock:
-                if cache.visible and not (cache.hidden or cache.grouped) and time.monotonic() < cache.stale_at:
+                if (cache.visible and not (cache.hidden or cache.grouped) and time.monotonic() < cache.stale_at
+                        and cache.list_before is None):
                     name: str | None = heapq.heappop(cache.visible)  # the common case of next_candidate, inlined
                 else:
                     listings = cache.listings
