@@ -123,3 +123,17 @@ class _Row:
     def __init__(self, body: bytes | None) -> None:
         self.body = body
         self.attributes: dict[str, str] = {}
+
+
+def test_the_driver_side_of_the_source_imports_no_pyarrow() -> None:
+    """Spark starts fresh Python processes on the driver for a query (the source's
+    lookup, its creation, its planner, the stream's runner); none builds a batch,
+    and pyarrow would cost each 0.1-0.2 s of CPU to import."""
+    code = (
+        "import sys, pyspark_vsqs, vsqs.spark\n"
+        "from vsqs._spark import stream, source\n"
+        "print('pyarrow' in sys.modules)\n"
+    )
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, env=env)
+    assert out.stdout.strip() == "False"

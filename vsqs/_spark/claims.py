@@ -29,7 +29,6 @@ from vsqs import InvalidReceipt, Message, Queue, StaleReceipt
 from vsqs._core.limits import MAX_SHARES
 from vsqs._spark import manifest as manifests
 from vsqs._spark.options import Options
-from vsqs._spark.record_batches import record_batches
 from vsqs._spark.schema import row, timestamp, wants_content
 
 log = logging.getLogger("vsqs.spark")
@@ -89,6 +88,10 @@ def read_partition(options: Options, schema: StructType, partition: StreamPartit
     """The rows of one partition, as Arrow record batches (one per chunk:
     no per-row conversion in PySpark); deletes its settle list first (or
     meanwhile, where deletes wait on the filesystem: ``Settler``)."""
+    # (imported here: pyarrow costs each process that imports it 0.1-0.2 s of CPU, and
+    # the driver's processes, which import this module, never build a record batch)
+    from vsqs._spark.record_batches import record_batches
+
     queue = options.queue()
     parts = getattr(partition, "parts", 1)  # (a partition pickled by vsqs before shares has none)
     if 1 < parts <= MAX_SHARES and 0 <= partition.index < parts:
