@@ -215,6 +215,31 @@ def test_a_lower_priority_held_back_is_not_given_where_the_call_may_not_list(lay
     assert layout.listings == 2
 
 
+def test_the_priority_next_below_the_dropped_names_waits_for_a_listing(layout, skip):
+    skip(1)
+    listing = listed(layout, [name(1, 5), name(2, 5), name(3, 5), name(4, 4)])
+    assert listing.next_candidate() == name(1, 5)
+    assert listing.skip_ahead(name(1, 5)) is True  # drops name(2, 5)
+    assert listing.next_candidate() == name(3, 5)
+    layout.set([name(4, 4)])
+    assert listing.next_candidate() == name(4, 4)
+    assert layout.listings == 2
+
+
+def test_after_names_are_dropped_a_group_of_a_lower_priority_waits_for_a_listing(layout, skip):
+    skip(1)
+    grouped = name(5, group=GROUP_A)
+    listing = listed(layout, [name(1, 9), name(2, 9), name(3, 9), grouped])
+    assert listing.next_candidate() == name(1, 9)
+    assert listing.skip_ahead(name(1, 9)) is True  # drops name(2, 9)
+    assert listing.next_candidate() == name(3, 9)
+    assert listing.next_candidate(may_list=False) is None  # the group's candidate is held back
+    layout.set([name(2, 9), grouped])  # the dropped name is still there
+    assert listing.next_candidate() == name(2, 9)
+    assert listing.next_candidate() == grouped
+    assert layout.listings == 2
+
+
 def test_after_names_of_a_share_are_dropped_the_rest_of_the_priority_comes_before_a_listing(layout, skip):
     skip(1)
     names = [name(n, 9) for n in range(1, 7)] + [name(7)]

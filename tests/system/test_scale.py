@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import random
+import threading
 import time
 
 import pytest
@@ -272,6 +273,53 @@ def test_after_a_skip_within_a_priority_a_lower_one_waits_for_a_listing(flat_que
     got += a.receive_batch(100) + a.receive_batch(100)
     kinds = ["low" if m.id in low else "high" for m in got]
     assert kinds == ["high"] * 40 + ["low"] * 5
+
+
+def test_after_a_skip_a_group_of_a_lower_priority_waits_for_a_listing(flat_queue, monkeypatch):
+    """A group's candidate is held back like any name: once the priority's names
+    are taken, the handle lists again and meets the names it dropped first."""
+    queue = flat_queue
+    monkeypatch.setattr(_format, "random_below", lambda n: n - 1)  # skip as far as allowed
+    low = queue.publish(b"low", group="g", priority=0, durable=False)
+    high = queue.publish_batch([b"high%d" % i for i in range(6)], priority=5, durable=False)
+    a, b = queue, vsqs.Queue(queue.path)
+    got = [a.receive()]  # a lists: six of priority 5, the group's candidate of priority 0
+    got.append(b.receive())  # b lists and takes what a would take next: a loses that race, and skips
+    got += a.receive_batch(10)
+    assert [m.id for m in got] == high[:2] + [high[5]] + high[2:5] + [low]
+
+
+def test_a_receive_lists_for_the_names_another_thread_of_its_handle_held_back(flat_queue, monkeypatch):
+    """Thread A's receive listed, then loses a race; meanwhile thread B of the same
+    handle lost one too and skipped names, which holds the lower priority back
+    until a listing: A lists for it (its own call had listed already, and
+    skipped nothing) rather than answer nothing while messages are ready."""
+    from vsqs._core import fs as _fs
+
+    queue = flat_queue
+    monkeypatch.setattr(_format, "random_below", lambda n: 2)
+    low = queue.publish_batch([b"low%d" % i for i in range(3)], priority=0, durable=False)
+    high = queue.publish_batch([b"high%d" % i for i in range(6)], priority=5, durable=False)
+    handle = vsqs.Queue(queue.path)
+    rename = _fs.rename
+    taken: list[str] = []
+    got_b: list[vsqs.Message] = []
+
+    def racing(src, dst):
+        if len(taken) < 2:  # another consumer takes it first (A's first claim, then B's)
+            taken.append(os.path.basename(src)[: _format.KEY_LENGTH])
+            os.rename(src, src + ".2795305531723584.1.0191cc303a5c")
+            if len(taken) == 1:  # meanwhile thread B of this handle: loses, skips 2, takes the next 2
+                thread = threading.Thread(target=lambda: got_b.extend(handle.receive_batch(2)))
+                thread.start()
+                thread.join()
+        return rename(src, dst)
+
+    monkeypatch.setattr(_fs, "rename", racing)
+    got_a = handle.receive_batch(10, wait=0)  # thread A: lists, loses high0 (then nothing to skip)
+    assert taken == high[:2]
+    assert [m.id for m in got_b] == high[4:]
+    assert [m.id for m in got_a] == [high[2], high[3], *low]
 
 
 def test_skipping_only_drops_names_from_the_cache(flat_queue, monkeypatch):

@@ -160,6 +160,8 @@ class Listing:
         if stale and may_list:
             self.skipped = False
             self.relist(_format.now_us())
+        elif self._held_back():  # (only where this call may not list)
+            return None
         while self.grouped:
             place, name = self.grouped[0]
             if self.visible and (place > CAME_BACK or self.visible[0] < name):  # past the first turn
@@ -167,13 +169,17 @@ class Listing:
             heapq.heappop(self.grouped)
             if _format.group_of(name) not in self.blocked:
                 return name
-        if not self.visible or self._held_back():  # (held back: only where this call may not list)
-            return None
-        return heapq.heappop(self.visible)
+        return heapq.heappop(self.visible) if self.visible else None
 
     def _held_back(self) -> bool:
-        """Whether the next visible name waits for a listing (see ``list_before``)."""
-        return self.list_before is not None and bool(self.visible) and self.visible[0] >= self.list_before
+        """Whether the next candidate waits for a listing (see ``list_before``)."""
+        if self.list_before is None:
+            return False
+        if self.grouped:  # the group's candidate, if it comes before the next visible name (as below)
+            place, name = self.grouped[0]
+            if not self.visible or (place <= CAME_BACK and name <= self.visible[0]):
+                return name >= self.list_before
+        return bool(self.visible) and self.visible[0] >= self.list_before
 
     def skip_ahead(self, lost: str) -> bool:
         """After losing the race for ``lost``: drop a random few of the next

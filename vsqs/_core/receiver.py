@@ -315,11 +315,13 @@ class Receiver:
         while len(got) < limit:
             with lock:
                 if (cache.visible and not (cache.hidden or cache.grouped) and time.monotonic() < cache.stale_at
-                        and cache.list_before is None):
+                        and (cache.list_before is None or cache.visible[0] < cache.list_before)):
                     name: str | None = heapq.heappop(cache.visible)  # the common case of next_candidate, inlined
                 else:
                     listings = cache.listings
-                    name = cache.next_candidate(lists_left > 0)
+                    # (names held back after a drop, see Listing.skip_ahead, are listed for: perhaps
+                    # dropped by another thread of this handle, while this call had listed already)
+                    name = cache.next_candidate(lists_left > 0 or cache.list_before is not None)
                     if cache.listings != listings:
                         # a listing that went round every shard has seen them all: no more this call
                         lists_left = lists_left - 1 if cache.rest_of_round else 0
