@@ -319,8 +319,7 @@ class Receiver:
                     name: str | None = heapq.heappop(cache.visible)  # the common case of next_candidate, inlined
                 else:
                     listings = cache.listings
-                    # (names held back after a drop, see Listing.skip_ahead, are listed for: perhaps
-                    # dropped by another thread of this handle, while this call had listed already)
+                    # (names held back after a drop, perhaps another thread's, are listed for: skip_ahead)
                     name = cache.next_candidate(lists_left > 0 or cache.list_before is not None)
                     if cache.listings != listings:
                         # a listing that went round every shard has seen them all: no more this call
