@@ -47,6 +47,7 @@ from vsqs._spark import manifest as manifests
 from vsqs._spark.claims import StreamPartition, read_partition
 from vsqs._spark.options import Options
 from vsqs._spark.source import VsqsDataSource
+from vsqs._spark.stream import MIN_CLAIM_PARTITIONS
 
 
 def cpu() -> tuple[float, float]:
@@ -73,7 +74,7 @@ def executor_side(directory: str, count: int, per_trigger: int, per_partition: i
     while rows < count or previous_parts:
         seq += 1
         take = min(per_trigger, count - rows)
-        parts = max(1, -(-take // per_partition)) if take else previous_parts
+        parts = min(take, max(MIN_CLAIM_PARTITIONS, -(-take // per_partition))) if take else previous_parts
         share, extra = divmod(take, parts)
         for index in range(parts):
             settle = [(seq - 1, i) for i in range(index, previous_parts, parts)]
