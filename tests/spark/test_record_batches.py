@@ -126,8 +126,8 @@ class _Row:
 
 
 def test_the_driver_side_of_the_source_imports_no_pyarrow() -> None:
-    """Spark starts fresh Python processes on the driver for a query (the source's
-    lookup, its creation, its planner, the stream's runner); none builds a batch,
+    """Spark starts fresh Python processes on the driver for a query; those that
+    look the source up and create it import its modules and build no batch,
     and pyarrow would cost each 0.1-0.2 s of CPU to import."""
     code = (
         "import sys, pyspark_vsqs, vsqs.spark\n"
