@@ -226,6 +226,22 @@ def test_the_priority_next_below_the_dropped_names_waits_for_a_listing(layout, s
     assert layout.listings == 2
 
 
+def test_a_drop_at_a_higher_priority_than_an_earlier_one_holds_back_more(layout, clocks, skip):
+    skip(1)
+    until = NOW_US + 1_000_000
+    back = [_format.hidden_name(name(n, 7), until, 1, f"{n:012x}") for n in (10, 11, 12)]
+    listing = listed(layout, [name(1, 5), name(2, 5), name(3, 5), name(4, 5), *back])
+    assert listing.next_candidate() == name(1, 5)
+    assert listing.skip_ahead(name(1, 5)) is True  # drops name(2, 5)
+    clocks.wall_us = until  # three of priority 7 come back
+    assert listing.next_candidate() == back[0]
+    assert listing.skip_ahead(back[0]) is True  # drops back[1]
+    assert listing.next_candidate() == back[2]
+    layout.set([back[1], name(3, 5), name(4, 5)])
+    assert listing.next_candidate() == back[1]  # listed before priority 5 goes on
+    assert layout.listings == 2
+
+
 def test_after_names_are_dropped_a_group_of_a_lower_priority_waits_for_a_listing(layout, skip):
     skip(1)
     grouped = name(5, group=GROUP_A)
